@@ -1,0 +1,638 @@
+"""The network guard: sockets and resolver functions follow the profile's ``network`` rules.
+
+Inside the sandboxed interpreter it patches
+
+- ``socket.socket`` ``connect``, ``connect_ex``, ``bind``, ``listen``, ``sendto``, ``sendmsg``,
+  and replaces ``_socket.socket`` (and ``_socket.socketpair``) with a guarded subclass that keeps
+  the class's name, so that the C-level spelling is not a way around;
+- ``getaddrinfo``, ``gethostbyname``, ``gethostbyname_ex``, ``gethostbyaddr``, ``getnameinfo`` (on
+  ``_socket`` and ``socket``): pinned names answer with exactly their pinned addresses and no
+  query; a name no rule covers is refused before any query unless a rule allows a wider
+  network (SPEC §6, §7).
+
+Decisions come from :class:`pysb_core.netrules.NetworkMatcher`, the same code the OS providers
+compile from, so both layers agree. ``AF_UNIX`` paths need a read-write exposure; abstract
+Unix sockets and families the rules cannot express (raw, netlink, packet...) are refused.
+
+In a learning run nothing is refused: each connection and bind is recorded, by host name when
+the program used one (names are remembered from resolver answers), and :func:`pysb_learned`
+renders them as ``network:`` rules.
+
+The guard keeps its state in closures, not in module globals. It is friction, not a boundary:
+native code, ``socket.socket.__mro__[-2]`` (the raw C class) and inherited descriptors get
+around it; the OS layer is what stops them (see docs/network.md).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pysb_core.errors import NetworkDeniedError
+from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, numeric_host
+
+try:
+    from pysb_core import hookimpl
+except ImportError:  # pysb_core without the public marker yet: the marker is just a name
+    import pluggy
+
+    hookimpl = pluggy.HookimplMarker("pysb")
+
+if TYPE_CHECKING:
+    from pysb_core.check import CheckReport
+    from pysb_core.events import Event, Recorder
+    from pysb_core.policy import Policy
+    from pysb_core.provider import Provider
+
+GUARD = "network"
+
+
+# ---------------------------------------------------------------------------------------
+# Hooks
+# ---------------------------------------------------------------------------------------
+
+
+@hookimpl
+def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
+    """Patch sockets and resolvers of this interpreter according to ``policy``."""
+    install(policy, recorder)
+
+
+@hookimpl
+def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+    """Each network rule is enforced by the Python layer, and by the OS layer when the
+    provider filters that protocol by host (or by port, for rules whose network is ``*``)."""
+    enforced = set(provider.enforced()) if provider is not None else set()
+    for rule in policy.network:
+        layers = ["python"]
+        if rule.protocols and all(
+            _os_enforces(proto, rule.network, enforced) for proto in rule.protocols
+        ):
+            layers.append("os")
+        report.add(str(rule), rule.source, layers, family=GUARD)
+    for name, addresses in sorted(policy.pins.items()):
+        report.note(f"network: {name} pinned to {', '.join(addresses)}")
+
+
+def _os_enforces(proto: str, network: str, enforced: set[Any]) -> bool:
+    from pysb_core.provider import Capability
+
+    host_cap = Capability.TCP_HOST if proto == "tcp" else Capability.UDP_HOST
+    port_cap = Capability.TCP_PORT if proto == "tcp" else Capability.UDP_PORT
+    return host_cap in enforced or (port_cap in enforced and network == "*")
+
+
+@hookimpl
+def pysb_learned(records: Sequence[Event], profile: Any) -> None:
+    """Render learned connections and binds as ``network:`` rules (ports merged per host)."""
+    for line in learned_rules(records):
+        profile.add("network", None, line)
+
+
+def learned_rules(records: Sequence[Event]) -> list[str]:
+    """The rule lines for the learned network accesses, in a stable order."""
+    ports: dict[tuple[str, str, str], set[int]] = {}
+    for event in records:
+        if event.guard != GUARD or event.action != "learn" or event.data.get("kind") != "inet":
+            continue
+        data = event.data
+        key = (str(data["proto"]), str(data["host"]), str(data["direction"]))
+        ports.setdefault(key, set()).add(int(data["port"]))
+    lines = []
+    for (proto, host, direction), found in sorted(ports.items()):
+        listed = ",".join(str(p) for p in sorted(found))
+        lines.append(f"allow {proto} {host} {listed} {direction}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# The patches
+# ---------------------------------------------------------------------------------------
+
+
+def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) -> None:
+    """Install the guard. ``enforce=False`` only pins the resolver (no socket checks): what the
+    interpreter still needs when the user turned the Python guards off (SPEC §6)."""
+    import _socket
+    import encodings.idna  # noqa: F401  (a refused name must fail on the rule, not on an import)
+    import socket
+
+    if enforce is None:
+        enforce = policy.python_guards
+    matcher = NetworkMatcher(policy.network, policy.pins)
+    learning = bool(recorder.learning)
+    writable = tuple(
+        {os.path.normpath(p) for e in policy.exposures if e.writable for p in (e.path, e.target)}
+    )
+    seen_names: dict[str, str] = {}  # address -> name the program resolved it from
+    # (family, type, proto, host, port, direction) -> address, for literal addresses allowed
+    allowed_literals: dict[tuple[Any, ...], str] = {}
+
+    raw = _socket.socket
+    raw_connect = raw.connect
+    raw_connect_ex = raw.connect_ex
+    raw_bind = raw.bind
+    raw_listen = raw.listen
+    raw_sendto = raw.sendto
+    raw_sendmsg = raw.sendmsg
+    raw_getsockname = raw.getsockname
+    raw_getaddrinfo = _socket.getaddrinfo
+    raw_gethostbyname = _socket.gethostbyname
+    raw_gethostbyname_ex = _socket.gethostbyname_ex
+    raw_gethostbyaddr = _socket.gethostbyaddr
+    raw_getnameinfo = _socket.getnameinfo
+    raw_socketpair = _socket.socketpair
+    gaierror = _socket.gaierror
+    AF_INET, AF_INET6, AF_UNIX = _socket.AF_INET, _socket.AF_INET6, _socket.AF_UNIX
+    SOCK_STREAM, SOCK_DGRAM = _socket.SOCK_STREAM, _socket.SOCK_DGRAM
+    TCP_PROTOS = {0, _socket.IPPROTO_TCP, getattr(_socket, "IPPROTO_MPTCP", 262)}
+    UDP_PROTOS = {0, _socket.IPPROTO_UDP}
+
+    # -- refusal and learning --------------------------------------------------------
+
+    def refuse(message: str, target: str, suggestion: str = "") -> NetworkDeniedError:
+        recorder.deny(GUARD, target, message, suggestion)
+        return NetworkDeniedError(message, target=target, suggested_rule=suggestion)
+
+    def refusal_text(what: str, rule: Any, suggestion: str) -> str:
+        if rule is not None:
+            return (
+                f"{what} refused by network rule '{rule}' ({rule.source}); a deny rule beats "
+                f"every allow: remove or narrow it to allow this"
+            )
+        return (
+            f"{what} refused: no network rule allows it; to allow it, add to the profile's "
+            f"network: section:  - {suggestion}"
+        )
+
+    def learn_inet(proto: str, host: str, port: int, direction: str, call: str) -> None:
+        rule = f"allow {proto} {host} {port} {direction}"
+        recorder.learn(
+            GUARD,
+            f"{proto} {_hostport(host, port)} {direction}",
+            call,
+            rule,
+            kind="inet",
+            proto=proto,
+            host=host,
+            port=port,
+            direction=direction,
+        )
+
+    # -- resolution ------------------------------------------------------------------
+
+    def name_addresses(name: str, family: int, port: Any = None) -> list[str]:
+        """Addresses of a name for a socket of ``family``: pins, else a real query when
+        allowed, else a refusal before any query."""
+        key = normalize_host(name)
+        pinned = matcher.pinned(key)
+        if pinned is not None:
+            return [a for a in pinned if _family_ok(a, family, AF_INET, AF_INET6)]
+        if not (learning or matcher.resolves_any_name or not enforce):
+            raise refuse_name(key, port)
+        found: list[str] = []
+        for res in raw_getaddrinfo(name, None, family, SOCK_STREAM):
+            address = res[4][0]
+            if address not in found:
+                found.append(address)
+            seen_names[_canon(address)] = key
+        return found
+
+    def refuse_name(key: str, port: Any) -> NetworkDeniedError:
+        shown = port if isinstance(port, int) and not isinstance(port, bool) else "PORT"
+        suggestion = f"allow tcp {key} {shown} out"
+        message = (
+            f"name resolution of '{key}' refused before any query: no network rule names it; "
+            f"to allow it, add to the profile's network: section:  - {suggestion}"
+        )
+        return refuse(message, key, suggestion)
+
+    def numeric_port(port: Any, protos: Sequence[str]) -> int | None:
+        if port is None:
+            return None
+        if isinstance(port, int) and not isinstance(port, bool):
+            return port
+        text = port.decode("ascii", "replace") if isinstance(port, bytes | bytearray) else port
+        if isinstance(text, str):
+            if text.isdigit():
+                return int(text)
+            for proto in protos:
+                try:
+                    return _socket.getservbyname(text, proto)
+                except OSError:
+                    continue
+        return None
+
+    def requested_protos(type_: int, proto: int) -> list[str]:
+        if type_ == SOCK_STREAM or (type_ == 0 and proto == _socket.IPPROTO_TCP):
+            return ["tcp"]
+        if type_ == SOCK_DGRAM or (type_ == 0 and proto == _socket.IPPROTO_UDP):
+            return ["udp"]
+        return ["tcp", "udp"]
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if host is None:
+            return raw_getaddrinfo(host, port, family, type, proto, flags)
+        text = _host_text(host)
+        if text is None or numeric_host(text) is not None or flags & _socket.AI_NUMERICHOST:
+            # Numeric: the C library answers without a query; make sure of it.
+            return raw_getaddrinfo(host, port, family, type, proto, flags | _socket.AI_NUMERICHOST)
+        key = normalize_host(text)
+        pinned = matcher.pinned(key)
+        if pinned is None:
+            if not (learning or matcher.resolves_any_name or not enforce):
+                raise refuse_name(key, numeric_port(port, ["tcp", "udp"]))
+            answers = raw_getaddrinfo(host, port, family, type, proto, flags)
+            for res in answers:
+                seen_names.setdefault(_canon(res[4][0]), key)
+            if enforce and not learning:
+                judge_name(key, [r[4][0] for r in answers], port, type, proto, flags)
+            return answers
+        if enforce and not learning:
+            judge_name(key, list(pinned), port, type, proto, flags)
+        return pinned_answers(key, pinned, port, family, type, proto, flags)
+
+    def judge_name(key, addresses, port, type_, proto, flags) -> None:
+        """A name is usable only if every address of it is allowed for some protocol asked."""
+        protos = requested_protos(type_, proto)
+        number = numeric_port(port, protos)
+        if number is None or not addresses:
+            return
+        direction = "in" if flags & _socket.AI_PASSIVE else "out"
+        decision = (False, None)
+        for p in protos:
+            decision = matcher.check_host(p, key, number, direction, [_canon(a) for a in addresses])
+            if decision[0]:
+                return
+        suggestion = matcher.suggest(protos[0], key, number, direction)
+        what = (
+            f"network connection to {_hostport(key, number)} ({protos[0]} {direction}) "
+            f"[{', '.join(addresses)}]"
+        )
+        raise refuse(refusal_text(what, decision[1], suggestion), key, suggestion)
+
+    def pinned_answers(key, pinned, port, family, type_, proto, flags):
+        number = numeric_port(port, requested_protos(type_, proto)) or 0
+        if port is not None and numeric_port(port, ["tcp", "udp"]) is None:
+            raise gaierror(_socket.EAI_SERVICE, "Servname not supported for ai_socktype")
+        kinds = (
+            [(SOCK_STREAM, _socket.IPPROTO_TCP), (SOCK_DGRAM, _socket.IPPROTO_UDP)]
+            if type_ == 0
+            else [(type_, proto or _default_proto(type_, _socket))]
+        )
+        out = []
+        for address in pinned:
+            fam = AF_INET6 if ":" in address else AF_INET
+            if family not in (0, fam):
+                continue
+            sockaddr = (address, number, 0, 0) if fam == AF_INET6 else (address, number)
+            for kind, kproto in kinds:
+                if proto and kproto != proto:
+                    continue
+                canon = key if (flags & _socket.AI_CANONNAME and not out) else ""
+                out.append((fam, kind, kproto, canon, sockaddr))
+        if not out:
+            raise gaierror(_socket.EAI_NONAME, "Name or service not known")
+        return out
+
+    def gethostbyname(hostname):
+        text = _host_text(hostname)
+        if text is None or numeric_host(text) is not None:
+            return raw_gethostbyname(hostname)
+        key = normalize_host(text)
+        pinned = matcher.pinned(key)
+        if pinned is None:
+            if not (learning or matcher.resolves_any_name or not enforce):
+                raise refuse_name(key, None)
+            answer = raw_gethostbyname(hostname)
+            seen_names.setdefault(answer, key)
+            return answer
+        v4 = [a for a in pinned if ":" not in a]
+        if not v4:
+            raise gaierror(_socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return v4[0]
+
+    def gethostbyname_ex(hostname):
+        text = _host_text(hostname)
+        if text is None or numeric_host(text) is not None:
+            return raw_gethostbyname_ex(hostname)
+        key = normalize_host(text)
+        pinned = matcher.pinned(key)
+        if pinned is None:
+            if not (learning or matcher.resolves_any_name or not enforce):
+                raise refuse_name(key, None)
+            answer = raw_gethostbyname_ex(hostname)
+            for a in answer[2]:
+                seen_names.setdefault(a, key)
+            return answer
+        v4 = [a for a in pinned if ":" not in a]
+        if not v4:
+            raise gaierror(_socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return (key, [], v4)
+
+    def gethostbyaddr(ip_address):
+        text = _host_text(ip_address)
+        literal = numeric_host(text) if text is not None else None
+        if literal is not None:
+            name = matcher.name_of(str(literal))
+            if name is not None:
+                return (name, [], [str(literal)])
+        elif text is not None:
+            pinned = matcher.pinned(text)
+            if pinned is not None:
+                return (normalize_host(text), [], list(pinned))
+        if learning or matcher.resolves_any_name or not enforce:
+            return raw_gethostbyaddr(ip_address)
+        key = text if text is not None else repr(ip_address)
+        message = (
+            f"reverse name resolution of '{key}' refused before any query: only a rule that "
+            "allows a wider network (a CIDR or *) lets names outside the pins resolve"
+        )
+        raise refuse(message, key)
+
+    def getnameinfo(sockaddr, flags):
+        if flags & _socket.NI_NUMERICHOST or learning or matcher.resolves_any_name or not enforce:
+            return raw_getnameinfo(sockaddr, flags)
+        host, service = raw_getnameinfo(sockaddr, flags | _socket.NI_NUMERICHOST)
+        name = matcher.name_of(host)
+        if name is not None:
+            return (name, service)
+        if flags & _socket.NI_NAMEREQD:
+            message = (
+                f"reverse name resolution of '{host}' refused before any query: only a rule that "
+                "allows a wider network (a CIDR or *) lets names outside the pins resolve"
+            )
+            raise refuse(message, host)
+        return (host, service)
+
+    # -- socket calls -------------------------------------------------------------------
+
+    def inet_target(sock, address, direction: str, call: str):
+        """Judge an AF_INET/AF_INET6 address; return the address to hand to the C call."""
+        family = sock.family
+        if not isinstance(address, tuple):
+            kind = "AF_INET" if family == AF_INET else "AF_INET6"
+            raise TypeError(f"{kind} address must be a tuple, not {type(address).__name__}")
+        if family == AF_INET and len(address) != 2:
+            raise TypeError("AF_INET address must be a pair (host, port)")
+        if family == AF_INET6 and not 2 <= len(address) <= 4:
+            raise TypeError("AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]])")
+        host, port, *rest = address
+        port = _index(port)
+        if not 0 <= port <= 65535:
+            raise OverflowError(f"{call}(): port must be 0-65535.")
+        rest = [_index(x) for x in rest]
+        key = (family, sock.type, sock.proto, host, port, direction)
+        hit = allowed_literals.get(key) if isinstance(host, str) else None
+        if hit is not None:
+            return (hit, port, *rest)
+        proto = sock_proto(sock, call)
+        text = _host_text(host)
+        if text is None:
+            raise TypeError(f"str, bytes or bytearray expected, not {type(host).__name__}")
+        name = None
+        if text == "":
+            addresses = ["0.0.0.0" if family == AF_INET else "::"]
+        elif text == "<broadcast>" and family == AF_INET:
+            addresses = ["255.255.255.255"]
+        else:
+            literal = numeric_host(text)
+            if literal is not None:
+                if literal.version != (4 if family == AF_INET else 6):
+                    raise gaierror(
+                        _socket.EAI_ADDRFAMILY, "Address family for hostname not supported"
+                    )
+                addresses = [str(literal)]
+            else:
+                name = normalize_host(text)
+                addresses = name_addresses(text, family, port)
+                if not addresses:
+                    raise gaierror(_socket.EAI_NONAME, "Name or service not known")
+        if enforce and not learning:
+            if name is None:
+                allowed, rule = matcher.check(proto, addresses[0], port, direction)
+            else:
+                allowed, rule = matcher.check_host(
+                    proto, name, port, direction, [_canon(a) for a in addresses]
+                )
+            if allowed and name is None and isinstance(host, str):
+                if len(allowed_literals) >= 4096:
+                    allowed_literals.clear()
+                allowed_literals[key] = addresses[0]
+            if not allowed:
+                shown = name or _canon(addresses[0])
+                suggestion = matcher.suggest(proto, shown, port, direction)
+                what = f"network {call} to {_hostport(shown, port)} ({proto} {direction})"
+                if name is not None:
+                    what += f" [{', '.join(addresses)}]"
+                raise refuse(
+                    refusal_text(what, rule, suggestion), _hostport(shown, port), suggestion
+                )
+        elif learning:
+            canon = _canon(addresses[0])
+            shown = name or seen_names.get(canon) or matcher.name_of(canon) or canon
+            learn_inet(proto, shown, port, direction, call)
+        return (addresses[0], port, *rest)
+
+    def sock_proto(sock, call: str) -> str:
+        type_, proto = sock.type, sock.proto
+        if type_ == SOCK_STREAM and proto in TCP_PROTOS:
+            return "tcp"
+        if type_ == SOCK_DGRAM and proto in UDP_PROTOS:
+            return "udp"
+        what = f"{call} on a socket of type {int(type_)} protocol {proto}"
+        if learning:
+            return "tcp" if type_ == SOCK_STREAM else "udp"
+        raise refuse(
+            f"{what} refused: network rules cover only TCP and UDP (raw, ICMP and other "
+            "protocols are never allowed)",
+            what,
+        )
+
+    def unix_target(address, call: str):
+        path = os.fspath(address) if isinstance(address, os.PathLike) else address
+        if isinstance(path, bytearray):
+            path = bytes(path)
+        if not isinstance(path, str | bytes):
+            raise TypeError(f"a bytes-like object or str is required, not {type(path).__name__}")
+        text = os.fsdecode(path)
+        if text == "" or text.startswith("\0"):
+            what = f"{call} on an abstract Unix socket {text[1:]!r}"
+            if learning:
+                return path
+            raise refuse(f"{what} refused: abstract Unix sockets are never allowed", what)
+        full = os.path.abspath(text)
+        canonical = os.path.join(os.path.realpath(os.path.dirname(full)), os.path.basename(full))
+        if any(canonical == w or canonical.startswith(w.rstrip("/") + "/") for w in writable):
+            return path
+        directory = os.path.dirname(canonical)
+        if learning:
+            recorder.learn(
+                GUARD,
+                f"unix {canonical}",
+                call,
+                f"expose-rw: {directory}",
+                kind="unix",
+                path=canonical,
+            )
+            return path
+        suggestion = f"expose-rw: {directory}"
+        message = (
+            f"network {call} to Unix socket {canonical} refused: a Unix socket needs a "
+            f"read-write exposure; to allow it, add to the profile's files: section:  {suggestion}"
+        )
+        raise refuse(message, canonical, suggestion)
+
+    def target(sock, address, direction: str, call: str):
+        family = sock.family
+        if family in (AF_INET, AF_INET6):
+            return inet_target(sock, address, direction, call)
+        if family == AF_UNIX:
+            return unix_target(address, call)
+        if learning:
+            return address
+        what = f"{call} on an address family {int(family)} socket"
+        raise refuse(
+            f"{what} refused: network rules cover only IPv4, IPv6 and Unix-path sockets", what
+        )
+
+    def connect(self, address):
+        return raw_connect(self, target(self, address, "out", "connect"))
+
+    def connect_ex(self, address):
+        return raw_connect_ex(self, target(self, address, "out", "connect"))
+
+    def bind(self, address):
+        return raw_bind(self, target(self, address, "in", "bind"))
+
+    def listen(self, *args):
+        if self.family in (AF_INET, AF_INET6) and self.type == SOCK_STREAM:
+            # An unbound socket listens on the wildcard address with a kernel-chosen port.
+            here = raw_getsockname(self)
+            target(self, (here[0], here[1]), "in", "listen")
+        return raw_listen(self, *args)
+
+    def sendto(self, data, *args):
+        if len(args) in (1, 2):
+            args = (*args[:-1], target(self, args[-1], "out", "sendto"))
+        return raw_sendto(self, data, *args)
+
+    def sendmsg(self, buffers, *args):
+        if len(args) >= 3 and args[2] is not None:
+            args = (*args[:2], target(self, args[2], "out", "sendmsg"), *args[3:])
+        return raw_sendmsg(self, buffers, *args)
+
+    methods: dict[str, Callable[..., Any]] = {
+        "connect": connect,
+        "connect_ex": connect_ex,
+        "bind": bind,
+        "listen": listen,
+        "sendto": sendto,
+        "sendmsg": sendmsg,
+    }
+    for fn_name, fn in methods.items():
+        fn.__name__ = fn.__qualname__ = fn_name
+        fn.__doc__ = getattr(raw, fn_name).__doc__
+
+    resolvers: dict[str, Callable[..., Any]] = {
+        "getaddrinfo": getaddrinfo,
+        "gethostbyname": gethostbyname,
+        "gethostbyname_ex": gethostbyname_ex,
+        "gethostbyaddr": gethostbyaddr,
+        "getnameinfo": getnameinfo,
+    }
+    for fn_name, fn in resolvers.items():
+        fn.__name__ = fn.__qualname__ = fn_name
+        fn.__doc__ = getattr(_socket, fn_name).__doc__
+        fn.__module__ = "_socket"
+        setattr(_socket, fn_name, fn)
+        if fn_name != "getaddrinfo":  # socket.getaddrinfo calls _socket.getaddrinfo
+            setattr(socket, fn_name, fn)
+
+    if not enforce:
+        return
+
+    for fn_name, fn in methods.items():
+        setattr(socket.socket, fn_name, fn)
+
+    class _GuardedType(type):
+        """Keeps ``isinstance(s, _socket.socket)`` true for every socket object."""
+
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, raw)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, raw)
+
+    guarded = _GuardedType("socket", (raw,), {"__slots__": (), "__module__": "_socket", **methods})
+    guarded.__qualname__ = "socket"
+    guarded.__doc__ = raw.__doc__
+
+    def socketpair(*args, **kwargs):
+        a, b = raw_socketpair(*args, **kwargs)
+        return (
+            guarded(a.family, a.type, a.proto, fileno=a.detach()),
+            guarded(b.family, b.type, b.proto, fileno=b.detach()),
+        )
+
+    socketpair.__name__ = socketpair.__qualname__ = "socketpair"
+    socketpair.__doc__ = raw_socketpair.__doc__
+    _socket.socket = guarded
+    _socket.SocketType = guarded
+    _socket.socketpair = socketpair
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers (pure; no guard state)
+# ---------------------------------------------------------------------------------------
+
+
+def _host_text(host: object) -> str | None:
+    if isinstance(host, str):
+        return host
+    if isinstance(host, bytes | bytearray):
+        try:
+            return bytes(host).decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _canon(address: str) -> str:
+    try:
+        return str(canonical_ip(address.split("%", 1)[0]))
+    except ValueError:
+        return address
+
+
+def _family_ok(address: str, family: int, af_inet: int, af_inet6: int) -> bool:
+    if family == af_inet:
+        return ":" not in address
+    if family == af_inet6:
+        return ":" in address
+    return True
+
+
+def _index(value: object) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"'{type(value).__name__}' object cannot be interpreted as an integer"
+        ) from None
+
+
+def _default_proto(type_: int, _socket: Any) -> int:
+    if type_ == _socket.SOCK_STREAM:
+        return _socket.IPPROTO_TCP
+    if type_ == _socket.SOCK_DGRAM:
+        return _socket.IPPROTO_UDP
+    return 0
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

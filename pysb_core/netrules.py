@@ -1,0 +1,503 @@
+"""Network rules: the grammar of one ``network:`` line and the decision it leads to.
+
+One module serves three readers, so that they can never disagree about what a rule means:
+the profile loader (:func:`parse_rule`), the Python network guard (:class:`NetworkMatcher`,
+run on every ``connect``/``bind``) and the OS providers (which compile the same rules and the
+same pins into their packet filters).
+
+Semantics (SPEC §4): default deny; a matching ``deny`` beats any ``allow`` whatever the line
+order; an IPv4 address written as IPv6 (``::ffff:a.b.c.d``) is judged as IPv4; a host-name rule
+matches the addresses the name was pinned to before launch; a connection to a name is allowed
+only if every address of the name is allowed.
+
+This module is imported by the sandboxed interpreter too: it imports nothing heavier than
+:mod:`ipaddress` and never touches the network itself.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pysb_core.policy import NetworkRule, PortRange
+
+if TYPE_CHECKING:
+    from pysb_core.policy import Direction
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+__all__ = [
+    "NetworkMatcher",
+    "canonical_ip",
+    "hosts_file_text",
+    "is_hostname",
+    "normalize_host",
+    "numeric_host",
+    "parse_rule",
+    "pin_hosts",
+]
+
+ALL_PORTS = PortRange(0, 65535)
+_PROTOCOLS = {
+    "tcp": ("tcp",),
+    "udp": ("udp",),
+    "any": ("tcp", "udp"),
+    "*": ("tcp", "udp"),
+}
+_DIRECTIONS = {"in": "in", "out": "out", "any": "any", "*": "any"}
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+_LEGACY_V4 = re.compile(r"^[0-9a-fA-FxX.]+$")
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+# IPv6 forms that carry an IPv4 address but are not the kernel's mapped form: the IPv4-translated
+# prefix, the NAT64 well-known prefix and the deprecated IPv4-compatible form.
+_EMBEDDING = (
+    ipaddress.ip_network("::ffff:0:0:0/96"),
+    ipaddress.ip_network("64:ff9b::/96"),
+    ipaddress.ip_network("::/96"),
+)
+_CACHE_LIMIT = 8192
+
+
+# ---------------------------------------------------------------------------------------
+# Names and addresses
+# ---------------------------------------------------------------------------------------
+
+
+def normalize_host(name: str | bytes) -> str:
+    """The spelling used as a key of :attr:`Policy.pins`: lower case, no final dot."""
+    if isinstance(name, bytes | bytearray):
+        name = bytes(name).decode("ascii")
+    return name.strip().lower().rstrip(".")
+
+
+def numeric_host(host: str) -> IPAddress | None:
+    """The address a numeric host string denotes, or ``None`` for a name.
+
+    Accepts what the C library treats as numeric without a query: standard IPv4/IPv6 text
+    (with an IPv6 scope) and the legacy IPv4 forms ``inet_aton`` reads (``127.1``,
+    ``0x7f000001``, ``2130706433``), so that such spellings are judged by the address they
+    mean instead of slipping past a rule as "a name".
+    """
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    if _LEGACY_V4.match(text):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None
+    return None
+
+
+def canonical_ip(address: str | IPAddress) -> IPAddress:
+    """Parse ``address`` and turn an IPv4-mapped IPv6 address into the IPv4 one."""
+    ip = address if not isinstance(address, str) else numeric_host(address)
+    if ip is None:
+        raise ValueError(f"'{address}' is not an IP address")
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address hidden in a translated, NAT64 or compatible IPv6 address."""
+    if ip.version != 6:
+        return None
+    for net in _EMBEDDING:
+        if ip in net:
+            low = int(ip) & 0xFFFFFFFF
+            if net.prefixlen == 96 and int(net.network_address) == 0 and low <= 1:
+                return None  # :: and ::1 are not IPv4-compatible addresses
+            return ipaddress.IPv4Address(low)
+    return None
+
+
+def is_hostname(s: str) -> bool:
+    """True when ``s`` is a host name (not ``*``, not an IP or CIDR, not numeric)."""
+    try:
+        _check_hostname(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_hostname(s: str) -> str:
+    """Return the normalised host name or raise ``ValueError`` saying what is wrong."""
+    if s == "*" or "/" in s or ":" in s or numeric_host(s) is not None:
+        raise ValueError(f"'{s}' is an address, not a host name")
+    if "*" in s:
+        raise ValueError(
+            f"wildcard host names ('{s}') are not supported: host names are resolved and "
+            "pinned before launch, so list each name"
+        )
+    if not s.isascii():
+        raise ValueError(f"host name '{s}' is not ASCII: write its IDNA form (xn--...)")
+    name = normalize_host(s)
+    if not name or len(name) > 253:
+        raise ValueError(f"'{s}' is not a valid host name")
+    labels = name.split(".")
+    for label in labels:
+        if not _LABEL.match(label):
+            raise ValueError(f"'{s}' is not a valid host name (bad label '{label}')")
+    if labels[-1].isdigit():
+        raise ValueError(f"'{s}' is neither a valid IP address nor a valid host name")
+    return name
+
+
+# ---------------------------------------------------------------------------------------
+# Grammar
+# ---------------------------------------------------------------------------------------
+
+_USAGE = "expected 'ACTION PROTO NETWORK PORTS DIRECTION', e.g. 'allow tcp api.example.com 443 out'"
+
+
+def _parse_protocols(text: str) -> tuple[str, ...]:
+    t = text.lower()
+    if t in _PROTOCOLS:
+        return _PROTOCOLS[t]
+    parts = t.split(",")
+    if not all(p in ("tcp", "udp") for p in parts):
+        raise ValueError(f"unknown protocol '{text}': use tcp, udp, tcp,udp or any")
+    return tuple(p for p in ("tcp", "udp") if p in parts)
+
+
+def _parse_port(text: str, whole: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"invalid port '{text}' in '{whole}': ports are numbers 0-65535")
+    port = int(text)
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range 0-65535")
+    return port
+
+
+def _parse_ports(text: str) -> tuple[PortRange, ...]:
+    if text == "*":
+        return (ALL_PORTS,)
+    out: list[PortRange] = []
+    for item in text.split(","):
+        if item == "":
+            raise ValueError(f"empty port in '{text}': use *, N, N-M, N- or a comma list")
+        if "-" in item:
+            low_text, _, high_text = item.partition("-")
+            low = _parse_port(low_text, text)
+            high = _parse_port(high_text, text) if high_text else 65535
+            if high < low:
+                raise ValueError(f"reversed port range '{item}' (write {high}-{low})")
+            out.append(PortRange(low, high))
+        else:
+            port = _parse_port(item, text)
+            out.append(PortRange(port, port))
+    return tuple(out)
+
+
+def _parse_network(text: str) -> str:
+    if text == "*":
+        return "*"
+    if "%" in text:
+        raise ValueError(f"'{text}': IPv6 scope ids are not supported in rules")
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if "/" in bare:
+        try:
+            return str(ipaddress.ip_network(bare, strict=False))
+        except ValueError:
+            raise ValueError(f"'{text}' is not a valid CIDR network") from None
+    try:
+        return str(ipaddress.ip_address(bare))
+    except ValueError:
+        pass
+    if numeric_host(bare) is not None:
+        raise ValueError(
+            f"'{text}' is a numeric address in a legacy form: write it as {numeric_host(bare)}"
+        )
+    if ":" in bare:
+        raise ValueError(f"'{text}' is not a valid IPv6 address")
+    return _check_hostname(bare)
+
+
+def parse_rule(text: str, source: str = "<cli>") -> NetworkRule:
+    """Parse one ``ACTION PROTO NETWORK PORTS DIRECTION`` line.
+
+    Raises ``ValueError`` with a message meant for the user (the profile loader prefixes it
+    with ``FILE:LINE:``). Keywords are case-insensitive; host names are stored in lower case.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"a network rule must be a string, not {type(text).__name__}; {_USAGE}")
+    fields = text.split()
+    if len(fields) != 5:
+        hint = ""
+        if len(fields) > 5 and any(f.endswith(",") or f.startswith(",") for f in fields):
+            hint = " (no spaces inside a comma list)"
+        raise ValueError(
+            f"invalid network rule '{text.strip()}': {len(fields)} fields{hint}; {_USAGE}"
+        )
+    action_text, proto_text, network_text, ports_text, direction_text = fields
+    action = action_text.lower()
+    if action not in ("allow", "deny"):
+        raise ValueError(f"invalid action '{action_text}' in '{text.strip()}': use allow or deny")
+    protocols = _parse_protocols(proto_text)
+    network = _parse_network(network_text)
+    ports = _parse_ports(ports_text)
+    direction = _DIRECTIONS.get(direction_text.lower())
+    if direction is None:
+        raise ValueError(
+            f"invalid direction '{direction_text}' in '{text.strip()}': use out, in or any"
+        )
+    canonical = " ".join((action, proto_text.lower(), network, ports_text, direction_text.lower()))
+    return NetworkRule(
+        action=action,  # type: ignore[arg-type]
+        protocols=protocols,
+        network=network,
+        ports=ports,
+        direction=direction,  # type: ignore[arg-type]
+        source=source,
+        text=canonical,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Decisions
+# ---------------------------------------------------------------------------------------
+
+
+def _rule_networks(rule: NetworkRule, pins: Mapping[str, Sequence[str]]) -> tuple[IPNetwork, ...]:
+    """The address sets a rule covers, IPv4-mapped IPv6 networks turned into IPv4 ones."""
+    if rule.network == "*":
+        return (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+    if "/" in rule.network or numeric_host(rule.network) is not None:
+        nets = [ipaddress.ip_network(rule.network, strict=False)]
+    else:  # a host name: the pinned addresses, nothing when it did not resolve
+        nets = [
+            ipaddress.ip_network(canonical_ip(a))
+            for a in pins.get(normalize_host(rule.network), ())
+        ]
+    out: list[IPNetwork] = []
+    for net in nets:
+        if net.version == 6 and net.subnet_of(_MAPPED):  # type: ignore[arg-type]
+            v4 = ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
+            out.append(v4)
+        else:
+            out.append(net)
+    return tuple(out)
+
+
+class _Compiled:
+    """One rule, ready to match: networks split by IP version, ports as (low, high)."""
+
+    __slots__ = ("nets4", "nets6", "ports", "rule")
+
+    def __init__(self, rule: NetworkRule, nets: Iterable[IPNetwork]) -> None:
+        self.rule = rule
+        nets = tuple(nets)
+        self.nets4 = tuple(n for n in nets if n.version == 4)
+        self.nets6 = tuple(n for n in nets if n.version == 6)
+        self.ports = tuple((p.low, p.high) for p in rule.ports)
+
+    def matches(self, ip: IPAddress, port: int) -> bool:
+        for low, high in self.ports:
+            if low <= port <= high:
+                break
+        else:
+            return False
+        nets = self.nets4 if ip.version == 4 else self.nets6
+        return any(ip in n for n in nets)
+
+
+Decision = tuple[bool, "NetworkRule | None"]
+
+
+class NetworkMatcher:
+    """Decides connections and binds against compiled rules and pinned host names.
+
+    ``check`` judges one address, ``check_host`` a name (every pinned address must pass).
+    Decisions on literal addresses are cached per ``(proto, address, port, direction)``.
+    """
+
+    def __init__(
+        self, rules: Iterable[NetworkRule], pins: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        self.rules = tuple(rules)
+        self.pins: dict[str, tuple[str, ...]] = {
+            normalize_host(k): tuple(str(canonical_ip(a)) for a in v)
+            for k, v in (pins or {}).items()
+        }
+        self._index: dict[tuple[str, str], tuple[list[_Compiled], list[_Compiled]]] = {
+            (p, d): ([], []) for p in ("tcp", "udp") for d in ("in", "out")
+        }
+        for rule in self.rules:
+            compiled = _Compiled(rule, _rule_networks(rule, self.pins))
+            directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
+            for proto in rule.protocols:
+                for d in directions:
+                    denies, allows = self._index[(proto, d)]
+                    (denies if rule.action == "deny" else allows).append(compiled)
+        self.names: frozenset[str] = frozenset(
+            normalize_host(r.network) for r in self.rules if r.is_host
+        )
+        self.resolves_any_name = any(
+            r.action == "allow" and r.direction in ("out", "any") and _is_wide(r.network)
+            for r in self.rules
+        )
+        self._reverse: dict[str, str] = {}
+        for name, addrs in self.pins.items():
+            for a in addrs:
+                self._reverse.setdefault(a, name)
+        self._cache: dict[tuple[str, object, int, str], Decision] = {}
+
+    # -- one address -------------------------------------------------------------------
+
+    def check(
+        self, proto: str, address: str | IPAddress, port: int, direction: Direction
+    ) -> Decision:
+        """Decide one address: ``(allowed, deciding rule or None for the default deny)``."""
+        key = (proto, address, port, direction)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        ip = canonical_ip(address)
+        decision = self._decide(proto, ip, port, direction)
+        v4 = _embedded_v4(ip)
+        if v4 is not None and decision[0]:
+            # NAT64 and friends reach an IPv4 host: an explicit deny of that host still holds.
+            inner = self._decide(proto, v4, port, direction)
+            if not inner[0] and inner[1] is not None:
+                decision = inner
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = decision
+        return decision
+
+    def _decide(self, proto: str, ip: IPAddress, port: int, direction: str) -> Decision:
+        entry = self._index.get((proto, direction))
+        if entry is None:
+            return (False, None)
+        denies, allows = entry
+        for c in denies:
+            if c.matches(ip, port):
+                return (False, c.rule)
+        for c in allows:
+            if c.matches(ip, port):
+                return (True, c.rule)
+        return (False, None)
+
+    # -- names --------------------------------------------------------------------------
+
+    def pinned(self, name: str | bytes) -> tuple[str, ...] | None:
+        """The pinned addresses of ``name``, or ``None`` when no rule pinned it."""
+        return self.pins.get(normalize_host(name))
+
+    def name_of(self, address: str) -> str | None:
+        """The pinned name an address belongs to (for messages and learning)."""
+        try:
+            return self._reverse.get(str(canonical_ip(address)))
+        except ValueError:
+            return None
+
+    def check_host(
+        self,
+        proto: str,
+        host: str,
+        port: int,
+        direction: Direction,
+        addresses: Sequence[str] | None = None,
+    ) -> Decision:
+        """Decide a connection to a name: allowed only if every address of it is allowed.
+
+        ``addresses`` defaults to the pins of ``host``; a literal ``host`` is judged alone; an
+        unpinned name with no addresses is refused by the default rule.
+        """
+        if addresses is None:
+            literal = numeric_host(host)
+            addresses = (str(literal),) if literal is not None else self.pinned(host) or ()
+        if not addresses:
+            return (False, None)
+        first: Decision | None = None
+        for a in addresses:
+            decision = self.check(proto, a, port, direction)
+            if not decision[0]:
+                return decision
+            if first is None:
+                first = decision
+        assert first is not None
+        return first
+
+    # -- messages -----------------------------------------------------------------------
+
+    def suggest(self, proto: str, host_or_ip: str, port: int, direction: Direction) -> str:
+        """The rule line that would allow this access (names kept, addresses canonical)."""
+        literal = numeric_host(host_or_ip)
+        target = str(canonical_ip(literal)) if literal is not None else normalize_host(host_or_ip)
+        return f"allow {proto} {target} {port} {direction}"
+
+
+def _is_wide(network: str) -> bool:
+    """A network that covers more than one address (so names outside the pins may resolve)."""
+    if network == "*":
+        return True
+    if "/" in network:
+        return ipaddress.ip_network(network, strict=False).num_addresses > 1
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# Pinning (parent side) and hosts files (providers with their own /etc)
+# ---------------------------------------------------------------------------------------
+
+
+def pin_hosts(
+    rules: Iterable[NetworkRule], resolved: Mapping[str, Sequence[str]] | None
+) -> tuple[dict[str, tuple[str, ...]], list[str], list[str]]:
+    """Turn resolver answers into pins: ``(pins, warnings, errors)``.
+
+    An ``allow`` host that did not resolve is dropped with a warning (its rule then allows
+    nothing); a ``deny`` host that did not resolve is an error, because a deny rule must never
+    vanish silently (the pipeline exits 125). Messages start with the rule's ``FILE:LINE``.
+    """
+    answers = {normalize_host(k): v for k, v in (resolved or {}).items()}
+    pins: dict[str, tuple[str, ...]] = {}
+    warnings: list[str] = []
+    errors: list[str] = []
+    for rule in rules:
+        if not rule.is_host:
+            continue
+        name = normalize_host(rule.network)
+        addresses: list[str] = []
+        for a in answers.get(name) or ():
+            try:
+                text = str(canonical_ip(str(a)))
+            except ValueError:
+                continue
+            if text not in addresses:
+                addresses.append(text)
+        if addresses:
+            pins[name] = tuple(addresses)
+        elif rule.action == "deny":
+            errors.append(
+                f"{rule.source}: host '{name}' of deny rule '{rule}' does not resolve; "
+                "refusing to start rather than dropping a deny rule (use an address or CIDR)"
+            )
+        else:
+            warnings.append(
+                f"{rule.source}: host '{name}' does not resolve; rule '{rule}' allows nothing"
+            )
+    return pins, warnings, errors
+
+
+def hosts_file_text(pins: Mapping[str, Sequence[str]]) -> str:
+    """An ``/etc/hosts`` for a sandbox with its own ``/etc``, so that native code agrees with
+    the pins: loopback names, then one line per pinned address."""
+    lines = [
+        "# generated by pysb: host names of the network rules, pinned before launch",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+    ]
+    for name in sorted(pins):
+        if name == "localhost":
+            continue
+        lines.extend(f"{address}\t{name}" for address in pins[name])
+    return "\n".join(lines) + "\n"
