@@ -1,0 +1,123 @@
+"""What the sandboxed interpreter runs to restrict itself (a :class:`ChildSetup` target).
+
+The bootstrap calls :func:`restrict` after the guards are installed and before user code.
+From then on the kernel refuses, for this process and everything it starts, every file
+access and TCP bind/connect that the ruleset does not grant. There is no way back: a
+failure raises, and the run must not start (fail closed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+from pysb_core.errors import SandboxError
+from pysb_landlock import ruleset as ll
+
+# Bound before the guards patch ``os`` (see ruleset.py).
+_listdir = os.listdir
+_isatty = os.isatty
+_ttyname = os.ttyname
+
+
+class LandlockSetupError(SandboxError):
+    """The sandbox could not be put in place; the program must not run."""
+
+
+def _thread_count() -> int:
+    # landlock_restrict_self() restricts the calling thread only (ABI < 8 has no TSYNC):
+    # any other thread alive now would stay unconfined.
+    try:
+        return len(_listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def _terminals() -> list[str]:
+    """The terminal(s) already open on fds 0-2: the program holds them anyway, and
+    reopening them by name (``/dev/stdin``, ``getpass``) must keep working."""
+    names = []
+    for fd in (0, 1, 2):
+        try:
+            if _isatty(fd):
+                names.append(_ttyname(fd))
+        except OSError:
+            continue
+    return names
+
+
+def _port_list(ranges: Iterable[Sequence[int]]) -> list[int]:
+    ports: set[int] = set()
+    for low, high in ranges:
+        if not (0 <= low <= high <= 65535):
+            raise LandlockSetupError(f"landlock: invalid port range {low}-{high}")
+        ports.update(range(low, high + 1))
+    return sorted(ports)
+
+
+def restrict(
+    *,
+    abi: int,
+    read: Sequence[str] = (),
+    write: Sequence[str] = (),
+    devices: Sequence[str] = (),
+    connect: Sequence[Sequence[int]] | None = None,
+    bind: Sequence[Sequence[int]] | None = None,
+    scope: bool = True,
+    terminal: bool = True,
+) -> int:
+    """Restrict this process with Landlock; return the kernel's ABI version.
+
+    ``abi`` is the ABI the parent compiled for (``pysb check`` promised what it enforces):
+    a lower kernel ABI is an error. ``read`` paths get read+execute, ``write`` paths every
+    write right the kernel knows except creating device nodes, ``devices`` read-write with
+    ioctls. ``connect``/``bind`` are the allowed TCP port ranges; ``None`` leaves that
+    operation unrestricted (a rule allowed every port). ``scope`` confines signals and
+    abstract Unix sockets to the sandbox (ABI >= 6).
+    """
+    try:
+        kernel_abi = ll.abi_version()
+    except OSError as exc:
+        raise LandlockSetupError(f"landlock is not available in the sandbox: {exc}") from exc
+    if kernel_abi < abi:
+        raise LandlockSetupError(
+            f"landlock: the kernel has ABI {kernel_abi}, the policy was compiled for ABI {abi}"
+        )
+    if _thread_count() > 1:
+        raise LandlockSetupError(
+            "landlock: the interpreter already runs several threads; "
+            "restricting only one of them would leave the others unconfined"
+        )
+    net = 0
+    if connect is not None:
+        net |= ll.NET_CONNECT_TCP
+    if bind is not None:
+        net |= ll.NET_BIND_TCP
+    if net and kernel_abi < 4:
+        raise LandlockSetupError(
+            f"landlock: TCP port rules need ABI 4 (Linux 6.7), this kernel has ABI {kernel_abi}"
+        )
+    try:
+        rs = ll.Ruleset(kernel_abi, net=net, scope=scope)
+        try:
+            for path in read:
+                rs.add_path(path, ll.FS_READ)
+            for path in write:
+                rs.add_path(path, ll.FS_WRITE)
+            for path in [*devices, *(_terminals() if terminal else ())]:
+                rs.add_path(path, ll.FS_DEVICE)
+            if connect is not None:
+                for port in _port_list(connect):
+                    rs.add_port(port, ll.NET_CONNECT_TCP)
+            if bind is not None:
+                for port in _port_list(bind):
+                    rs.add_port(port, ll.NET_BIND_TCP)
+        except BaseException:
+            rs.close()
+            raise
+        rs.restrict_self()
+    except OSError as exc:
+        raise LandlockSetupError(f"landlock: could not restrict the sandbox: {exc}") from exc
+    return kernel_abi

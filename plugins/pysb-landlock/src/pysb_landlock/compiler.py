@@ -1,0 +1,252 @@
+"""Compile a launch plan into the data :func:`pysb_landlock.child.restrict` takes.
+
+Runs in the parent (pure: no system call but ``os.path`` checks), so that ``pysb check``
+can show exactly what the kernel will be told, and so that the sandboxed interpreter only
+has to open paths and add rules.
+
+Landlock is allow-only and path-hierarchy based: it cannot hide a path, rename one, make
+a file inside a writable tree read-only, or filter by host. Whatever of the plan it cannot
+express is listed in :attr:`Compiled.gaps` (the Python layer, when active, covers it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import NetworkRule
+
+#: What every process needs to start and link: the loader's libraries and cache, the
+#: time zone, its own /proc entry (only its own: /proc/self resolves to the sandboxed
+#: process at restrict time, so other processes' environ and maps stay closed).
+SYSTEM_READ = (
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libx32",
+    "/usr/local/lib",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.preload",
+    "/etc/localtime",
+    "/dev/urandom",
+    "/dev/random",
+    "/proc/self",
+)
+#: Devices used read-write by ordinary programs (ioctls allowed: termios on /dev/tty).
+SYSTEM_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+#: Name-service files native code reads to resolve or connect; only when some network
+#: rule allows traffic.
+NETWORK_READ = (
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/nsswitch.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/protocols",
+)
+
+#: Networks that mean "every host" for a port-only filter.
+ANY_HOST = frozenset({"*", "0.0.0.0/0", "::/0"})
+
+Ranges = list[tuple[int, int]]
+FULL: Ranges = [(0, 65535)]
+
+
+def merge(ranges: Iterable[tuple[int, int]]) -> Ranges:
+    """Sorted, non-overlapping, non-adjacent ranges."""
+    out: Ranges = []
+    for low, high in sorted(ranges):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return out
+
+
+def subtract(ranges: Ranges, removed: Ranges) -> Ranges:
+    """``ranges`` minus ``removed`` (both merged)."""
+    out: Ranges = []
+    for low, high in ranges:
+        pieces = [(low, high)]
+        for rlow, rhigh in removed:
+            nxt = []
+            for plow, phigh in pieces:
+                if rhigh < plow or rlow > phigh:
+                    nxt.append((plow, phigh))
+                    continue
+                if plow < rlow:
+                    nxt.append((plow, rlow - 1))
+                if rhigh < phigh:
+                    nxt.append((rhigh + 1, phigh))
+            pieces = nxt
+        out.extend(pieces)
+    return merge(out)
+
+
+def format_ranges(ranges: Ranges | None) -> str:
+    if ranges is None:
+        return "any port (not restricted)"
+    if not ranges:
+        return "none"
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+@dataclass
+class Compiled:
+    """The ruleset for one run, plus what Landlock cannot express."""
+
+    abi: int
+    read: list[str] = field(default_factory=list)
+    write: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    connect: Ranges | None = None
+    bind: Ranges | None = None
+    scope: bool = False
+    #: Rules the OS layer does not enforce; ``pysb check`` already sees them through the
+    #: provider's capabilities (hosts, UDP, ignore, renames).
+    gaps: list[str] = field(default_factory=list)
+    #: Weaker-than-written grants no capability flag reveals (a read-only exposure or a
+    #: profile file inside a read-write one): shown by ``describe`` and noted at launch.
+    warnings: list[str] = field(default_factory=list)
+
+    def args(self) -> dict[str, Any]:
+        """Keyword arguments of ``restrict()``, JSON-safe (they cross to the child as JSON)."""
+        return {
+            "abi": self.abi,
+            "read": self.read,
+            "write": self.write,
+            "devices": self.devices,
+            "connect": None if self.connect is None else [list(r) for r in self.connect],
+            "bind": None if self.bind is None else [list(r) for r in self.bind],
+            "scope": self.scope,
+        }
+
+    def describe(self) -> list[str]:
+        lines = [f"landlock ABI {self.abi}"]
+        lines += [f"  read+execute: {p}" for p in self.read]
+        lines += [f"  read-write:   {p}" for p in self.write]
+        lines += [f"  device rw:    {p}" for p in self.devices]
+        if self.abi >= 4:
+            lines.append(f"  tcp connect ports (any host): {format_ranges(self.connect)}")
+            lines.append(f"  tcp bind ports (any address): {format_ranges(self.bind)}")
+        else:
+            lines.append("  tcp: not restricted (needs ABI 4, Linux 6.7)")
+        lines.append("  udp, raw and other sockets: not restricted (landlock cannot filter them)")
+        if self.scope:
+            lines.append("  scoped: signals and abstract unix sockets stay inside the sandbox")
+        else:
+            lines.append(
+                "  signals and abstract unix sockets: not scoped (needs ABI 6, Linux 6.12)"
+            )
+        lines.append("  not restricted by landlock: chmod, chown, utime, xattrs, stat")
+        lines += [f"  not expressible: {g}" for g in self.gaps]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return lines
+
+
+def _tcp_ports(rules: Iterable[NetworkRule], directions: tuple[str, ...]) -> Ranges | None:
+    """Ports the OS layer lets through for one operation, whatever the host; ``None`` when
+    every port is allowed (the operation is then left unhandled)."""
+    allowed: list[tuple[int, int]] = []
+    denied: list[tuple[int, int]] = []
+    for r in rules:
+        if "tcp" not in r.protocols or r.direction not in directions:
+            continue
+        spans = [(p.low, p.high) for p in r.ports]
+        if r.action == "allow":
+            allowed += spans
+        elif r.network in ANY_HOST:
+            # A deny for every host is a port rule: it can be subtracted (for 0.0.0.0/0 or
+            # ::/0 alone this also denies the other family: stricter, never wider).
+            denied += spans
+    ports = subtract(merge(allowed), merge(denied))
+    return None if ports == FULL else ports
+
+
+def _network_gaps(rules: Iterable[NetworkRule]) -> list[str]:
+    gaps = []
+    for r in rules:
+        where = f"{r} ({r.source})"
+        if "udp" in r.protocols:
+            gaps.append(f"{where}: landlock cannot filter udp (python layer only)")
+        if "tcp" not in r.protocols:
+            continue
+        if r.action == "deny" and r.network not in ANY_HOST:
+            gaps.append(
+                f"{where}: landlock cannot deny by host; it only narrows ports (python layer only)"
+            )
+        elif r.action == "allow" and r.network != "*":
+            gaps.append(
+                f"{where}: landlock allows port(s) {','.join(map(str, r.ports))} "
+                f"for every host, not only {r.network} (the python layer narrows it)"
+            )
+    return gaps
+
+
+def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = ()) -> Compiled:
+    """The ruleset for ``plan`` on a kernel with Landlock ABI ``abi``."""
+    c = Compiled(abi=abi, scope=abi >= 6)
+
+    def add(lst: list[str], path: str) -> None:
+        if path not in lst:
+            lst.append(path)
+
+    for e in plan.exposures:
+        add(c.write if e.writable else c.read, e.path)
+        if e.renamed:
+            c.gaps.append(
+                f"{e.path}:{e.target} ({e.source}): landlock cannot rename; the OS rule covers "
+                f"{e.path} and the name {e.target} is a python-layer path translation"
+            )
+    for d in framework_dirs:
+        if not any(_under(d, r) for r in c.read + c.write):
+            add(c.read, d)
+    for p in SYSTEM_READ:
+        add(c.read, p)
+    if plan.policy.allows_network():
+        for p in NETWORK_READ:
+            add(c.read, p)
+    for p in SYSTEM_DEVICES:
+        add(c.devices, p)
+
+    for e in plan.exposures:
+        if e.writable:
+            continue
+        for w in plan.exposures:
+            if w.writable and w.path != e.path and _under(e.path, w.path):
+                c.warnings.append(
+                    f"read-only {e.path} ({e.source}) lies inside read-write {w.path}: "
+                    "landlock grants the union, so it is writable at the OS layer"
+                )
+    for p in plan.protected:
+        for w in plan.exposures:
+            if w.writable and _under(p, w.path):
+                c.warnings.append(
+                    f"profile file {p} lies inside read-write {w.path}: landlock cannot keep it "
+                    "read-only (python layer only)"
+                )
+                break
+    if plan.hidden or plan.policy.ignore:
+        globs = ", ".join(i.pattern for i in plan.policy.ignore) or ", ".join(plan.hidden)
+        c.gaps.append(f"ignore {globs}: landlock cannot hide paths (python layer only)")
+
+    rules = plan.policy.network
+    if abi >= 4:
+        c.connect = _tcp_ports(rules, ("out", "any"))
+        c.bind = _tcp_ports(rules, ("in", "any"))
+    c.gaps += _network_gaps(rules)
+    return c

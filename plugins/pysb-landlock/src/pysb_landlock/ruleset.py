@@ -1,0 +1,289 @@
+"""The Landlock system calls, through ctypes, with no other dependency.
+
+Landlock has no glibc wrappers, so we call ``syscall(2)`` with the numbers of the unified
+syscall table (444-446: the same on x86_64, aarch64, arm, riscv, powerpc, s390x; only alpha
+differs). Everything here is small and synchronous so that the sandboxed interpreter pays
+a few hundred microseconds, not an extra process.
+
+Access rights follow ``include/uapi/linux/landlock.h``; which of them a kernel knows is
+given by its ABI version (probed with ``LANDLOCK_CREATE_RULESET_VERSION``). A right the
+kernel knows is always *handled* (denied unless a rule grants it), so the sandbox is as
+tight as the kernel allows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import stat
+
+# -- syscall numbers ----------------------------------------------------------------------
+
+_SYS_CREATE_RULESET = 444
+_SYS_ADD_RULE = 445
+_SYS_RESTRICT_SELF = 446
+#: Machines known to use the unified syscall table for these calls.
+_SUPPORTED_MACHINES = frozenset(
+    {
+        "x86_64",
+        "amd64",
+        "aarch64",
+        "arm64",
+        "armv7l",
+        "armv8l",
+        "i386",
+        "i686",
+        "riscv64",
+        "ppc64le",
+        "ppc64",
+        "s390x",
+        "loongarch64",
+        "mips64",
+    }
+)
+
+_PR_SET_NO_NEW_PRIVS = 38
+_CREATE_RULESET_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+_RULE_NET_PORT = 2
+
+# -- filesystem rights (ABI in the comment where it is > 1) ---------------------------------
+
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_DIR = 1 << 7
+FS_MAKE_REG = 1 << 8
+FS_MAKE_SOCK = 1 << 9
+FS_MAKE_FIFO = 1 << 10
+FS_MAKE_BLOCK = 1 << 11
+FS_MAKE_SYM = 1 << 12
+FS_REFER = 1 << 13  # ABI 2
+FS_TRUNCATE = 1 << 14  # ABI 3
+FS_IOCTL_DEV = 1 << 15  # ABI 5
+
+NET_BIND_TCP = 1 << 0  # ABI 4
+NET_CONNECT_TCP = 1 << 1  # ABI 4
+
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+#: Rights that make sense on a file (not a directory); the kernel rejects the others.
+FS_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+#: Read-only exposure: read and execute, list directories.
+FS_READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+#: Read-write exposure. MAKE_CHAR and MAKE_BLOCK are deliberately absent: a root process
+#: that may create a device node in a writable directory could open a disk through it.
+FS_WRITE = (
+    FS_READ
+    | FS_WRITE_FILE
+    | FS_REMOVE_DIR
+    | FS_REMOVE_FILE
+    | FS_MAKE_DIR
+    | FS_MAKE_REG
+    | FS_MAKE_SOCK
+    | FS_MAKE_FIFO
+    | FS_MAKE_SYM
+    | FS_REFER
+    | FS_TRUNCATE
+    | FS_IOCTL_DEV
+)
+#: An existing device node used read-write (/dev/null, the terminal).
+FS_DEVICE = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+
+# Bound at import time, before the Python guards patch ``os``: the bootstrap imports this
+# module first and calls restrict() after the guards are installed, and the framework's
+# own opens of system paths must not be judged (or recorded) as the program's.
+_os_open = os.open
+_os_fstat = os.fstat
+_os_close = os.close
+
+
+class LandlockError(OSError):
+    """A Landlock system call failed (``errno`` set) or the kernel lacks what is needed."""
+
+
+def handled_fs(abi: int) -> int:
+    """Every filesystem right the kernel of this ABI knows (so all of them are denied
+    unless granted)."""
+    if abi < 1:
+        return 0
+    rights = (FS_MAKE_SYM << 1) - 1  # ABI 1: bits 0..12
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    if abi >= 5:
+        rights |= FS_IOCTL_DEV
+    return rights
+
+
+def handled_net(abi: int) -> int:
+    return NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
+
+
+def scopes(abi: int) -> int:
+    return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
+
+
+# -- ctypes structures ----------------------------------------------------------------------
+
+
+class _RulesetAttr(ctypes.Structure):
+    # The kernel reads only the prefix that matches the size we pass (ABI-dependent).
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)) in the uapi header: 12 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPortAttr(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _get_libc() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+        _libc.prctl.restype = ctypes.c_int
+    return _libc
+
+
+def _syscall(*args: object) -> int:
+    return int(_get_libc().syscall(*args))
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise LandlockError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def machine_supported() -> bool:
+    return platform.system() == "Linux" and platform.machine().lower() in _SUPPORTED_MACHINES
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI, or raise :class:`LandlockError` saying why there is none
+    (ENOSYS: not built in; EOPNOTSUPP: built in but not enabled at boot)."""
+    if not machine_supported():
+        raise LandlockError(
+            0, f"Landlock is not supported on {platform.system()} {platform.machine()}"
+        )
+    res = _syscall(
+        ctypes.c_long(_SYS_CREATE_RULESET),
+        ctypes.c_void_p(None),
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_CREATE_RULESET_VERSION),
+    )
+    return _check(res, "landlock_create_ruleset(VERSION)")
+
+
+def no_new_privs() -> None:
+    """Required before restrict_self for an unprivileged process; set it always (no
+    set-uid binary may regain what the sandbox took away)."""
+    args = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
+    _check(_get_libc().prctl(*args), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+class Ruleset:
+    """An open ruleset fd: add rules, then :meth:`restrict_self` (or :meth:`close`)."""
+
+    def __init__(self, abi: int, *, net: int | None = None, scope: bool = True) -> None:
+        """``net`` narrows which TCP operations are handled (``None``: all the ABI knows);
+        an operation left unhandled is not restricted at all."""
+        self.abi = abi
+        self.handled_fs = handled_fs(abi)
+        self.handled_net = handled_net(abi) if net is None else net & handled_net(abi)
+        self.scoped = scopes(abi) if scope else 0
+        attr = _RulesetAttr(self.handled_fs, self.handled_net, self.scoped)
+        size = 8 if abi < 4 else 16 if abi < 6 else 24
+        self.fd = _check(
+            _syscall(
+                ctypes.c_long(_SYS_CREATE_RULESET),
+                ctypes.byref(attr),
+                ctypes.c_size_t(size),
+                ctypes.c_uint32(0),
+            ),
+            "landlock_create_ruleset",
+        )
+
+    def add_path(self, path: str, access: int) -> bool:
+        """Grant ``access`` beneath ``path`` (a file gets only file rights). Return False when
+        the path does not exist (nothing granted: fail closed)."""
+        try:
+            fd = _os_open(path, os.O_PATH | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return False
+        try:
+            if not stat.S_ISDIR(_os_fstat(fd).st_mode):
+                access &= FS_FILE_RIGHTS
+            access &= self.handled_fs
+            if not access:
+                return False
+            attr = _PathBeneathAttr(access, fd)
+            _check(
+                _syscall(
+                    ctypes.c_long(_SYS_ADD_RULE),
+                    ctypes.c_int(self.fd),
+                    ctypes.c_int(_RULE_PATH_BENEATH),
+                    ctypes.byref(attr),
+                    ctypes.c_uint32(0),
+                ),
+                f"landlock_add_rule({path!r})",
+            )
+            return True
+        finally:
+            _os_close(fd)
+
+    def add_port(self, port: int, access: int) -> None:
+        access &= self.handled_net
+        if not access:
+            return
+        attr = _NetPortAttr(access, port)
+        _check(
+            _syscall(
+                ctypes.c_long(_SYS_ADD_RULE),
+                ctypes.c_int(self.fd),
+                ctypes.c_int(_RULE_NET_PORT),
+                ctypes.byref(attr),
+                ctypes.c_uint32(0),
+            ),
+            f"landlock_add_rule(port {port})",
+        )
+
+    def restrict_self(self) -> None:
+        """Enforce the ruleset on the calling thread (and everything it later starts)."""
+        try:
+            no_new_privs()
+            _check(
+                _syscall(
+                    ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(self.fd), ctypes.c_uint32(0)
+                ),
+                "landlock_restrict_self",
+            )
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            _os_close(self.fd)
+            self.fd = -1

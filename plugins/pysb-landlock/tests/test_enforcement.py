@@ -1,0 +1,330 @@
+"""The kernel really enforces the compiled ruleset (real processes, real Landlock).
+
+Each test starts an interpreter that restricts itself as the bootstrap would, then tries
+what a sandboxed program might: C-level readers (/bin/cat), writes, TCP to a loopback
+server this test runs, signals to a process outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import landlock_helpers as helpers
+from landlock_helpers import ABI, needs_abi, needs_landlock, pythons, run_sandboxed
+
+pytestmark = [needs_landlock, pytest.mark.provider("landlock")]
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    secret = tmp_path / "secret"
+    ro = tmp_path / "ro"
+    rw = tmp_path / "rw"
+    for d in (secret, ro, rw):
+        d.mkdir()
+    (secret / "key.pem").write_text("TOP-SECRET\n")
+    (ro / "data.txt").write_text("public\n")
+    return secret, ro, rw
+
+
+CAT_CODE = r"""
+import subprocess, sys
+for path in sys.argv[1:]:
+    r = subprocess.run(["/bin/cat", path], capture_output=True, text=True)
+    print(path, r.returncode, r.stdout.strip(), r.stderr.strip().replace("\n", " "))
+try:
+    open(sys.argv[1]).read()
+    print("PYOPEN read")
+except PermissionError as e:
+    print("PYOPEN", e.errno)
+"""
+
+
+@pytest.mark.parametrize("python", pythons(), ids=lambda p: p.split("/")[-3])
+def test_secret_unreadable_by_c_reader(dirs, python):
+    secret, ro, _ = dirs
+    r = run_sandboxed(
+        CAT_CODE,
+        str(secret / "key.pem"),
+        str(ro / "data.txt"),
+        ro=[str(ro), "/usr/bin"],
+        python=python,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "TOP-SECRET" not in r.stdout
+    assert lines[0].startswith(f"{secret / 'key.pem'} 1 ")
+    assert "Permission denied" in lines[0]
+    assert lines[1] == f"{ro / 'data.txt'} 0 public "
+    assert lines[2] == f"PYOPEN {errno.EACCES}"
+
+
+def test_without_restriction_the_same_reader_succeeds(dirs):
+    # The control: the same child code reads the secret when landlock is not applied
+    # (so the test above can only pass because of the kernel).
+    secret, _ro, _ = dirs
+    r = subprocess.run(
+        [sys.executable, "-c", CAT_CODE, str(secret / "key.pem")], capture_output=True, text=True
+    )
+    assert "TOP-SECRET" in r.stdout
+
+
+WRITE_CODE = r"""
+import os, sys
+def attempt(label, fn):
+    try:
+        fn()
+        print(label, "ok")
+    except OSError as e:
+        print(label, e.errno)
+rw, ro, secret = sys.argv[1:4]
+attempt("create-rw", lambda: open(os.path.join(rw, "new.txt"), "w").write("x"))
+attempt("mkdir-rw", lambda: os.mkdir(os.path.join(rw, "sub")))
+attempt("rename-rw", lambda: os.rename(os.path.join(rw, "new.txt"), os.path.join(rw, "sub", "n")))
+attempt("remove-rw", lambda: os.unlink(os.path.join(rw, "sub", "n")))
+attempt("create-outside", lambda: open(os.path.join(secret, "new.txt"), "w"))
+attempt("append-ro", lambda: open(os.path.join(ro, "data.txt"), "a"))
+attempt("truncate-ro", lambda: os.truncate(os.path.join(ro, "data.txt"), 0))
+attempt("remove-ro", lambda: os.unlink(os.path.join(ro, "data.txt")))
+attempt("mkdir-ro", lambda: os.mkdir(os.path.join(ro, "d")))
+attempt("symlink-ro", lambda: os.symlink("/etc", os.path.join(ro, "l")))
+attempt("rename-out", lambda: os.rename(os.path.join(ro, "data.txt"), os.path.join(rw, "stolen")))
+"""
+
+
+def test_writes_confined_to_expose_rw(dirs):
+    secret, ro, rw = dirs
+    r = run_sandboxed(WRITE_CODE, str(rw), str(ro), str(secret), ro=[str(ro)], rw=[str(rw)])
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split() for line in r.stdout.splitlines())
+    assert got["create-rw"] == "ok"
+    assert got["mkdir-rw"] == "ok"
+    assert got["rename-rw"] == "ok"
+    assert got["remove-rw"] == "ok"
+    denied = str(errno.EACCES)
+    for key in ("create-outside", "append-ro", "remove-ro", "mkdir-ro", "symlink-ro"):
+        assert got[key] == denied, key
+    # rename of a read-only file into a writable dir: EXDEV (refer) or EACCES, never ok.
+    assert got["rename-out"] in (denied, str(errno.EXDEV))
+    if ABI >= 3:  # truncate(2) is a handled right from ABI 3
+        assert got["truncate-ro"] == denied
+    assert (ro / "data.txt").read_text() == "public\n"
+    assert not (secret / "new.txt").exists()
+    assert (rw / "new.txt").exists() is False and (rw / "sub").is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a device node needs root")
+def test_no_device_nodes_in_writable_dirs(dirs):
+    # Root could otherwise mknod a disk device inside expose-rw and read it raw.
+    _, _, rw = dirs
+    code = r"""
+import os, stat, sys
+try:
+    os.mknod(os.path.join(sys.argv[1], "null2"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    print("made")
+except OSError as e:
+    print("denied", e.errno)
+"""
+    r = run_sandboxed(code, str(rw), rw=[str(rw)])
+    assert r.stdout.strip() == f"denied {errno.EACCES}", r.stderr
+    assert not (rw / "null2").exists()
+
+
+def test_process_basics_keep_working(dirs):
+    code = r"""
+import os, json, decimal, ssl, socket, subprocess, tempfile
+with open("/dev/null", "w") as f: f.write("x")
+os.urandom(8)
+print(open("/proc/self/status").read().count("NoNewPrivs:\t1"))
+print("ok")
+"""
+    r = run_sandboxed(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "ok"]
+
+
+def test_proc_of_other_processes_is_closed():
+    code = r"""
+try:
+    open("/proc/1/environ", "rb").read()
+    print("read")
+except OSError as e:
+    print("denied", e.errno)
+"""
+    r = run_sandboxed(code)
+    assert r.stdout.strip() == f"denied {errno.EACCES}", r.stderr
+
+
+@pytest.fixture
+def server():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0)
+    yield srv
+    srv.close()
+
+
+CONNECT_CODE = r"""
+import socket, sys
+s = socket.socket()
+s.settimeout(10)
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    print("connected")
+except OSError as e:
+    print("error", e.errno)
+"""
+
+
+def _accepted(srv: socket.socket) -> int:
+    n = 0
+    while True:
+        try:
+            conn, _ = srv.accept()
+        except BlockingIOError:
+            return n
+        conn.close()
+        n += 1
+
+
+@needs_abi[4]
+def test_tcp_connect_without_rule_refused_by_kernel(server):
+    port = server.getsockname()[1]
+    r = run_sandboxed(CONNECT_CODE, str(port), net=[f"allow tcp 127.0.0.1 {port + 1} out"])
+    assert r.stdout.strip() == f"error {errno.EACCES}", r.stderr
+    assert _accepted(server) == 0  # refused before any SYN left
+
+
+@needs_abi[4]
+def test_tcp_connect_with_rule_succeeds(server):
+    port = server.getsockname()[1]
+    r = run_sandboxed(CONNECT_CODE, str(port), net=[f"allow tcp 127.0.0.1 {port} out"])
+    assert r.stdout.strip() == "connected", r.stderr
+    assert _accepted(server) == 1
+
+
+@needs_abi[4]
+def test_tcp_deny_for_every_host_beats_allow(server):
+    port = server.getsockname()[1]
+    rules = ["allow tcp * * out", f"deny tcp * {port} out"]
+    r = run_sandboxed(CONNECT_CODE, str(port), net=rules)
+    assert r.stdout.strip() == f"error {errno.EACCES}", r.stderr
+
+
+@needs_abi[4]
+def test_tcp_bind_needs_an_in_rule():
+    code = r"""
+import socket, sys
+for port in sys.argv[1:]:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", int(port)))
+        print("bound")
+    except OSError as e:
+        print("error", e.errno)
+    s.close()
+"""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    free = probe.getsockname()[1]
+    probe.close()
+    other = free + 1 if free < 65535 else free - 1
+    r = run_sandboxed(code, str(free), str(other), net=[f"allow tcp 127.0.0.1 {free} in"])
+    assert r.stdout.split("\n")[:2] == ["bound", f"error {errno.EACCES}"], r.stderr
+
+
+@needs_abi[6]
+def test_signals_outside_the_sandbox_refused():
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        code = r"""
+import os, signal, sys
+try:
+    os.kill(int(sys.argv[1]), signal.SIGTERM)
+    print("sent")
+except PermissionError as e:
+    print("refused", e.errno)
+pid = os.fork()
+if pid == 0:
+    import time; time.sleep(30); os._exit(0)
+os.kill(pid, signal.SIGTERM)   # its own child: inside the domain
+print("own", os.waitpid(pid, 0)[1] & 0x7F)
+"""
+        r = run_sandboxed(code, str(victim.pid))
+        assert r.stdout.split("\n")[:2] == [f"refused {errno.EPERM}", f"own {signal.SIGTERM}"], (
+            r.stderr
+        )
+        assert victim.poll() is None  # still alive
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@needs_abi[6]
+def test_abstract_unix_sockets_outside_refused():
+    name = f"\0pysb-landlock-test-{os.getpid()}"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen(1)
+    try:
+        code = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect("\0" + sys.argv[1])
+    print("connected")
+except OSError as e:
+    print("error", e.errno)
+"""
+        r = run_sandboxed(code, name[1:])
+        assert r.stdout.strip() == f"error {errno.EPERM}", r.stderr
+    finally:
+        srv.close()
+
+
+def test_compiled_for_a_newer_abi_fails_closed():
+    r = run_sandboxed("print('USER CODE RAN')", override={"abi": 999})
+    assert r.returncode != 0
+    assert "USER CODE RAN" not in r.stdout
+    assert "LandlockSetupError" in r.stderr and "ABI 999" in r.stderr
+
+
+def test_refuses_when_other_threads_run():
+    # restrict_self() confines one thread only: a second thread must make it refuse.
+    code = "print('USER CODE RAN')"
+    r = run_sandboxed(
+        code,
+        override={},
+        python=sys.executable,
+    )
+    assert r.returncode == 0  # control: single-threaded works
+    threaded = r"""
+import threading, time, json, sys
+"""
+    prelude = helpers.PRELUDE.replace(
+        "child.restrict(**args)",
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
+        "child.restrict(**args)",
+    )
+    spec = {"ro": [], "rw": [], "net": [], "override": {}}
+    env = {"PYTHONPATH": f"{helpers.ROOT}{os.pathsep}{helpers.SRC}", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(
+        [sys.executable, "-c", prelude + threaded + "print('USER CODE RAN')", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode != 0
+    assert "USER CODE RAN" not in r.stdout
+    assert "several threads" in r.stderr
