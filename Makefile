@@ -1,0 +1,34 @@
+# One command each: `make demo` (set up and run the demo), `make test` (set up and run the tests).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+PLUGINS = $(wildcard plugins/pysb-*)
+
+.PHONY: dev system-deps demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
+	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2"
+	touch $@
+
+dev: $(BIN)/.installed
+
+system-deps:
+	./scripts/install-system-deps.sh
+
+demo: system-deps dev
+	$(BIN)/python examples/demo/run_demo.py
+
+test: system-deps dev
+	./scripts/test.sh
+
+lint: dev
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: system-deps dev
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Built-in plugins and the built-in ``subprocess`` provider."""

@@ -1,0 +1,16 @@
+"""The default ``pysb_launch``: hand the plan to the provider (runs last)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pysb_core.markers import hookimpl
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.provider import Provider
+
+
+@hookimpl(trylast=True)
+def pysb_launch(plan: LaunchPlan, provider: Provider) -> Any:
+    return provider.launch(plan, **plan.popen_kwargs)

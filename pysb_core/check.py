@@ -1,0 +1,72 @@
+"""Who enforces each rule: the data behind ``pysb check`` and the fail-closed decision.
+
+Every rule is reported by family. The core's OS-layer plugin reports the ``os`` layer
+from the provider's capabilities for every rule (so a rule appears even when no guard is
+installed); each guard family adds ``python`` for the rules it enforces. Reports of the
+same rule merge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Families whose rules the user may leave unenforced by opting out of the Python layer.
+PYTHON_ONLY_FAMILIES = frozenset({"imports", "api"})
+
+
+@dataclass(frozen=True)
+class RuleReport:
+    family: str
+    rule: str
+    source: str
+    layers: tuple[str, ...]
+
+    @property
+    def enforced(self) -> bool:
+        return bool(self.layers)
+
+
+@dataclass
+class CheckReport:
+    """Collects, family by family, the layers that enforce each rule.
+
+    ``python_guards`` is false under ``--no-python-guards`` (or when the Python layer is
+    not installed): then ``python`` never counts, and a ``files``/``network``/``env``/
+    ``limits`` rule without ``os`` makes the run refuse to start.
+    """
+
+    provider: str
+    python_guards: bool = True
+    #: Guard families whose Python guard is installed (entry-point names of ``pysb.guards``).
+    python_families: frozenset[str] = frozenset()
+    notes: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    _rules: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+
+    def add(self, rule: str, source: str, layers: list[str] | tuple[str, ...], family: str = "") -> None:
+        """Report that ``layers`` enforce ``rule`` (merged with earlier reports of it)."""
+        kept = self._rules.setdefault((family, rule, source), [])
+        for layer in layers:
+            if layer == "python" and not self.python_guards:
+                continue
+            if layer not in kept:
+                kept.append(layer)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    @property
+    def rules(self) -> list[RuleReport]:
+        order = {"python": 0, "os": 1}
+        return [
+            RuleReport(fam, rule, src, tuple(sorted(layers, key=lambda x: order.get(x, 2))))
+            for (fam, rule, src), layers in self._rules.items()
+        ]
+
+    def unenforced(self) -> list[RuleReport]:
+        """Rules no active layer enforces and that the user did not knowingly give up."""
+        return [
+            r
+            for r in self.rules
+            if not r.enforced and (self.python_guards or r.family not in PYTHON_ONLY_FAMILIES)
+        ]

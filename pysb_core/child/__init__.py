@@ -1,0 +1,1 @@
+"""Code that runs inside the sandboxed interpreter, before (and around) the program."""

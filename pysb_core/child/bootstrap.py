@@ -1,0 +1,248 @@
+"""The sandboxed interpreter's first code: install the guards, then run the program.
+
+Started as ``python [CPython options] -c "<stub>" FD`` where FD is an inherited file
+descriptor holding the JSON payload (policy, program, guard modules, provider set-ups).
+The policy never travels in argv or the environment, both of which /proc shows.
+
+Order matters:
+
+1. read the payload and close its fd;
+2. import the guard modules and call their ``pysb_child_install`` (import, file, network
+   guards enforce from here on);
+3. run the provider's child set-ups (landlock restricts this process here);
+4. apply resource limits;
+5. call ``pysb_child_arm`` (the API guard), last, right before user code;
+6. run the program as CPython would: ``__main__``, ``sys.argv``, ``sys.path[0]``,
+   exit statuses, tracebacks without pysb frames.
+
+Only the standard library modules already loaded by the interpreter (plus json) are used
+here, so the sandbox imports little and starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _read_payload(fd: int) -> dict:
+    import json
+
+    chunks = []
+    offset = 0
+    while True:
+        try:
+            chunk = os.pread(fd, 1 << 16, offset)
+        except OSError:  # a pipe: plain reads
+            chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks))
+
+
+def _fix_sys_path(program: dict) -> None:
+    """Make ``sys.path[0]`` what CPython would have put there for the real program."""
+    if not sys.flags.safe_path and sys.path and sys.path[0] == "":
+        del sys.path[0]  # the bootstrap's own -c entry
+    if sys.flags.safe_path:
+        return
+    mode = program["mode"]
+    if mode == "script":
+        sys.path.insert(0, os.path.dirname(os.path.realpath(program["path"])))
+    elif mode == "module":
+        sys.path.insert(0, os.getcwd())
+    elif mode in ("code", "stdin", "repl"):
+        sys.path.insert(0, "")
+
+
+def _apply_limits(limits: dict) -> None:
+    import resource
+
+    def cap(which: int, value: int | None, slack: int = 0) -> None:
+        if value is None:
+            return
+        soft, hard = resource.getrlimit(which)
+        new_hard = value + slack
+        if hard != resource.RLIM_INFINITY:
+            new_hard = min(new_hard, hard)
+        resource.setrlimit(which, (min(value, new_hard), new_hard))
+
+    cap(resource.RLIMIT_AS, limits.get("memory"))
+    cap(resource.RLIMIT_NPROC, limits.get("processes"))
+    cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
+    # soft < hard so the kernel sends SIGXCPU (exit 152) rather than SIGKILL at the limit.
+    cap(resource.RLIMIT_CPU, limits.get("cpu_time"), slack=1)
+
+
+def _user_traceback(tb):
+    """Drop the bootstrap's own frames from the head of a traceback."""
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_HERE):
+        tb = tb.tb_next
+    return tb
+
+
+def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:
+    """Report an uncaught exception exactly as the interpreter would, then exit."""
+    tb = _user_traceback(exc.__traceback__)
+    exc.__traceback__ = tb
+    sys.excepthook(type(exc), exc, tb)
+    if isinstance(exc, MemoryError) and memory_limit:
+        sys.stderr.write(f"pysb: the program hit the memory limit (limits: memory: {memory_limit})\n")
+    sys.stderr.flush()
+    if isinstance(exc, KeyboardInterrupt):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    raise SystemExit(1)
+
+
+def _run_program(program: dict, runpy) -> None:
+    mode = program["mode"]
+    sys.argv[:] = program["argv"]
+    main_globals = sys.modules["__main__"].__dict__
+    if mode == "module":
+        runpy._run_module_as_main(program["module"], alter_argv=True)
+        return
+    if mode == "script":
+        path = program["path"]
+        if runpy is not None:  # a directory or a zip file with __main__.py
+            runpy.run_path(path, run_name="__main__")
+            return
+        source = program["source"]
+        main_globals["__file__"] = path
+        main_globals["__cached__"] = None
+        code = compile(source, path, "exec", dont_inherit=True)
+    elif mode == "code":
+        code = compile(program["code"], "<string>", "exec", dont_inherit=True)
+    elif mode == "stdin":
+        code = compile(sys.stdin.read(), "<stdin>", "exec", dont_inherit=True)
+    else:  # pragma: no cover - guarded by the parent
+        raise SystemExit(f"pysb: unknown program mode {mode!r}")
+    exec(code, main_globals)
+
+
+def _run_repl(program: dict, code) -> None:
+    sys.argv[:] = [""]
+    sys.stderr.write(program.get("banner", "") + "\n")
+    if program.get("ipython"):
+        try:
+            import IPython  # judged by the import guard: IPython must be allowed
+
+            IPython.start_ipython(argv=[], display_banner=False)
+            return
+        except ImportError:
+            pass
+    console = code.InteractiveConsole(locals=sys.modules["__main__"].__dict__)
+    console.interact(banner="", exitmsg="")
+
+
+def main(fd: str) -> None:
+    payload = _read_payload(int(fd))
+    program = payload["program"]
+    for entry in payload.get("sys_path", ()):
+        if entry not in sys.path:
+            sys.path.append(entry)
+
+    # As CPython does, the script is opened before anything runs (and before the guards,
+    # so the program itself never needs a file rule to start).
+    if program["mode"] == "script" and not os.path.isdir(program["path"]):
+        try:
+            with open(program["path"], "rb") as f:
+                program["source"] = f.read()
+        except OSError as e:
+            sys.stderr.write(
+                f"{sys.executable}: can't open file {os.path.abspath(program['path'])!r}: "
+                f"[Errno {e.errno}] {e.strerror}\n"
+            )
+            raise SystemExit(2) from None
+    elif program["mode"] == "script":
+        pass  # a directory with __main__.py: runpy below
+
+    # Framework modules the program's mode needs are imported now, before the guards
+    # (the import guard evicts framework modules; references held here stay usable).
+    entry_fn = runpy = code = None
+    mode = program["mode"]
+    if mode == "entry":
+        import importlib
+
+        modname, _, fname = program["entry"].partition(":")
+        entry_fn = getattr(importlib.import_module(modname), fname)
+    elif mode == "repl":
+        import code
+
+        try:
+            import readline  # noqa: F401 - line editing, as in CPython's own REPL
+        except ImportError:
+            pass
+    elif mode == "module" or (mode == "script" and "source" not in program) or (
+        mode == "script" and program["source"][:2] == b"PK"
+    ):
+        import runpy
+
+        program.pop("source", None)
+
+    limits = payload["policy"].get("limits", {})
+    if any(limits.get(k) is not None for k in ("memory", "processes", "open_files", "cpu_time")):
+        _apply_limits(limits)
+    memory_limit = payload.get("memory_text")
+
+    guards: list = []
+    recorder = policy = None
+    try:
+        if payload.get("guards") or payload.get("child_setups"):
+            import importlib
+
+            from pysb_core.events import Recorder
+            from pysb_core.policy import Policy
+
+            policy = Policy.from_dict(payload["policy"])
+            recorder = Recorder(payload.get("report_fd"), learning=policy.learn)
+            # Import everything first: once installed, the import guard judges imports.
+            guards = [importlib.import_module(m) for m in payload.get("guards", ())]
+            setups = [
+                (getattr(importlib.import_module(s["module"]), s["function"]), s.get("args", {}))
+                for s in payload.get("child_setups", ())
+            ]
+            allowed = program.get("module") or (
+                os.path.splitext(os.path.basename(program["path"]))[0] if mode == "script" else None
+            )
+            for g in guards:
+                if allowed and hasattr(g, "allow_program_module"):
+                    g.allow_program_module(allowed.partition(".")[0])
+            for g in guards:
+                install = getattr(g, "pysb_child_install", None)
+                if install is not None:
+                    install(policy=policy, recorder=recorder)
+            for fn, kwargs in setups:
+                fn(**kwargs)
+    except Exception as exc:  # fail closed: the program never runs half-guarded
+        sys.stderr.write(f"pysb: sandbox set-up failed inside the sandbox: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(125)
+
+    def arm() -> None:
+        for g in guards:
+            hook = getattr(g, "pysb_child_arm", None)
+            if hook is not None:
+                hook(policy=policy, recorder=recorder)
+
+    if entry_fn is not None:
+        entry_fn(program.get("args", {}), arm)
+        return
+
+    _fix_sys_path(program)
+    arm()
+    try:
+        if mode == "repl":
+            _run_repl(program, code)
+        else:
+            _run_program(program, runpy)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - reported exactly as CPython does
+        _die_like_cpython(exc, memory_limit)

@@ -1,0 +1,97 @@
+"""``pysb check``: validate a profile, then show who enforces each rule.
+
+Uses the same decision as ``pysb run`` (``Session.create``) so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from pysb_core.errors import ExitCode, ProfileError, SandboxError
+
+
+def _provider_notes(policy: Any) -> list[str]:
+    from pysb_core.drivers import provider_names
+
+    installed = set(provider_names())
+    return [
+        f"options for provider '{name}' are kept and ignored: it is not installed (pip install pysb-{name})"
+        for name in sorted(policy.provider_options)
+        if name not in installed
+    ]
+
+
+def run_check(profile: str | None, provider: str | None, no_python_guards: bool, as_json: bool) -> int:
+    from pysb_core.pipeline import Program, Session
+
+    errors: list[str] = []
+    rules: list[dict[str, Any]] = []
+    notes: list[str] = []
+    details: list[str] = []
+    provider_name = provider or os.environ.get("PYSB_PROVIDER") or ""
+    profile_path = None
+    try:
+        session = Session.create(
+            profile=profile,
+            provider=provider,
+            python_guards=False if no_python_guards else None,
+            stderr=None,
+            enforce=False,
+        )
+    except ProfileError as exc:
+        errors = list(exc.errors)
+    except SandboxError as exc:
+        errors = str(exc).splitlines()
+    else:
+        policy = session.policy
+        provider_name = session.provider.name
+        profile_path = policy.profile_path
+        report = session.report
+        for r in report.rules:
+            rules.append({"rule": r.rule, "source": r.source, "layers": list(r.layers), "family": r.family})
+        for r in report.unenforced():
+            errors.append(f"{r.source}: '{r.rule}' is not enforced by any active layer under '{provider_name}'")
+        notes = [*report.notes, *_provider_notes(policy)]
+        if policy.learn:
+            notes.append("no profile found: `pysb run` would start a learning run")
+        plan = session.plan(Program("code", argv=["-c"], code="pass"))
+        try:
+            details = session.provider.describe(plan)
+        finally:
+            session._close_plan_fds(plan, parent_ends_only=False)
+            session._cleanup(plan)
+    valid = not errors
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "valid": valid,
+                    "errors": errors,
+                    "provider": provider_name,
+                    "profile": profile_path,
+                    "rules": rules,
+                    "notes": notes,
+                    "details": details,
+                },
+                indent=2,
+            )
+        )
+    else:
+        for e in errors:
+            print(e, file=sys.stderr)
+        if rules or profile_path:
+            print(f"profile:  {profile_path or '(none)'}")
+            print(f"provider: {provider_name}")
+            width = max((len(r["rule"]) for r in rules), default=10)
+            for r in rules:
+                layers = ", ".join(r["layers"]) or "NONE"
+                print(f"  {r['rule']:<{width}}  [{layers}]  {r['source']}")
+        for n in notes:
+            print(f"note: {n}")
+        for d in details:
+            print(d)
+        print("valid" if valid else "invalid", file=sys.stderr if not valid else sys.stdout)
+    return 0 if valid else ExitCode.SETUP_FAILED

@@ -1,0 +1,59 @@
+"""Data behind ``pysb plugins``: every guard, provider and plugin with its hooks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pysb_core.drivers import provider_names
+from pysb_core.plugins import get_plugin_manager
+
+HOOK_PREFIX = "pysb_"
+
+
+def _hooks_of(obj: Any) -> list[str]:
+    return sorted(n for n in dir(obj) if n.startswith(HOOK_PREFIX) and callable(getattr(obj, n, None)))
+
+
+def list_plugins() -> list[dict[str, Any]]:
+    from importlib.metadata import entry_points
+
+    pm, loaded = get_plugin_manager()
+    rows: list[dict[str, Any]] = []
+    for p in loaded:
+        plugin = pm.get_plugin(f"{p.kind}:{p.name}") or pm.get_plugin(p.module)
+        rows.append(
+            {
+                "name": p.name,
+                "kind": "plugin" if p.kind == "builtin" else p.kind,
+                "distribution": p.distribution,
+                "version": p.version or _core_version(),
+                "hooks": _hooks_of(plugin) if plugin is not None else [],
+                "module": p.module,
+            }
+        )
+    names = set(provider_names())
+    for ep in sorted(entry_points(group="pysb.providers"), key=lambda e: e.name):
+        if ep.name not in names:
+            continue
+        hooks: list[str] = []
+        try:
+            hooks = _hooks_of(ep.load())
+        except Exception:  # listed even when it does not import; `pysb providers` says why
+            hooks = []
+        rows.append(
+            {
+                "name": ep.name,
+                "kind": "provider",
+                "distribution": ep.dist.name if ep.dist else "?",
+                "version": ep.dist.version if ep.dist else "?",
+                "hooks": hooks,
+                "module": ep.value,
+            }
+        )
+    return rows
+
+
+def _core_version() -> str:
+    from pysb_core import __version__
+
+    return __version__

@@ -1,0 +1,179 @@
+"""``pysb run``: the whole program in the sandbox, with CPython's command line.
+
+This path does not import click: ``pysb run -c pass`` must start fast, and CPython-style
+argument splitting is not click's job anyway. ``pysb run --help`` goes through click.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pysb_core.cli.argv import RunArgs, UsageError, split_run_args
+from pysb_core.errors import ExitCode, ProfileError, SandboxError
+
+RUN_HELP = """\
+Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] [-m MODULE | -c CODE | SCRIPT | -] [ARGS]...
+
+  Run a Python program with only the capabilities the profile grants.
+
+  Arguments are split as CPython splits them: parsing stops at -m, -c, -, -- or the
+  script; everything after is the program's. CPython's short options (-I -O -B -u -E
+  -s -S -b -q -W arg -X opt, grouped or not) go to the sandboxed interpreter.
+
+PYSB OPTIONS:
+  --provider NAME       OS sandbox (env PYSB_PROVIDER; else the profile's; else subprocess)
+  --profile PATH        profile (env PYSB_PROFILE; else .pysb.yaml next to SCRIPT or in
+                        MODULE's package; else ./.pysb.yaml)
+  --learn[=PATH]        learning run: refuse nothing, record everything, write the profile
+  --no-python-guards    OS layer only
+  --events PATH         append a JSON line for every denial and learned access
+  --expose-ro PATH      add a read-only exposure for this run (repeatable)
+  --expose-rw PATH      add a read-write exposure (repeatable)
+  --ignore GLOB         hide matching paths (repeatable)
+  --net RULE            add a network rule, e.g. "allow tcp 127.0.0.1 8000 out"
+  --import NAME         allow importing a top-level module
+  --allow-api NAME      allow a sensitive function or category
+  --env NAME=VALUE      set an environment variable inside
+  --verbose / --quiet   more or less of pysb's own messages
+  --help                this text
+
+Exit status: the program's; 128+N if killed by signal N; 124 when wall-time expires;
+125 when pysb fails before the program starts.
+"""
+
+
+def _fail(message: str) -> int:
+    for line in message.splitlines() or [message]:
+        sys.stderr.write(f"pysb: error: {line}\n" if not _located(line) else f"{line}\n")
+    sys.stderr.flush()
+    return ExitCode.SETUP_FAILED
+
+
+def _located(line: str) -> bool:
+    """A ``FILE:LINE: message`` line is printed as it is."""
+    head = line.split(": ", 1)[0]
+    return ":" in head and head.rsplit(":", 1)[1].isdigit()
+
+
+def _cli_rules(args: RunArgs):
+    from pysb_core.profile import CliRules
+
+    return CliRules(
+        expose_ro=args.many("expose-ro"),
+        expose_rw=args.many("expose-rw"),
+        ignore=args.many("ignore"),
+        net=args.many("net"),
+        imports=args.many("import"),
+        allow_api=args.many("allow-api"),
+        env=args.many("env"),
+    )
+
+
+def _program(args: RunArgs, session) -> tuple[object, bool]:
+    from pysb_core.pipeline import Program
+
+    if args.mode == "code":
+        return Program("code", argv=["-c", *args.args], code=args.target), False
+    if args.mode == "module":
+        return Program("module", argv=["-m", *args.args], module=args.target), False
+    if args.mode == "script":
+        return Program("script", argv=[args.target or "", *args.args], path=args.target), False
+    if args.mode == "stdin":
+        return Program("stdin", argv=["-", *args.args]), False
+    if sys.stdin.isatty():
+        policy = session.policy
+        banner = (
+            f"Python {sys.version.split()[0]} in a pysb sandbox — provider {session.provider.name}, "
+            f"profile {policy.profile_path or '(none: learning run)'}"
+        )
+        ipython = _ipython_allowed(policy)
+        return Program("repl", argv=[""], banner=banner, ipython=ipython), True
+    return Program("stdin", argv=[""]), False
+
+
+def _ipython_allowed(policy) -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("IPython") is None:
+        return False
+    return policy.imports is not None and ("*" in policy.imports or "IPython" in policy.imports)
+
+
+def run_main(argv: list[str]) -> int:
+    """Entry of ``pysb run``; returns the exit status."""
+    try:
+        args = split_run_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] [-m MODULE | -c CODE | SCRIPT | -] [ARGS]...\n"
+                         f"Try 'pysb run --help' for help.\n\nError: {exc}\n")
+        return 2
+    if args.get("help"):
+        sys.stdout.write(RUN_HELP)
+        return 0
+    learn = args.get("learn")
+    try:
+        from pysb_core.pipeline import Session
+
+        session = Session.create(
+            profile=args.get("profile"),  # type: ignore[arg-type]
+            provider=args.get("provider"),  # type: ignore[arg-type]
+            cli=_cli_rules(args),
+            python_guards=False if args.get("no-python-guards") else None,
+            learn=learn,  # type: ignore[arg-type]
+            events=args.get("events"),  # type: ignore[arg-type]
+            script=args.target if args.mode == "script" else None,
+            module=args.target if args.mode == "module" else None,
+            stderr=None if args.get("quiet") else sys.stderr,
+            verbose=bool(args.get("verbose")),
+        )
+    except ProfileError as exc:
+        return _fail("\n".join(exc.errors))
+    except SandboxError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    return _run(session, args)
+
+
+def _run(session, args: RunArgs) -> int:
+    from pysb_core.execute import wait
+
+    program, interactive = _program(args, session)
+    policy = session.policy
+    status = ExitCode.SETUP_FAILED
+    try:
+        try:
+            proc = session.spawn(program, python_opts=args.python_opts, interactive=interactive)
+        except SandboxError as exc:
+            return _fail(str(exc))
+        except OSError as exc:
+            return _fail(f"could not start the sandbox: {exc}")
+
+        def wall_time_hit() -> None:
+            src = policy.limits.sources.get("wall_time", "the profile")
+            sys.stderr.write(
+                f"pysb: wall-time limit of {policy.limits.wall_time:g}s reached ({src}); "
+                "the sandbox was killed\n"
+            )
+
+        status = wait(proc, wall_time=policy.limits.wall_time, on_wall_time=wall_time_hit)
+        if status == 128 + 24 and policy.limits.cpu_time is not None:  # SIGXCPU
+            src = policy.limits.sources.get("cpu_time", "the profile")
+            sys.stderr.write(f"pysb: cpu-time limit of {policy.limits.cpu_time}s reached ({src})\n")
+        return status
+    finally:
+        try:
+            session.finish(status)
+        except SandboxError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"could not write the learned profile: {exc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(sys.argv[2:] if argv is None else argv)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

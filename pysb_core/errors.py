@@ -1,0 +1,162 @@
+"""The exception tree users catch, and the exit codes pysb itself returns.
+
+Every denial is *also* the builtin exception a program would already handle
+(``FileNotFoundError``, ``PermissionError``, ...), so sandboxed code that copes with a
+missing file keeps working, while callers who care can catch :class:`DeniedError`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses that belong to pysb, not to the sandboxed program."""
+
+    #: The wall-time limit expired and pysb killed the sandbox (as ``timeout`` does).
+    WALL_TIME = 124
+    #: pysb failed before the program started: bad profile, missing provider, unenforceable rule.
+    SETUP_FAILED = 125
+    #: The program could not be executed.
+    CANNOT_EXECUTE = 126
+    #: The program was not found.
+    NOT_FOUND = 127
+
+
+class SandboxError(RuntimeError):
+    """Base of every pysb error."""
+
+
+class ProfileError(SandboxError):
+    """A profile (or the rules given on the command line) is invalid.
+
+    ``errors`` lists every problem as ``FILE:LINE: message``; the message shows them all.
+    """
+
+    def __init__(self, errors: Iterable[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors) if self.errors else "invalid profile")
+
+
+class ProviderUnavailableError(SandboxError):
+    """The chosen provider cannot run here; the message says why and how to fix it."""
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.reason = message
+        self.fix = fix
+        super().__init__(f"{message}\n  fix: {fix}" if fix else message)
+
+
+class UnenforceableRuleError(SandboxError):
+    """A rule that no active layer can enforce: the run must not start (fail closed)."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class SandboxProtocolError(SandboxError):
+    """The channel to a sandboxed worker broke, or the sandbox failed closed."""
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """A sandboxed call ran longer than its ``timeout``."""
+
+
+class SandboxBaseExceptionError(SandboxError):
+    """A ``BaseException`` that is not an ``Exception`` (SystemExit, KeyboardInterrupt) in the child."""
+
+
+class RestrictedResultError(SandboxError):
+    """A value coming back from the sandbox is of a class the caller did not allow."""
+
+
+class DeniedError(SandboxError):
+    """An access the profile does not grant.
+
+    The message names what was refused and the exact profile line that would allow it;
+    ``suggested_rule`` holds that line alone.
+    """
+
+    guard: str = ""
+
+    def __init__(self, message: str, *, target: str = "", suggested_rule: str = "") -> None:
+        super().__init__(message)
+        self.target = target
+        self.suggested_rule = suggested_rule
+
+    def __reduce__(self):  # keep the keyword attributes across pickling (partial mode)
+        return (_rebuild_denied, (type(self), self.args, self.__dict__))
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _rebuild_denied(cls, args, state):
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class FileDeniedError(DeniedError, FileNotFoundError):
+    """A path that is not exposed, or is ignored."""
+
+    guard = "files"
+
+
+class WriteDeniedError(DeniedError, PermissionError):
+    """A write to a path that is exposed read-only (or is a profile file)."""
+
+    guard = "files"
+
+
+class ImportDeniedError(DeniedError, ModuleNotFoundError):
+    """An import of a module the profile does not list."""
+
+    guard = "imports"
+
+
+class NetworkDeniedError(DeniedError, ConnectionRefusedError):
+    """A connection, bind or name resolution that no network rule allows."""
+
+    guard = "network"
+
+
+class ApiDeniedError(DeniedError, PermissionError):
+    """A call of a sensitive function the ``api`` rules do not allow."""
+
+    guard = "api"
+
+    def __init__(
+        self, message: str, *, qualname: str = "", category: str = "", suggested_rule: str = ""
+    ) -> None:
+        super().__init__(message, target=qualname, suggested_rule=suggested_rule)
+        self.qualname = qualname
+        self.category = category
+
+
+def sandbox_denials(exc: BaseException | None) -> list[str]:
+    """Return the denials behind ``exc`` as ``"ExceptionName: message"``, innermost first.
+
+    Follows ``__cause__`` and ``__context__`` (and exception groups) so that a denial a
+    library wrapped in its own exception is still found.
+    """
+    found: list[str] = []
+    seen: set[int] = set()
+
+    def walk(e: BaseException | None) -> None:
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            for sub in getattr(e, "exceptions", ()) or ():
+                if isinstance(sub, BaseException):
+                    walk(sub)
+            inner = e.__cause__ if e.__cause__ is not None else e.__context__
+            walk(inner)
+            if isinstance(e, DeniedError):
+                found.append(f"{type(e).__name__}: {e}")
+            return
+
+    walk(exc)
+    return found

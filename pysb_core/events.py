@@ -1,0 +1,74 @@
+"""Denials and learned accesses, as they travel from the sandbox to the parent.
+
+Inside the sandbox a :class:`Recorder` writes one JSON object per line to an inherited
+"report" file descriptor; the parent reads them, hands each to the ``pysb_event`` hook
+(the ``--events`` file is one sink) and keeps the learned ones for ``pysb_learned``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of ``--events`` (SPEC §7); ``data`` carries family-specific details."""
+
+    layer: Literal["python", "os"]
+    guard: str
+    action: Literal["deny", "learn"]
+    target: str
+    detail: str = ""
+    suggested_rule: str = ""
+    time: float = field(default_factory=time.time)
+    pid: int = field(default_factory=os.getpid)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> Event:
+        return cls(**json.loads(line))
+
+
+class Recorder:
+    """The child's side of the report channel.
+
+    ``learning`` is true in a learning run: guards then record and let the access proceed.
+    Writes are unbuffered single ``os.write`` calls so that a crash loses nothing written.
+    """
+
+    __slots__ = ("_fd", "_seen", "learning")
+
+    def __init__(self, fd: int | None, *, learning: bool) -> None:
+        self._fd = fd
+        self.learning = learning
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def deny(self, guard: str, target: str, detail: str = "", suggested_rule: str = "") -> None:
+        self._emit(Event("python", guard, "deny", target, detail, suggested_rule))
+
+    def learn(
+        self, guard: str, target: str, detail: str = "", suggested_rule: str = "", **data: Any
+    ) -> None:
+        key = (guard, target, detail)
+        if key in self._seen:  # a loop reading one file a thousand times is one record
+            return
+        self._seen.add(key)
+        self._emit(Event("python", guard, "learn", target, detail, suggested_rule, data=data))
+
+    def _emit(self, event: Event) -> None:
+        if self._fd is None:
+            return
+        data = (event.to_json() + "\n").encode()
+        try:
+            while data:
+                n = os.write(self._fd, data)
+                data = data[n:]
+        except OSError:
+            self._fd = None  # the parent is gone; keep the program running

@@ -1,0 +1,70 @@
+"""Wait for the sandbox like a shell waits for a command: signals, wall-time, exit status.
+
+The parent stays (it reads the report channel and enforces ``wall-time``) but is
+invisible: signals sent to it are forwarded to the sandbox by PID, Ctrl-C from the
+terminal reaches the program directly (the parent does not forward what the kernel
+already delivered to the whole foreground process group), and a death by signal N
+becomes exit status 128+N.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
+#: Signals forwarded to the sandbox when someone sends them to pysb.
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGWINCH,
+    signal.SIGCONT,
+)
+_SI_USER = 0  # si_code of a signal sent by kill(); terminal-generated ones are SI_KERNEL
+
+
+def status_of(returncode: int) -> int:
+    """Shell convention: a death by signal N is 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def wait(
+    proc: subprocess.Popen[bytes],
+    *,
+    wall_time: float | None = None,
+    on_wall_time: Callable[[], None] | None = None,
+) -> int:
+    """Wait for ``proc``, forwarding signals; return its exit status (124 on wall-time).
+
+    ``proc`` is our own child, so signalling it by PID is safe until it is reaped, which
+    only this function does.
+    """
+    watched = {*FORWARDED, signal.SIGCHLD}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    deadline = None if wall_time is None else time.monotonic() + wall_time
+    try:
+        while True:
+            if proc.poll() is not None:
+                return status_of(proc.returncode)
+            timeout = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            if deadline is not None and time.monotonic() >= deadline:
+                if on_wall_time is not None:
+                    on_wall_time()
+                proc.kill()
+                proc.wait()
+                return 124
+            info = signal.sigtimedwait(watched, timeout)
+            if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            if info.si_signo in (signal.SIGINT, signal.SIGQUIT) and info.si_code != _SI_USER:
+                continue  # from the terminal: the program's process group got it already
+            if proc.poll() is None:
+                os.kill(proc.pid, info.si_signo)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

@@ -1,0 +1,378 @@
+"""One sandboxed run, from profile to exit status.
+
+``Session.create`` loads the plugins and the profile into a frozen policy, loads the one
+provider, pins DNS names and decides, fail closed, whether every rule is enforced by some
+layer. ``Session.spawn`` builds the launch plan and starts the sandboxed interpreter;
+``Session.finish`` collects what the sandbox reported and writes a learning run's profile.
+Complete mode (``pysb run``) and partial mode (``sandboxes()``) both go through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from pysb_core.check import CheckReport
+from pysb_core.errors import ProfileError, UnenforceableRuleError
+from pysb_core.events import Event
+from pysb_core.plan import LaunchPlan
+from pysb_core.plugins import Hooks, LoadedPlugin, get_plugin_manager
+from pysb_core.policy import Exposure, Policy
+from pysb_core.provider import Provider
+
+#: The ``-c`` stub that starts the bootstrap; the payload fd number follows as argv[1].
+BOOT_STUB = (
+    "import sys;sys.path[0:0]=[p for p in {paths!r} if p not in sys.path];"
+    "from pysb_core.child.bootstrap import main;main(sys.argv[1])"
+)
+
+
+@dataclass
+class Program:
+    """What the sandboxed interpreter runs (one of CPython's ways, or a framework entry)."""
+
+    mode: str  # "code" | "module" | "script" | "stdin" | "repl" | "entry"
+    argv: list[str] = field(default_factory=list)
+    code: str | None = None
+    module: str | None = None
+    path: str | None = None
+    entry: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    banner: str = ""
+    ipython: bool = False
+
+    def payload(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+def _warn(stream: IO[str] | None, message: str) -> None:
+    if stream is not None:
+        stream.write(f"pysb: {message}\n")
+        stream.flush()
+
+
+def _profile_from_env(environ: Mapping[str, str]) -> str | None:
+    return environ.get("PYSB_PROFILE") or None
+
+
+class Session:
+    """A loaded policy and provider, ready to start sandboxed interpreters."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        provider: Provider,
+        hooks: Hooks,
+        plugins: list[LoadedPlugin],
+        report: CheckReport,
+        *,
+        environ: Mapping[str, str],
+        stderr: IO[str] | None,
+        verbose: bool = False,
+    ) -> None:
+        self.policy = policy
+        self.provider = provider
+        self.hooks = hooks
+        self.plugins = plugins
+        self.report = report
+        self.environ = dict(environ)
+        self.stderr = stderr
+        self.verbose = verbose
+        self.learned: list[Event] = []
+        self._readers: list[threading.Thread] = []
+        self._plans: list[LaunchPlan] = []
+        self._lock = threading.Lock()
+        self._finished = False
+
+    # -- creation -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        profile: str | None = None,
+        provider: str | None = None,
+        cli: Any = None,
+        python_guards: bool | None = None,
+        learn: bool | str | None = None,
+        events: str | None = None,
+        cwd: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        script: str | None = None,
+        module: str | None = None,
+        stderr: IO[str] | None = sys.stderr,
+        verbose: bool = False,
+        extra_plugins: Sequence[Any] = (),
+        enforce: bool = True,
+    ) -> Session:
+        """Load everything a run needs; raise a SandboxError subclass (exit 125) if not sound."""
+        from pysb_core.drivers import load_provider, load_provider_class
+        from pysb_core.profile import discover_profile, load_policy
+        from pysb_core.profile.schema import ProfileSchema
+
+        environ = dict(os.environ if environ is None else environ)
+        cwd = os.path.realpath(cwd or os.getcwd())
+        pm, plugins = get_plugin_manager(extra_plugins=extra_plugins)
+        hooks = Hooks(pm)
+        guard_families = frozenset(p.name for p in plugins if p.kind == "guard")
+        if events:
+            from pysb_core.builtin.events import JsonlEventSink
+
+            hooks.register(JsonlEventSink(events), name="pysb-events-file")
+
+        schema = ProfileSchema()
+        hooks.add_profile_keys(schema)
+        if profile is None:
+            profile = _profile_from_env(environ) or discover_profile(script, module, cwd)
+        if provider is None:
+            provider = environ.get("PYSB_PROVIDER") or None
+        policy = load_policy(
+            profile,
+            cwd=cwd,
+            environ=environ,
+            cli=cli,
+            provider=provider,
+            python_guards=python_guards,
+            learn=learn,
+            schema=schema,
+        )
+        if policy.learn and policy.provider != "subprocess":
+            _warn(
+                stderr,
+                f"learning run: using the 'subprocess' provider instead of '{policy.provider}' "
+                "(a learning run must see every access)",
+            )
+            policy = dataclasses.replace(policy, provider="subprocess")
+        if policy.python_guards and not guard_families:
+            _warn(
+                stderr,
+                "warning: the Python layer (pysb-guards) is not installed: imports, files, "
+                "network and api rules are enforced by the OS provider alone, if at all "
+                "(pip install pysb-guards)",
+            )
+            policy = dataclasses.replace(policy, python_guards=False)
+
+        # Provider options: validated by the provider that owns them.
+        options = policy.provider_options.get(policy.provider) or {}
+        provider_cls = load_provider_class(policy.provider)
+        problems = provider_cls.validate_options(options)
+        if problems:
+            raise ProfileError([f"providers: {policy.provider}: {p}" for p in problems])
+        prov = load_provider(policy.provider, options)
+        hooks.register(prov, name=f"provider:{prov.name}")
+
+        policy = cls._pin(policy, hooks, stderr)
+        hooks.configure(policy)
+        report = CheckReport(
+            prov.name,
+            python_guards=policy.python_guards,
+            python_families=guard_families if policy.python_guards else frozenset(),
+        )
+        hooks.check(policy, prov, report)
+        missing = report.unenforced()
+        if missing and not policy.learn and enforce:
+            raise UnenforceableRuleError(
+                [
+                    f"{r.source}: '{r.rule}' is not enforced by any active layer "
+                    f"(provider '{prov.name}'"
+                    + (", Python guards off" if not policy.python_guards else "")
+                    + "); choose a provider that enforces it (pysb providers) or remove the rule"
+                    for r in missing
+                ]
+            )
+        session = cls(policy, prov, hooks, plugins, report, environ=environ, stderr=stderr, verbose=verbose)
+        if verbose:
+            _warn(
+                stderr,
+                f"provider {prov.name}; profile {policy.profile_path or '(none)'}; "
+                f"python guards {', '.join(sorted(report.python_families)) or 'off'}"
+                + ("; learning" if policy.learn else ""),
+            )
+        return session
+
+    @staticmethod
+    def _pin(policy: Policy, hooks: Hooks, stderr: IO[str] | None) -> Policy:
+        """Resolve the host names of network rules once, on the host, and pin them."""
+        names = sorted({r.network for r in policy.network if r.is_host})
+        if not names:
+            return policy
+        from pysb_core.netrules import pin_hosts
+
+        resolved = hooks.dns_resolve(names)
+        pins, warnings, errors = pin_hosts(policy.network, resolved)
+        for w in warnings:
+            _warn(stderr, f"warning: {w}")
+        if errors:
+            raise ProfileError(errors)
+        return dataclasses.replace(policy, pins=pins)
+
+    # -- one sandboxed interpreter ----------------------------------------------------
+
+    def plan(
+        self,
+        program: Program,
+        *,
+        python_opts: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
+        interactive: bool = False,
+        popen_kwargs: Mapping[str, Any] | None = None,
+    ) -> LaunchPlan:
+        """Build the launch plan for ``program`` (guards contribute, pins are announced)."""
+        from pysb_core.pyenv import implicit_exposures, python_paths
+
+        policy = self.policy
+        python = sys.executable
+        payload_fd = os.memfd_create("pysb-payload", 0)
+        report_r = report_w = None
+        if policy.learn or self.hooks.implementers("pysb_event"):
+            report_r, report_w = os.pipe()
+        _, dirs = python_paths(python)
+        core_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        boot_paths = [p for p in (core_root,) if p not in dirs] + [
+            p for p in dirs if p not in (core_root,)
+        ]
+        argv = [python, *python_opts, "-c", BOOT_STUB.format(paths=boot_paths), str(payload_fd)]
+        env = dict(policy.env)
+        if policy.learn:
+            # A learning run sees the host environment, so that reads can be recorded.
+            env = {**self.environ, **env}
+        exposures = [*implicit_exposures(python), *policy.exposures]
+        if program.mode == "script" and program.path:
+            script = os.path.realpath(program.path)
+            if os.path.isfile(script):
+                exposures.append(Exposure(script, script, False, "<program>", True))
+        plan = LaunchPlan(
+            policy=policy,
+            python=python,
+            argv=argv,
+            env=env,
+            cwd=policy.cwd,
+            exposures=exposures,
+            protected=list(policy.profile_files),
+            pass_fds=[payload_fd, *( [report_w] if report_w is not None else []), *pass_fds],
+            interactive=interactive,
+            popen_kwargs=dict(popen_kwargs or {}),
+        )
+        plan.payload_fd = payload_fd
+        plan.payload = {
+            "policy": dataclasses.asdict(policy),
+            "program": program.payload(),
+            "guards": self.hooks.child_modules() if policy.python_guards else [],
+            "report_fd": report_w,
+            "sys_path": boot_paths,
+            "memory_text": policy.limits.sources.get("memory_text"),
+        }
+        from pysb_core.provider import Capability
+
+        if policy.ignore and Capability.IGNORE in self.provider.enforced():
+            from pysb_core.hidden import hidden_paths
+
+            plan.hidden = hidden_paths(plan.exposures, policy.ignore)
+        if policy.pins:
+            from pysb_core.netrules import hosts_file_text
+
+            plan.hosts_file = hosts_file_text(policy.pins)
+        self.hooks.contribute(policy, plan)
+        if policy.pins:
+            self.hooks.dns_pinned(policy.pins, plan)
+        plan._report_r = report_r  # type: ignore[attr-defined]
+        plan._report_w = report_w  # type: ignore[attr-defined]
+        return plan
+
+    def spawn(self, program: Program, **kwargs: Any) -> Any:
+        """Start the sandboxed interpreter for ``program``; return the host process."""
+        popen_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in ("stdin", "stdout", "stderr")}
+        plan = self.plan(program, popen_kwargs=popen_kwargs, **kwargs)
+        try:
+            proc = self.hooks.launch(plan, self.provider)
+        except BaseException:
+            self._close_plan_fds(plan, parent_ends_only=False)
+            self._cleanup(plan)
+            raise
+        self._close_plan_fds(plan, parent_ends_only=True)
+        report_r = plan._report_r  # type: ignore[attr-defined]
+        if report_r is not None:
+            reader = threading.Thread(
+                target=self._read_reports, args=(report_r,), name="pysb-report", daemon=True
+            )
+            reader.start()
+            self._readers.append(reader)
+        with self._lock:
+            self._plans.append(plan)
+        return proc
+
+    @staticmethod
+    def _close_plan_fds(plan: LaunchPlan, *, parent_ends_only: bool) -> None:
+        fds = [plan.payload_fd, plan._report_w]  # type: ignore[attr-defined]
+        if not parent_ends_only:
+            fds.append(plan._report_r)  # type: ignore[attr-defined]
+        for fd in fds:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        plan.payload_fd = None
+
+    def _read_reports(self, fd: int) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            # Signals sent to pysb are the main thread's to forward (pysb_core.execute).
+            import signal
+
+            from pysb_core.execute import FORWARDED
+
+            signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
+        with os.fdopen(fd, "rb") as stream:
+            for line in stream:
+                try:
+                    event = Event.from_json(line)
+                except (ValueError, TypeError):
+                    continue  # a program that wrote garbage into an fd it found: ignore
+                event = dataclasses.replace(event, layer="python")
+                try:
+                    self.hooks.event(event)
+                except Exception as exc:  # a broken sink must not break the run
+                    _warn(self.stderr, f"event sink failed: {type(exc).__name__}: {exc}")
+                if event.action == "learn":
+                    with self._lock:
+                        self.learned.append(event)
+
+    def _cleanup(self, plan: LaunchPlan) -> None:
+        for fn in reversed(plan.cleanups):
+            try:
+                fn()
+            except Exception as exc:  # keep cleaning the rest
+                _warn(self.stderr, f"cleanup failed: {type(exc).__name__}: {exc}")
+        plan.cleanups.clear()
+
+    # -- the end --------------------------------------------------------------------
+
+    def finish(self, returncode: int | None = None) -> str | None:
+        """Collect reports, run cleanups, and write a learning run's profile.
+
+        Returns the learning summary (also printed on stderr), or None.
+        """
+        with self._lock:
+            if self._finished:
+                return None
+            self._finished = True
+        for reader in self._readers:
+            reader.join(timeout=5)
+        for plan in self._plans:
+            self._cleanup(plan)
+        if not self.policy.learn:
+            return None
+        from pysb_core.learning import LearnedProfile
+        from pysb_core.profile.writer import merge_learned
+
+        profile = LearnedProfile()
+        self.hooks.learned(self.learned, profile)
+        path = self.policy.learn_path or os.path.join(self.policy.cwd, ".pysb.yaml")
+        summary = merge_learned(path, profile)
+        _warn(self.stderr, summary)
+        return summary

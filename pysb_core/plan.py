@@ -1,0 +1,118 @@
+"""The launch plan: what the provider must start, and with which view of the system.
+
+The pipeline fills a :class:`LaunchPlan` from the policy; guards add to it through the
+``pysb_contribute`` hook (a typed collector, not ad-hoc return values); the provider turns
+it into a :class:`LaunchSpec` (its own argv, mounts, rulesets) and starts it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
+
+    from pysb_core.policy import Exposure, Policy
+
+
+@dataclass(frozen=True)
+class ChildSetup:
+    """A function the sandboxed interpreter calls after the guards are installed and before
+    the program starts: ``module.function(**args)``. Landlock restricts the process here."""
+
+    module: str
+    function: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LaunchPlan:
+    """Everything a provider needs to start the sandboxed interpreter.
+
+    ``argv`` is the interpreter command *as it must run inside* (absolute interpreter path,
+    CPython options, the bootstrap); ``env`` the complete environment; ``pass_fds`` the file
+    descriptors the child must inherit (the policy payload, the report channel, the
+    partial-mode socket). ``exposures`` = the profile's exposures plus the implicit ones
+    (interpreter symlink chain, standard library, site-packages, CA certificates).
+    ``hidden`` = existing paths below the exposures that ``ignore`` globs match (providers
+    that can mask paths mask these). ``protected`` = profile files, never writable inside.
+    """
+
+    policy: Policy
+    python: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    exposures: list[Exposure] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    protected: list[str] = field(default_factory=list)
+    pass_fds: list[int] = field(default_factory=list)
+    hosts_file: str | None = None
+    child_setups: list[ChildSetup] = field(default_factory=list)
+    interactive: bool = False
+    notes: list[str] = field(default_factory=list)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+    #: stdin/stdout/stderr (and similar) for the host process, from the caller.
+    popen_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The bootstrap payload (JSON-able) and the inherited fd it is written to by seal().
+    payload: dict[str, Any] = field(default_factory=dict)
+    payload_fd: int | None = None
+    _sealed: bool = False
+
+    def seal(self) -> None:
+        """Write the payload (with the provider's child set-ups) to its fd.
+
+        Providers call this after ``prepare`` and before starting anything that reads it
+        (the base ``Provider.launch`` does). Idempotent.
+        """
+        if self._sealed or self.payload_fd is None:
+            return
+        import json
+
+        self.payload["child_setups"] = [
+            {"module": s.module, "function": s.function, "args": s.args} for s in self.child_setups
+        ]
+        data = json.dumps(self.payload, separators=(",", ":")).encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(self.payload_fd, view)
+            view = view[n:]
+        self._sealed = True
+
+    @property
+    def provider_options(self) -> dict[str, Any]:
+        return self.policy.provider_options.get(self.policy.provider, {}) or {}
+
+    def add_exposure(self, exposure: Exposure) -> None:
+        """Add an exposure unless an identical one is already there."""
+        if exposure not in self.exposures:
+            self.exposures.append(exposure)
+
+    def add_child_setup(self, setup: ChildSetup) -> None:
+        self.child_setups.append(setup)
+
+    def add_cleanup(self, fn: Callable[[], None]) -> None:
+        self.cleanups.append(fn)
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+@dataclass
+class LaunchSpec:
+    """A provider's concrete start: the host command, and hooks around it.
+
+    ``on_started(proc)`` runs right after the host process is spawned (attach a user-mode
+    network to its PID, write the payload...). ``cleanups`` run after it exits, always.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    pass_fds: list[int] = field(default_factory=list)
+    on_started: list[Callable[[subprocess.Popen[bytes]], None]] = field(default_factory=list)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)

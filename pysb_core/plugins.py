@@ -1,0 +1,166 @@
+"""The plugin manager factory and the typed facade the pipeline calls.
+
+``get_plugin_manager()`` builds a fresh manager (no import-time singleton): hookspecs,
+the built-in plugins, then the ``pysb.guards`` and ``pysb.plugins`` entry points. A guard
+that fails to import aborts the run (fail closed): the error names the distribution.
+Raw ``pm.hook.*`` calls live in :class:`Hooks` only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from pysb_core import hookspecs
+from pysb_core.errors import SandboxError
+
+if TYPE_CHECKING:
+    from pysb_core.check import CheckReport
+    from pysb_core.events import Event
+    from pysb_core.learning import LearnedProfile
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
+    from pysb_core.profile.schema import ProfileSchema
+    from pysb_core.provider import Provider
+
+GUARDS_GROUP = "pysb.guards"
+PLUGINS_GROUP = "pysb.plugins"
+PROVIDERS_GROUP = "pysb.providers"
+
+#: Built-in plugins, registered through the same hooks as third-party ones.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "pysb_core.builtin.dns",
+    "pysb_core.builtin.launch",
+    "pysb_core.builtin.oslayer",
+)
+
+
+class PluginLoadError(SandboxError):
+    """A guard or plugin could not be loaded: the run must not start."""
+
+
+@dataclass(frozen=True)
+class LoadedPlugin:
+    """A plugin the manager holds, with where it came from (for ``pysb plugins``)."""
+
+    name: str
+    kind: str  # "guard" | "plugin" | "provider" | "builtin"
+    module: str
+    distribution: str
+    version: str
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    return sorted(entry_points(group=group), key=lambda ep: ep.name)
+
+
+def guard_entry_points() -> list[EntryPoint]:
+    return _entry_points(GUARDS_GROUP)
+
+
+def get_plugin_manager(
+    *,
+    guards: bool = True,
+    autoload: bool = True,
+    extra_plugins: Iterable[Any] = (),
+) -> tuple[pluggy.PluginManager, list[LoadedPlugin]]:
+    """Build a fresh plugin manager.
+
+    :param guards: load the ``pysb.guards`` entry points (false under
+        ``--no-python-guards``: the families' parent-side hooks still matter for
+        ``pysb check``, so callers normally keep this true and skip the child side).
+    :param autoload: load ``pysb.plugins`` entry points.
+    :param extra_plugins: plugin objects registered last (tests).
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    if os.environ.get("PYSB_DEBUG_PLUGINS"):
+        pm.trace.root.setwriter(lambda msg: os.write(2, msg.encode()))
+        pm.enable_tracing()
+    loaded: list[LoadedPlugin] = []
+    for modname in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(modname), name=modname)
+        loaded.append(LoadedPlugin(modname.rsplit(".", 1)[1], "builtin", modname, "pysb-core", ""))
+    groups = ([(GUARDS_GROUP, "guard")] if guards else []) + (
+        [(PLUGINS_GROUP, "plugin")] if autoload else []
+    )
+    for group, kind in groups:
+        for ep in _entry_points(group):
+            dist = ep.dist.name if ep.dist else "?"
+            version = ep.dist.version if ep.dist else "?"
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # fail closed: a guard that does not load stops the run
+                raise PluginLoadError(
+                    f"{kind} '{ep.name}' from {dist} {version} failed to load: "
+                    f"{type(exc).__name__}: {exc}\n  fix: reinstall it (pip install --force-reinstall "
+                    f"{dist}) or uninstall it (pip uninstall {dist})"
+                ) from exc
+            if pm.is_registered(plugin):
+                continue
+            pm.register(plugin, name=f"{kind}:{ep.name}")
+            loaded.append(LoadedPlugin(ep.name, kind, ep.value, dist, version))
+    for plugin in extra_plugins:
+        pm.register(plugin)
+    pm.check_pending()
+    return pm, loaded
+
+
+class Hooks:
+    """Typed calls of every hook: the one place that touches ``pm.hook``."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+
+    def add_profile_keys(self, schema: ProfileSchema) -> None:
+        self.pm.hook.pysb_add_profile_keys(schema=schema)
+
+    def configure(self, policy: Policy) -> None:
+        self.pm.hook.pysb_configure.call_historic(kwargs={"policy": policy})
+
+    def contribute(self, policy: Policy, plan: LaunchPlan) -> None:
+        self.pm.hook.pysb_contribute(policy=policy, plan=plan)
+
+    def dns_resolve(self, hostnames: Sequence[str]) -> Mapping[str, Sequence[str]]:
+        return self.pm.hook.pysb_dns_resolve(hostnames=list(hostnames)) or {}
+
+    def dns_pinned(self, pins: Mapping[str, Sequence[str]], plan: LaunchPlan) -> None:
+        self.pm.hook.pysb_dns_pinned(pins=pins, plan=plan)
+
+    def check(self, policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+        self.pm.hook.pysb_check(policy=policy, provider=provider, report=report)
+
+    def launch(self, plan: LaunchPlan, provider: Provider) -> Any:
+        return self.pm.hook.pysb_launch(plan=plan, provider=provider)
+
+    def event(self, event: Event) -> None:
+        self.pm.hook.pysb_event(event=event)
+
+    def learned(self, records: Sequence[Event], profile: LearnedProfile) -> None:
+        self.pm.hook.pysb_learned(records=list(records), profile=profile)
+
+    def register(self, plugin: Any, name: str | None = None) -> None:
+        if not self.pm.is_registered(plugin):
+            self.pm.register(plugin, name=name)
+
+    def implementers(self, hook: str) -> list[str]:
+        caller = getattr(self.pm.hook, hook)
+        return [impl.plugin_name for impl in caller.get_hookimpls()]
+
+    def child_modules(self) -> list[str]:
+        """Modules the sandboxed interpreter must import to install the guards."""
+        out = []
+        for name, plugin in self.pm.list_name_plugin():
+            if not name.startswith("guard:"):
+                continue
+            modname = getattr(plugin, "__name__", None)
+            has = hasattr(plugin, "pysb_child_install") or hasattr(plugin, "pysb_child_arm")
+            if modname and has:
+                out.append(modname)
+        return out

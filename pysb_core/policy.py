@@ -1,0 +1,199 @@
+"""The compiled, frozen policy that every layer reads.
+
+A profile (YAML, includes, variables, CLI additions) is turned into one :class:`Policy`.
+The parent hands it to the guards (which contribute to the launch plan) and to the
+provider (which compiles it into its own mechanism); the sandboxed interpreter receives
+the same policy as JSON over an inherited file descriptor and installs the guards from it.
+
+Every rule remembers where it came from (``source`` = ``FILE:LINE``) so that ``pysb check``
+and denial messages can point at it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Action = Literal["allow", "deny"]
+Direction = Literal["in", "out", "any"]
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """A host directory made visible inside the sandbox.
+
+    ``path`` is the canonical host path; ``target`` is where the sandbox sees it (equal to
+    ``path`` unless the profile renamed it with ``SRC:DEST``).
+    """
+
+    path: str
+    target: str
+    writable: bool
+    source: str = "<implicit>"
+    implicit: bool = False
+
+    @property
+    def renamed(self) -> bool:
+        return self.path != self.target
+
+
+@dataclass(frozen=True)
+class IgnoreRule:
+    """A glob hiding paths below the exposures (a relative glob matches any component)."""
+
+    pattern: str
+    source: str = "<implicit>"
+
+
+@dataclass(frozen=True)
+class PortRange:
+    low: int
+    high: int
+
+    def __contains__(self, port: object) -> bool:
+        return isinstance(port, int) and self.low <= port <= self.high
+
+    def __str__(self) -> str:
+        if self.low == 0 and self.high == 65535:
+            return "*"
+        if self.low == self.high:
+            return str(self.low)
+        if self.high == 65535:
+            return f"{self.low}-"
+        return f"{self.low}-{self.high}"
+
+
+@dataclass(frozen=True)
+class NetworkRule:
+    """``ACTION PROTO NETWORK PORTS DIRECTION`` (SPEC §4).
+
+    ``network`` is ``*``, an IP, a CIDR or a host name (``is_host`` true); host names are
+    resolved before launch and their addresses land in :attr:`Policy.pins`.
+    """
+
+    action: Action
+    protocols: tuple[str, ...]  # subset of ("tcp", "udp")
+    network: str
+    ports: tuple[PortRange, ...]
+    direction: Direction
+    source: str = "<cli>"
+    text: str = ""
+
+    @property
+    def is_host(self) -> bool:
+        from pysb_core.netrules import is_hostname
+
+        return is_hostname(self.network)
+
+    def __str__(self) -> str:
+        return self.text or (
+            f"{self.action} {','.join(self.protocols)} {self.network} "
+            f"{','.join(str(p) for p in self.ports)} {self.direction}"
+        )
+
+
+@dataclass(frozen=True)
+class ApiRule:
+    """``allow`` or ``deny`` of a registered sensitive function, a category, or ``*``."""
+
+    action: Action
+    target: str
+    source: str = "<cli>"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits; ``None`` means unlimited. Sizes in bytes, times in seconds."""
+
+    memory: int | None = None
+    processes: int | None = None
+    open_files: int | None = None
+    cpu_time: int | None = None
+    wall_time: float | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def any(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.memory, self.processes, self.open_files, self.cpu_time, self.wall_time)
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Everything a run is allowed to do, with the origin of each grant.
+
+    ``imports`` is ``None`` when absent (nothing but the interpreter's own modules),
+    ``("*",)`` for everything. ``env`` is the complete environment the child starts with.
+    ``pins`` maps each host name of a network rule to its pinned addresses.
+    """
+
+    exposures: tuple[Exposure, ...] = ()
+    ignore: tuple[IgnoreRule, ...] = ()
+    network: tuple[NetworkRule, ...] = ()
+    pins: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    imports: tuple[str, ...] | None = None
+    imports_source: str = ""
+    api: tuple[ApiRule, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    env_sources: dict[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    provider: str = "subprocess"
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    python_guards: bool = True
+    learn: bool = False
+    learn_path: str | None = None
+    locked: bool = False
+    profile_files: tuple[str, ...] = ()
+    profile_path: str | None = None
+    cwd: str = "/"
+    #: third-party sections declared with ``ProfileSchema.add_section``, as plain data.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- serialisation for the sandboxed interpreter (JSON: no pickle before the guards) --
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Policy:
+        d = dict(data)
+        d["exposures"] = tuple(Exposure(**e) for e in d.get("exposures", ()))
+        d["ignore"] = tuple(IgnoreRule(**e) for e in d.get("ignore", ()))
+        d["network"] = tuple(
+            NetworkRule(
+                **{
+                    **r,
+                    "protocols": tuple(r["protocols"]),
+                    "ports": tuple(PortRange(**p) for p in r["ports"]),
+                }
+            )
+            for r in d.get("network", ())
+        )
+        d["pins"] = {k: tuple(v) for k, v in d.get("pins", {}).items()}
+        if d.get("imports") is not None:
+            d["imports"] = tuple(d["imports"])
+        d["api"] = tuple(ApiRule(**r) for r in d.get("api", ()))
+        d["limits"] = Limits(**d.get("limits", {}))
+        d["profile_files"] = tuple(d.get("profile_files", ()))
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> Policy:
+        return cls.from_dict(json.loads(text))
+
+    # -- convenience views used by guards and providers --
+
+    @property
+    def readable(self) -> tuple[Exposure, ...]:
+        return self.exposures
+
+    @property
+    def writable(self) -> tuple[Exposure, ...]:
+        return tuple(e for e in self.exposures if e.writable)
+
+    def allows_network(self) -> bool:
+        """True when at least one rule allows some traffic."""
+        return any(r.action == "allow" for r in self.network)

@@ -1,0 +1,165 @@
+"""The provider contract: one named class per OS sandbox, loaded by stevedore.
+
+A provider turns a :class:`~pysb_core.plan.LaunchPlan` into a kernel-enforced launch. A
+third party ships one by declaring an entry point in the ``pysb.providers`` group whose
+name equals the class's ``name``::
+
+    # pyproject.toml of pysb-nsjail
+    [project.entry-points."pysb.providers"]
+    nsjail = "pysb_nsjail:NsjailProvider"
+
+    # pysb_nsjail/__init__.py
+    import shutil
+    from pysb_core import Capability, LaunchSpec, Provider, ProviderStatus
+
+    class NsjailProvider(Provider):
+        name = "nsjail"
+        description = "Google's nsjail"
+        capabilities = frozenset({Capability.FILES, Capability.FILES_WRITE, Capability.ENV,
+                                  Capability.LIMITS})
+        install_hint = "apt-get install nsjail"
+
+        def probe(self) -> ProviderStatus:
+            if shutil.which("nsjail") is None:
+                return ProviderStatus.missing("nsjail is not installed", fix=self.install_hint)
+            return ProviderStatus.ok()
+
+        def prepare(self, plan):
+            argv = ["nsjail", "-Mo", "--cwd", plan.cwd]
+            for e in plan.exposures:
+                argv += ["--bindmount" if e.writable else "--bindmount_ro",
+                         f"{e.path}:{e.target}"]
+            return LaunchSpec(argv=[*argv, "--", *plan.argv], env=plan.env, cwd=plan.cwd,
+                              pass_fds=plan.pass_fds)
+
+Nothing in pysb-core names the built-in providers: they are found the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan, LaunchSpec
+
+
+class Capability(enum.StrEnum):
+    """What a provider can enforce at the OS level (shown by ``pysb providers``)."""
+
+    #: Reads are confined to the exposures.
+    FILES = "files"
+    #: Writes are confined to the read-write exposures.
+    FILES_WRITE = "files-write"
+    #: ``ignore`` globs hide paths below an exposure.
+    IGNORE = "ignore"
+    #: ``SRC:DEST`` exposes a directory under another name.
+    RENAME = "rename"
+    #: TCP filtered by port.
+    TCP_PORT = "tcp-port"
+    #: TCP filtered by address (and so by pinned host name).
+    TCP_HOST = "tcp-host"
+    #: UDP filtered by port.
+    UDP_PORT = "udp-port"
+    #: UDP filtered by address.
+    UDP_HOST = "udp-host"
+    #: The environment is exactly the whitelist (every provider that starts a fresh process).
+    ENV = "env"
+    #: Resource limits (rlimits; cgroups where delegated).
+    LIMITS = "limits"
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    """Whether a provider can run on this machine, and if not, why and how to fix it."""
+
+    available: bool
+    reason: str | None = None
+    fix: str | None = None
+    version: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, version: str | None = None, **details: Any) -> ProviderStatus:
+        return cls(True, None, None, version, dict(details))
+
+    @classmethod
+    def missing(cls, reason: str, *, fix: str | None = None) -> ProviderStatus:
+        return cls(False, reason, fix)
+
+
+class Provider(ABC):
+    """Base class of every OS sandbox provider (see the module docstring for an example).
+
+    Subclasses set ``name`` (equal to the entry-point name), ``description``,
+    ``capabilities`` and ``install_hint``, and implement :meth:`probe` and :meth:`prepare`.
+    Providers that are not a wrapper command (a VM) override :meth:`launch` instead.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    install_hint: ClassVar[str | None] = None
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+
+    # -- configuration --------------------------------------------------------------
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> list[str]:
+        """Return one message per problem in ``providers: {<name>: {...}}``.
+
+        The default accepts only an empty mapping; override to accept keys.
+        """
+        return [f"unknown option '{key}' for provider '{cls.name}'" for key in options]
+
+    # -- discovery ------------------------------------------------------------------
+
+    @abstractmethod
+    def probe(self) -> ProviderStatus:
+        """Say whether this provider can run here (binary present, kernel feature enabled)."""
+
+    def enforced(self) -> frozenset[Capability]:
+        """What this provider enforces on *this* machine (may be less than ``capabilities``,
+        e.g. landlock on an older ABI)."""
+        return self.capabilities
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        """Extra lines for ``pysb check`` (a generated ruleset, a mount table...)."""
+        return []
+
+    # -- launch ---------------------------------------------------------------------
+
+    @abstractmethod
+    def prepare(self, plan: LaunchPlan) -> LaunchSpec:
+        """Compile the plan into this provider's own command line / rulesets."""
+
+    def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start the sandbox and return the host process to wait for.
+
+        The caller runs ``spec.cleanups`` (kept on ``plan.cleanups``) after it exits.
+        """
+        spec = self.prepare(plan)
+        plan.cleanups.extend(spec.cleanups)
+        plan.seal()
+        proc = subprocess.Popen(
+            spec.argv,
+            env=spec.env,
+            cwd=spec.cwd,
+            pass_fds=tuple(spec.pass_fds),
+            **popen_kwargs,
+        )
+        try:
+            for started in spec.on_started:
+                started(proc)
+        except BaseException:
+            # Fail closed: a sandbox whose set-up did not complete never runs the program.
+            proc.kill()
+            proc.wait()
+            raise
+        return proc

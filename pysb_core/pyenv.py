@@ -1,0 +1,93 @@
+"""What the sandboxed interpreter itself needs to read: the implicit exposures.
+
+SPEC §4: nothing is readable but the interpreter and its standard library, the installed
+packages it needs, CA certificates and what the profile exposes. The interpreter is found
+by walking ``sys.executable``'s symlink chain link by link (uv and pyenv venvs point
+through several links), and every spelling on the chain is kept so that rules cover both
+the link and its target.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+
+from pysb_core.policy import Exposure
+
+CA_DIRS = (
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/ca-certificates",
+    "/usr/share/ca-certificates",
+    "/usr/share/pki",
+)
+
+
+def interpreter_chain(executable: str) -> list[str]:
+    """Every path on the symlink chain from ``executable`` to the real binary, in order."""
+    chain: list[str] = []
+    path = os.path.abspath(executable)
+    for _ in range(40):  # as the kernel does, refuse absurd chains
+        chain.append(path)
+        if not os.path.islink(path):
+            break
+        target = os.readlink(path)
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return chain
+
+
+def _existing(paths: list[str]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        if p and os.path.exists(p):
+            real = os.path.realpath(p)
+            if real not in out:
+                out.append(real)
+    return out
+
+
+@functools.cache
+def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(files, directories)`` the interpreter needs, as canonical paths.
+
+    Files: the links and binary of the chain, ``pyvenv.cfg``, a shared ``libpython``.
+    Directories: the standard library (with ``lib-dynload``), the site-packages of the
+    environment, and sys.path entries added by ``.pth`` files (editable installs).
+    """
+    files = _existing([*interpreter_chain(executable), os.path.join(sys.prefix, "pyvenv.cfg")])
+    # Links themselves (not only their targets) must stay reachable by name.
+    files += [p for p in interpreter_chain(executable) if p not in files]
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
+    if ldlib.endswith(".so") or ".so." in ldlib:
+        files += _existing([os.path.join(libdir, ldlib)])
+    paths = sysconfig.get_paths()
+    dirs = _existing(
+        [
+            paths.get("stdlib", ""),
+            paths.get("platstdlib", ""),
+            os.path.join(paths.get("platstdlib", ""), "lib-dynload"),
+            paths.get("purelib", ""),
+            paths.get("platlib", ""),
+        ]
+    )
+    script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real in (os.path.realpath(os.getcwd()), script_dir):
+            continue
+        if real not in dirs and not any(real.startswith(d + os.sep) for d in dirs):
+            dirs.append(real)
+    return tuple(files), tuple(dirs)
+
+
+def implicit_exposures(executable: str = sys.executable) -> list[Exposure]:
+    """Read-only exposures every sandboxed run gets (labelled ``<python>`` / ``<ca>``)."""
+    files, dirs = python_paths(executable)
+    out = [Exposure(p, p, False, "<python>", True) for p in (*files, *dirs)]
+    out += [Exposure(p, p, False, "<ca-certificates>", True) for p in _existing(list(CA_DIRS))]
+    return out
