@@ -1,0 +1,212 @@
+"""Read profile files (and their includes) into located node trees.
+
+Each file becomes a tree of plain tuples so that it can be cached with :mod:`marshal`
+(see :mod:`pysb_core.profile.cache`) and so that every value keeps its line number:
+
+- ``("s", line, value, raw)`` -- a scalar; ``value`` as ``yaml.safe_load`` would build it
+  (str, int, float, bool or None; other types fall back to their source text), ``raw`` the
+  source text;
+- ``("l", line, [node, ...])`` -- a sequence;
+- ``("m", line, [(key_node, value_node), ...])`` -- a mapping, in file order, duplicates kept
+  (the merge step reports them).
+
+``yaml`` is imported only on a cache miss. Includes are resolved here (relative to the
+including file, ``~``, absolute; missing files skipped; each file once; an unreadable file
+is an error, because skipping it could drop a ``learn: false`` lock).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pysb_core.profile import cache
+from pysb_core.profile.variables import VariableError, expand, is_absent
+
+Node = tuple[Any, ...]
+
+_SCALAR_TYPES = (str, int, float, bool, type(None))
+
+
+@dataclass
+class ProfileFile:
+    """One file read for a profile: its canonical path, display name and node tree."""
+
+    path: str
+    display: str
+    directory: str
+    tree: Node | None
+
+    def loc(self, node_or_line: Node | int) -> str:
+        line = node_or_line if isinstance(node_or_line, int) else node_or_line[1]
+        return f"{self.display}:{line}"
+
+
+def display_path(path: str, cwd: str) -> str:
+    """The path as a user would write it: relative to ``cwd`` when below it."""
+    cwd = cwd.rstrip(os.sep) or os.sep
+    if path == cwd:
+        return "."
+    prefix = cwd if cwd.endswith(os.sep) else cwd + os.sep
+    if path.startswith(prefix):
+        return path[len(prefix) :]
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# YAML -> node tree
+# ---------------------------------------------------------------------------------------
+
+
+def parse_text(text: str, display: str) -> tuple[Node | None, list[str]]:
+    """Compose ``text`` with PyYAML's safe loader; return the tree or located errors."""
+    import yaml
+
+    loader_cls = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    loader = loader_cls(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, []
+        return _convert(node, loader, set()), []
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        what = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem:
+            what = f"{exc.context}, {exc.problem}"
+        return None, [f"{display}:{line}: invalid YAML: {what}"]
+    except yaml.YAMLError as exc:
+        return None, [f"{display}:1: invalid YAML: {exc}"]
+    except RecursionError:
+        return None, [f"{display}:1: invalid YAML: structure nested too deeply"]
+    finally:
+        loader.dispose()
+
+
+def _convert(node: Any, loader: Any, active: set[int]) -> Node:
+    import yaml
+
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_object(node, deep=True)
+        if not isinstance(value, _SCALAR_TYPES):
+            value = node.value  # timestamps, binary...: keep the text
+        return ("s", line, value, node.value)
+    if id(node) in active:
+        raise yaml.MarkedYAMLError(problem="recursive alias", problem_mark=node.start_mark)
+    active.add(id(node))
+    try:
+        if isinstance(node, yaml.SequenceNode):
+            return ("l", line, [_convert(item, loader, active) for item in node.value])
+        loader.flatten_mapping(node)  # merge keys (<<), as safe_load does
+        pairs = [(_convert(k, loader, active), _convert(v, loader, active)) for k, v in node.value]
+        return ("m", line, pairs)
+    finally:
+        active.discard(id(node))
+
+
+def read_tree(path: str, display: str, cache_dir: str | None) -> tuple[Node | None, list[str]]:
+    """Read ``path`` (already known to exist) through the cache; OSError propagates."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        data = f.read()
+    cached = cache.load(cache_dir, path, st, data)
+    if cached is not None:
+        return cached[0], []
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return None, [f"{display}:{line}: not valid UTF-8"]
+    tree, errors = parse_text(text, display)
+    if not errors:
+        cache.store(cache_dir, path, st, data, (tree,))
+    return tree, errors
+
+
+# ---------------------------------------------------------------------------------------
+# Includes
+# ---------------------------------------------------------------------------------------
+
+
+def _home(environ: Mapping[str, str]) -> str:
+    return environ.get("HOME") or os.path.expanduser("~")
+
+
+def expand_user(path: str, environ: Mapping[str, str]) -> str:
+    """``~`` and ``~/x`` from the given environment's HOME; ``~user`` from the password db."""
+    if path == "~" or path.startswith("~/"):
+        return _home(environ) + path[1:]
+    if path.startswith("~"):
+        return os.path.expanduser(path)
+    return path
+
+
+def _include_entries(tree: Node | None) -> list[Node]:
+    if tree is None or tree[0] != "m":
+        return []
+    entries: list[Node] = []
+    for key, value in tree[2]:
+        if key[0] == "s" and key[2] == "include":
+            if value[0] == "l":
+                entries.extend(value[2])
+            elif value[0] == "s" and value[2] is not None:
+                entries.append(value)
+    return entries
+
+
+def load_files(
+    main: str, *, cwd: str, environ: Mapping[str, str], use_cache: bool = True
+) -> tuple[list[ProfileFile], list[str]]:
+    """Read ``main`` and, depth first, every file it includes; collect all errors."""
+    cache_dir = cache.cache_dir(environ) if use_cache else None
+    files: list[ProfileFile] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+
+    def visit(path: str, where: str | None) -> None:
+        real = os.path.realpath(path)
+        if real in seen:
+            return
+        shown = display_path(os.path.abspath(path), cwd)
+        try:
+            tree, errs = read_tree(real, shown, cache_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            if where is None:
+                errors.append(f"{shown}:1: profile not found")
+            return  # a missing include is skipped (SPEC §4)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if where is None:
+                errors.append(f"{shown}:1: cannot read the profile: {reason}")
+            else:
+                errors.append(f"{where}: cannot read included file {shown!r}: {reason}")
+            return
+        seen.add(real)
+        directory = os.path.dirname(os.path.abspath(path))
+        pf = ProfileFile(real, shown, directory, tree)
+        files.append(pf)
+        errors.extend(errs)
+        for entry in _include_entries(tree):
+            loc = pf.loc(entry)
+            if entry[0] != "s" or not isinstance(entry[2], str) or not entry[2]:
+                errors.append(f"{loc}: include: expected a file path")
+                continue
+            text = entry[2]
+            try:
+                if is_absent(text, environ, directory):
+                    continue
+                target = expand(text, environ, directory)
+            except VariableError as exc:
+                errors.append(f"{loc}: include: {exc}")
+                continue
+            target = expand_user(target, environ)
+            if not os.path.isabs(target):
+                target = os.path.join(directory, target)
+            visit(os.path.normpath(target), loc)
+
+    visit(main if os.path.isabs(main) else os.path.join(cwd, main), None)
+    return files, errors
