@@ -1,0 +1,241 @@
+"""Compile a :class:`~pysb_core.plan.LaunchPlan` into a bubblewrap command line.
+
+Pure: every host fact comes in through :class:`~pysb_bwrap.hostfs.HostLayout`, so the
+unit tests can check the command for any host. The order of the mount arguments matters
+(bwrap applies them in order, a later mount covers an earlier one):
+
+1. namespaces and process hardening;
+2. an exposure of ``/`` itself, if the profile asks for one;
+3. the system: ``/usr`` read-only, ``/bin``, ``/lib*``... as on the host, the parts of
+   ``/etc`` CPython and glibc need, ``/proc``, ``/dev``, a private ``/tmp``;
+4. the exposures, shallowest target first (a read-only directory inside a read-write one
+   stays read-only, whatever the order of the profile's lines);
+5. the masks over ignored paths, then the read-only rebinds of the profile files;
+6. the working directory (created empty when it is not exposed), and ``/`` made read-only
+   so that a write outside the read-write exposures fails instead of landing in bwrap's
+   throw-away root.
+
+The environment is *not* on this command line: ``--setenv NAME VALUE`` would show every
+value in ``/proc/PID/cmdline``, which any user of the host can read. bwrap hands its own
+environment to the program, so the provider starts bwrap with exactly ``plan.env``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pysb_bwrap.hostfs import (
+    ETC_BASE,
+    ETC_HOSTS,
+    ETC_NETWORK,
+    ETC_RESOLV,
+    TOP_LEVEL_SYSTEM,
+    HostLayout,
+    depth,
+    is_below,
+)
+from pysb_core.errors import SandboxError
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Exposure
+
+#: Where the system lives read-only inside, bound from the same host path.
+SYSTEM_RO = ("/usr",)
+#: Mounted by bwrap itself; no exposure may land on or below them.
+RESERVED = ("/proc", "/dev")
+DEFAULT_HOSTNAME = "pysb"
+
+
+@dataclass
+class BwrapCommand:
+    """The built command plus what the provider must arrange around it."""
+
+    argv: list[str]
+    #: Host paths of ignored files/directories actually masked (for ``describe``).
+    masked: list[str] = field(default_factory=list)
+    #: The working directory as the sandbox sees it.
+    cwd: str = "/"
+    #: True when a mask needs the provider's empty placeholder file.
+    needs_empty_file: bool = False
+
+
+def sandbox_path(host_path: str, exposures: Sequence[Exposure]) -> str | None:
+    """Where ``host_path`` appears inside, through the exposure that covers it most
+    closely (renames applied); the system trees map to themselves; ``None`` if invisible."""
+    best: Exposure | None = None
+    for e in exposures:
+        if is_below(host_path, e.path) and (best is None or len(e.path) > len(best.path)):
+            best = e
+    if best is not None:
+        rest = host_path[len(best.path) :].lstrip("/") if best.path != "/" else host_path[1:]
+        return posixpath.join(best.target, rest) if rest else best.target
+    if any(is_below(host_path, root) for root in SYSTEM_RO):
+        return host_path
+    return None
+
+
+def covering_exposure(host_path: str, exposures: Sequence[Exposure]) -> Exposure | None:
+    best: Exposure | None = None
+    for e in exposures:
+        if is_below(host_path, e.path) and (best is None or len(e.path) > len(best.path)):
+            best = e
+    return best
+
+
+def _check_targets(exposures: Sequence[Exposure]) -> None:
+    problems = []
+    for e in exposures:
+        for p, what in ((e.path, "path"), (e.target, "target")):
+            if not posixpath.isabs(p) or posixpath.normpath(p) != p:
+                problems.append(
+                    f"exposure {what} '{p}' ({e.source}) must be a normalised absolute path"
+                )
+        if any(is_below(e.target, r) for r in RESERVED):
+            problems.append(
+                f"exposure target '{e.target}' ({e.source}) lies under {', '.join(RESERVED)}, "
+                "which bwrap mounts itself"
+            )
+        if (
+            e.renamed
+            and any(is_below(e.target, r) for r in SYSTEM_RO)
+            and not os.path.exists(e.target)
+        ):
+            problems.append(
+                f"renamed exposure target '{e.target}' ({e.source}) would need a new directory "
+                "inside the read-only /usr; choose a target outside /usr"
+            )
+    if problems:
+        raise SandboxError("bwrap cannot build this sandbox:\n  " + "\n  ".join(problems))
+
+
+def build_argv(
+    plan: LaunchPlan,
+    layout: HostLayout,
+    *,
+    bwrap: str = "bwrap",
+    hostname: str = DEFAULT_HOSTNAME,
+    new_session: bool = True,
+    network: bool = False,
+    empty_file: str = "/nonexistent/pysb-empty",
+    info_fd: int | None = None,
+    block_fd: int | None = None,
+    hosts_file: str | None = None,
+    resolv_file: str | None = None,
+    disable_userns: bool = True,
+) -> BwrapCommand:
+    """Return the bwrap command that runs ``plan.argv`` under ``plan``'s view of the system.
+
+    ``network`` says whether a network allow rule is in force (then the resolver's /etc
+    files are visible; the filtering itself is the caller's business, through ``info_fd``
+    and ``block_fd``). ``empty_file`` is a host file of mode 000 bound over ignored files.
+    ``hosts_file`` / ``resolv_file`` replace the host's ``/etc/hosts`` / ``/etc/resolv.conf``
+    (generated from the pinned names and the filtered network's resolver).
+    """
+    if not plan.argv or not posixpath.isabs(plan.argv[0]):
+        raise SandboxError(
+            "bwrap needs the interpreter as an absolute path (got "
+            f"{plan.argv[0] if plan.argv else 'nothing'!r}) so that sys.executable is right"
+        )
+    exposures = list(plan.exposures)
+    _check_targets(exposures)
+
+    argv = [
+        bwrap,
+        # user, ipc, pid, net, uts, cgroup: nothing of the host's is shared.
+        "--unshare-all",
+        "--unshare-user",
+        "--hostname",
+        hostname,
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+    ]
+    if disable_userns:
+        # The program cannot create nested user namespaces (kernel attack surface).
+        argv.append("--disable-userns")
+    if new_session:
+        # setsid(): no controlling terminal, so no TIOCSTI injection into the user's shell.
+        argv.append("--new-session")
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    if block_fd is not None:
+        argv += ["--block-fd", str(block_fd)]
+
+    root_exposed = [e for e in exposures if e.target == "/"]
+    for e in sorted(root_exposed, key=lambda e: e.writable):
+        argv += ["--bind" if e.writable else "--ro-bind", e.path, "/"]
+
+    # -- the system, read-only ---------------------------------------------------------
+    for path in SYSTEM_RO:
+        argv += ["--ro-bind", path, path]
+    for path in TOP_LEVEL_SYSTEM:
+        kind = layout.top_level.get(path)
+        if kind is None:
+            continue
+        if kind == "dir":
+            argv += ["--ro-bind", path, path]
+        else:
+            argv += ["--symlink", kind, path]
+    etc_wanted = [*ETC_BASE, *(ETC_NETWORK if network else ())]
+    for path in etc_wanted:
+        if path not in layout.etc or (path == ETC_RESOLV and resolv_file is not None):
+            continue
+        link = layout.symlinks.get(path)
+        if link is not None and path == "/etc/localtime":
+            # Keep the link: tz libraries read the zone's name from its target.
+            argv += ["--symlink", link, path]
+        else:
+            argv += ["--ro-bind", path, path]
+    # The plan's generated hosts file agrees with the pinned names (SPEC §6).
+    hosts = hosts_file or plan.hosts_file or (ETC_HOSTS if ETC_HOSTS in layout.etc else None)
+    if hosts is not None:
+        argv += ["--ro-bind", hosts, ETC_HOSTS]
+    if network and resolv_file is not None:
+        argv += ["--ro-bind", resolv_file, ETC_RESOLV]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if not any(is_below("/tmp", e.target) for e in exposures):
+        argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+
+    # -- exposures: shallowest first; read-write after read-only at equal target -------
+    for e in sorted(
+        (e for e in exposures if e.target != "/"), key=lambda e: (depth(e.target), e.writable)
+    ):
+        argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
+
+    # -- ignored paths: masked by an unreadable placeholder -----------------------------
+    masked: list[str] = []
+    needs_empty = False
+    for host in sorted(set(plan.hidden), key=depth):
+        inside = sandbox_path(host, exposures)
+        if inside is None:
+            continue  # not visible anyway
+        if layout.is_dir(host):
+            argv += ["--perms", "0000", "--tmpfs", inside, "--remount-ro", inside]
+        else:
+            argv += ["--ro-bind", empty_file, inside]
+            needs_empty = True
+        masked.append(host)
+
+    # -- profile files: never writable inside ------------------------------------------
+    for host in sorted(set(plan.protected)):
+        cover = covering_exposure(host, exposures)
+        if cover is None or not cover.writable:
+            continue
+        inside = sandbox_path(host, exposures)
+        if inside is not None:
+            argv += ["--ro-bind-try", host, inside]
+
+    # -- working directory, then a read-only root ---------------------------------------
+    cwd = sandbox_path(plan.cwd, exposures)
+    if cwd is None:
+        cwd = plan.cwd
+        argv += ["--dir", cwd]
+    if not root_exposed:
+        argv += ["--remount-ro", "/"]
+    argv += ["--chdir", cwd, "--", *plan.argv]
+    return BwrapCommand(argv=argv, masked=masked, cwd=cwd, needs_empty_file=needs_empty)

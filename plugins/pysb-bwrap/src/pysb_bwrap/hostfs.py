@@ -1,0 +1,90 @@
+"""What the argv builder needs to know about the host's file system, gathered in one place.
+
+The builder itself is a pure function of the plan and of a :class:`HostLayout`, so that its
+unit tests can describe any host (merged ``/usr`` or not, ``/etc/localtime`` a link or a
+file) without touching the real one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+#: Top-level entries that hold the system's programs and libraries. On a merged-/usr
+#: system (Debian 12) they are symlinks into /usr and are recreated as the same symlinks;
+#: where they are real directories they are bound read-only.
+TOP_LEVEL_SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+#: The parts of /etc that CPython and glibc read during an ordinary start: the dynamic
+#: loader's cache, the time zone, name-service switch and user/group names (``getpass``,
+#: ``pwd``), protocol and service names (``socket.getservbyname``) and the OpenSSL
+#: configuration. Not the whole of /etc: it holds host secrets (``shadow``,
+#: ``ssl/private``) and host configuration the program has no business reading.
+ETC_BASE = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ssl/certs",
+)
+
+#: The plan's generated hosts file when there is one, else the host's.
+ETC_HOSTS = "/etc/hosts"
+
+#: Only when a network rule allows some traffic: the resolver's configuration.
+ETC_RESOLV = "/etc/resolv.conf"
+ETC_NETWORK = (ETC_RESOLV, "/etc/host.conf", "/etc/gai.conf")
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """A snapshot of the host facts the builder uses.
+
+    ``top_level`` maps each entry of :data:`TOP_LEVEL_SYSTEM` that exists to ``"dir"`` or
+    to the target of its symlink; ``etc`` lists the /etc entries that exist; ``symlinks``
+    maps /etc entries that are symlinks to their link text; ``dirs`` is the set of paths
+    (among those the builder asks about) that are directories.
+    """
+
+    top_level: dict[str, str] = field(default_factory=dict)
+    etc: frozenset[str] = frozenset()
+    symlinks: dict[str, str] = field(default_factory=dict)
+    dirs: frozenset[str] = frozenset()
+
+    def is_dir(self, path: str) -> bool:
+        return path in self.dirs
+
+
+def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
+    """Look at the real host: the system entries, the /etc files and ``extra_paths``
+    (hidden and protected paths, whose kind decides how they are masked)."""
+    top: dict[str, str] = {}
+    for path in TOP_LEVEL_SYSTEM:
+        if os.path.islink(path):
+            top[path] = os.readlink(path)
+        elif os.path.isdir(path):
+            top[path] = "dir"
+    etc: set[str] = set()
+    links: dict[str, str] = {}
+    for path in (*ETC_BASE, ETC_HOSTS, *ETC_NETWORK):
+        if os.path.lexists(path):
+            etc.add(path)
+            if os.path.islink(path):
+                links[path] = os.readlink(path)
+    dirs = frozenset(p for p in (*ETC_BASE, *ETC_NETWORK, *extra_paths) if os.path.isdir(p))
+    return HostLayout(top, frozenset(etc), links, dirs)
+
+
+def is_below(path: str, root: str) -> bool:
+    """``path`` equals ``root`` or lies under it (component-wise, both normalised)."""
+    if root == "/":
+        return path.startswith("/")
+    return path == root or path.startswith(root + "/")
+
+
+def depth(path: str) -> int:
+    return 0 if path == "/" else path.rstrip("/").count("/")

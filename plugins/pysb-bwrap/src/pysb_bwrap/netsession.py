@@ -1,0 +1,118 @@
+"""Launch-time plumbing for a bwrap sandbox whose network rules allow traffic.
+
+bwrap creates the namespaces, reports the sandbox's PID on ``--info-fd`` and then waits on
+``--block-fd`` before it executes the program. In that window ``pysb_core.netns`` loads
+the packet filter into the namespace and attaches the user-mode network; only then is the
+program released. Any failure raises, and :meth:`Provider.launch` kills the sandbox,
+which never ran the program (fail closed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pysb_core.errors import SandboxError
+
+#: How long bwrap may take to report its PID (it is milliseconds in practice).
+INFO_TIMEOUT = 20.0
+
+
+@dataclass
+class Resources:
+    """Host-side temporary files and pipe ends of one launch, released exactly once."""
+
+    tmpdir: str | None = None
+    fds: set[int] = field(default_factory=set)
+
+    def file(self, name: str, data: bytes, mode: int) -> str:
+        if self.tmpdir is None:
+            self.tmpdir = tempfile.mkdtemp(prefix="pysb-bwrap-")
+        path = os.path.join(self.tmpdir, name)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.chmod(path, mode)
+        return path
+
+    def pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self.fds.update((r, w))
+        return r, w
+
+    def close(self, fd: int) -> None:
+        if fd in self.fds:
+            self.fds.discard(fd)
+            os.close(fd)
+
+    def release(self) -> None:
+        for fd in list(self.fds):
+            self.close(fd)
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+
+@dataclass
+class NetworkLaunch:
+    """The pipes bwrap shares with pysb, and the network to attach when it reports in."""
+
+    net: Any  # pysb_core.netns.NetnsNetwork
+    res: Resources
+    info_r: int
+    info_w: int
+    block_r: int
+    block_w: int
+
+    @classmethod
+    def create(cls, net: Any, res: Resources) -> NetworkLaunch:
+        info_r, info_w = res.pipe()
+        block_r, block_w = res.pipe()
+        return cls(net, res, info_r, info_w, block_r, block_w)
+
+    @property
+    def child_fds(self) -> list[int]:
+        return [self.info_w, self.block_r]
+
+    def on_started(self, proc: subprocess.Popen[bytes]) -> None:
+        """Filter and connect the namespace, then let bwrap start the program."""
+        self.res.close(self.info_w)
+        self.res.close(self.block_r)
+        pid = self._read_child_pid(proc)
+        self.net.attach(pid)
+        os.write(self.block_w, b"1")
+        self.res.close(self.block_w)
+
+    def _read_child_pid(self, proc: subprocess.Popen[bytes]) -> int:
+        data = b""
+        deadline = time.monotonic() + INFO_TIMEOUT
+        while True:
+            try:
+                return int(json.loads(data)["child-pid"])
+            except (ValueError, KeyError):
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxError("bwrap did not report its sandbox's PID in time")
+            ready, _, _ = select.select([self.info_r], [], [], min(left, 0.5))
+            chunk = os.read(self.info_r, 4096) if ready else b""
+            if ready and not chunk:
+                status = proc.poll()
+                raise SandboxError(
+                    "bwrap exited before the sandbox was ready"
+                    + (f" (exit {status})" if status is not None else "")
+                    + "; the program was not started"
+                )
+            data += chunk
+
+    def close(self) -> None:
+        self.net.close()

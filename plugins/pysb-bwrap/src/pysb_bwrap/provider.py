@@ -1,0 +1,187 @@
+"""The ``bwrap`` provider class: compile the plan, start bwrap, attach the network.
+
+The sandbox is a fresh mount namespace whose root holds only what the plan exposes (plus
+read-only system trees and a handful of /etc files), and fresh user, pid, ipc, uts, cgroup
+and network namespaces. Capabilities are dropped, nested user namespaces are disabled,
+and the sandbox dies with pysb. See docs/providers.md#bwrap for the exact view.
+
+Works with bubblewrap 0.8.0 (Debian 12): no ``--argv0`` is used; the interpreter is
+exec'd by its absolute path, so ``sys.executable`` is right.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pysb_bwrap import netlayer, options
+from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv
+from pysb_bwrap.hostfs import scan_host
+from pysb_bwrap.netsession import NetworkLaunch, Resources
+from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
+from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.markers import hookimpl
+from pysb_core.plan import ChildSetup, LaunchSpec
+from pysb_core.policy import Exposure
+from pysb_core.provider import Capability, Provider, ProviderStatus
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
+
+BASE_CAPABILITIES = frozenset(
+    {
+        Capability.FILES,
+        Capability.FILES_WRITE,
+        Capability.IGNORE,
+        Capability.RENAME,
+        Capability.ENV,
+        Capability.LIMITS,
+    }
+)
+
+
+class BwrapProvider(Provider):
+    """Bubblewrap namespaces; network allow rules through ``pysb_core.netns`` when present."""
+
+    name = "bwrap"
+    description = "bubblewrap: private mount, user, pid, ipc, uts, cgroup and network namespaces"
+    capabilities = BASE_CAPABILITIES | netlayer.layer_capabilities()
+    install_hint = INSTALL_FIX
+
+    # -- configuration --------------------------------------------------------------
+
+    @classmethod
+    def validate_options(cls, options_: Mapping[str, Any]) -> list[str]:
+        return options.validate(options_)
+
+    # -- discovery ------------------------------------------------------------------
+
+    def probe(self) -> ProviderStatus:
+        return probe_bwrap()
+
+    def enforced(self) -> frozenset[Capability]:
+        return BASE_CAPABILITIES | netlayer.layer_usable()
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        lines = []
+        if not netlayer.needs_layer(plan):
+            lines.append("network: own namespace, loopback only (no allow rule)")
+        else:
+            try:
+                lines += netlayer.network_for(plan).describe()
+            except SandboxError as exc:
+                lines.append(f"network: REFUSED: {exc}")
+        if plan.interactive:
+            lines.append(
+                "session: shared with the terminal (interactive; --new-session would break "
+                "job control)"
+            )
+        try:
+            cmd = self._command(plan, empty_file="<empty-file>", network=netlayer.needs_layer(plan))
+        except SandboxError as exc:
+            return [*lines, f"cannot build: {exc}"]
+        lines.append("command: " + " ".join(cmd.argv))
+        return lines
+
+    # -- launch ---------------------------------------------------------------------
+
+    def _command(self, plan: LaunchPlan, *, empty_file: str, **kwargs: Any) -> BwrapCommand:
+        problems = options.validate(plan.provider_options)
+        if problems:
+            raise SandboxError("\n".join(problems))
+        status = probe_bwrap()
+        layout = scan_host((*plan.hidden, *plan.protected))
+        return build_argv(
+            plan,
+            layout,
+            bwrap=str(status.details.get("binary", "bwrap")),
+            hostname=str(plan.provider_options.get("hostname", DEFAULT_HOSTNAME)),
+            new_session=not plan.interactive,
+            empty_file=empty_file,
+            **kwargs,
+        )
+
+    def prepare(self, plan: LaunchPlan) -> LaunchSpec:
+        status = probe_bwrap()
+        if not status.available:
+            raise ProviderUnavailableError(f"bwrap: {status.reason}", fix=status.fix)
+        res = Resources()
+        netlaunch: NetworkLaunch | None = None
+        try:
+            net = netlayer.network_for(plan) if netlayer.needs_layer(plan) else None
+            empty = res.file("empty", b"", 0o000) if plan.hidden else "/nonexistent/pysb-empty"
+            extra: dict[str, Any] = {}
+            if net is not None:
+                netlaunch = NetworkLaunch.create(net, res)
+                extra = {
+                    "network": True,
+                    "info_fd": netlaunch.info_w,
+                    "block_fd": netlaunch.block_r,
+                    "resolv_file": res.file("resolv.conf", net.resolv_text().encode(), 0o444),
+                    # A nested user namespace would hide the network namespace's owner
+                    # from nsenter; the filter could not be loaded (docs: residual risks).
+                    "disable_userns": False,
+                }
+                if plan.hosts_file is None:
+                    extra["hosts_file"] = res.file("hosts", net.hosts_text().encode(), 0o444)
+            cmd = self._command(plan, empty_file=empty, **extra)
+        except BaseException:
+            res.release()
+            raise
+        # No --clearenv/--setenv: values on bwrap's command line are world-readable in
+        # /proc/PID/cmdline. bwrap passes its own environment on, so it gets exactly plan.env.
+        spec = LaunchSpec(
+            argv=cmd.argv,
+            env=dict(plan.env),
+            cwd="/",
+            pass_fds=[*plan.pass_fds, *(netlaunch.child_fds if netlaunch else ())],
+            cleanups=[res.release],
+        )
+        if netlaunch is not None:
+            spec.on_started.append(netlaunch.on_started)
+            spec.cleanups.insert(0, netlaunch.close)
+        return spec
+
+    def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        if plan.interactive:
+            # bwrap 0.8 does not forward signals; in the terminal's process group it would
+            # die of Ctrl-C. It ignores SIGINT; the program gets it back (pysb_bwrap.child).
+            previous = popen_kwargs.pop("preexec_fn", None)
+
+            def ignore_sigint() -> None:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                if previous is not None:
+                    previous()
+
+            popen_kwargs["preexec_fn"] = ignore_sigint
+        spec_cleanups_before = len(plan.cleanups)
+        try:
+            return super().launch(plan, **popen_kwargs)
+        except BaseException:
+            # The sandbox never ran the program: release its pipes and files now.
+            for fn in plan.cleanups[spec_cleanups_before:]:
+                fn()
+            del plan.cleanups[spec_cleanups_before:]
+            raise
+
+    # -- hooks (the loaded provider is registered with pluggy) ---------------------------
+
+    @hookimpl
+    def pysb_contribute(self, policy: Policy, plan: LaunchPlan) -> None:
+        """Undo what bwrap adds to the program's start (see :mod:`pysb_bwrap.child`)."""
+        unset = [] if "PWD" in policy.env else ["PWD"]
+        if not unset and not plan.interactive:
+            return
+        here = os.path.dirname(os.path.realpath(__file__))
+        plan.add_exposure(Exposure(path=here, target=here, writable=False, implicit=True))
+        plan.add_child_setup(
+            ChildSetup(
+                module="pysb_bwrap.child",
+                function="setup",
+                args={"unset": unset, "restore_sigint": plan.interactive},
+            )
+        )

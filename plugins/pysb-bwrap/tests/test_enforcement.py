@@ -1,0 +1,245 @@
+"""Acceptance tests: the kernel, through bwrap, enforces the plan (no Python guards).
+
+Each test runs real programs (``/bin/cat``, ``/usr/bin/env``, the interpreter) inside a
+real bubblewrap sandbox built from a hand-made launch plan.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import pytest
+from pysb_bwrap import BwrapProvider
+from pysb_bwrap import child as child_module
+
+from pysb_core.errors import SandboxError
+from pysb_core.policy import Exposure
+
+pytestmark = pytest.mark.provider("bwrap")
+
+ENV = {"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin", "PYSB_TEST_VISIBLE": "yes"}
+
+
+def ro(path, target=None):
+    return Exposure(path=str(path), target=str(target or path), writable=False, source="t:1")
+
+
+def rw(path, target=None):
+    return Exposure(path=str(path), target=str(target or path), writable=True, source="t:2")
+
+
+def test_secret_outside_exposures_is_unreadable(run_plan, mkplan, workdir):
+    (workdir / "exposed").mkdir()
+    (workdir / "exposed" / "ok.txt").write_text("visible")
+    secret = workdir / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    plan = mkplan(["/bin/cat", str(secret)], exposures=[ro(workdir / "exposed")], env=ENV)
+    res = run_plan(plan)
+    assert res.returncode != 0
+    assert "TOP-SECRET" not in res.stdout
+    assert "No such file" in res.stderr
+    ok = run_plan(
+        mkplan(["/bin/cat", str(workdir / "exposed/ok.txt")], exposures=[ro(workdir / "exposed")])
+    )
+    assert ok.returncode == 0 and ok.stdout == "visible"
+
+
+def test_host_etc_is_not_exposed(run_plan, mkplan):
+    res = run_plan(mkplan(["/bin/cat", "/etc/shadow"], env=ENV))
+    assert res.returncode != 0
+    assert "No such file" in res.stderr
+    res = run_plan(mkplan(["/bin/ls", "/etc"], env=ENV))
+    assert res.returncode == 0
+    assert "shadow" not in res.stdout.split()
+    assert "passwd" in res.stdout.split()
+
+
+def test_writes_only_inside_rw_exposures(run_plan, mkplan, workdir):
+    out, inp = workdir / "out", workdir / "in"
+    out.mkdir()
+    inp.mkdir()
+    exps = [rw(out), ro(inp)]
+    ok = run_plan(mkplan(["/bin/sh", "-c", f"echo written > {out}/new.txt"], exposures=exps))
+    assert ok.returncode == 0, ok.stderr
+    assert (out / "new.txt").read_text() == "written\n"
+    for target in (inp / "x.txt", "/usr/pysb-x", "/pysb-x", "/etc/pysb-x", "/root/pysb-x"):
+        res = run_plan(mkplan(["/bin/sh", "-c", f"echo no > {target}"], exposures=exps))
+        assert res.returncode != 0, target
+        assert not os.path.exists(target)
+    # /tmp is a private tmpfs: a write there succeeds but never reaches the host.
+    outside = workdir / "outside.txt"
+    res = run_plan(
+        mkplan(["/bin/sh", "-c", f"echo no > {outside} && cat {outside}"], exposures=exps)
+    )
+    assert res.stdout == "no\n"
+    assert not outside.exists()
+
+
+def test_ignored_file_and_directory_are_masked(run_plan, mkplan, workdir):
+    proj = workdir / "proj"
+    (proj / ".git").mkdir(parents=True)
+    (proj / ".git" / "config").write_text("GIT-SECRET")
+    (proj / ".env").write_text("API_KEY=SECRET")
+    (proj / "app.py").write_text("print('app')")
+    plan = mkplan(
+        [
+            "/bin/sh",
+            "-c",
+            f"cat {proj}/app.py; cat {proj}/.env; cat {proj}/.git/config; "
+            f"echo x > {proj}/.env; ls {proj}/.git",
+        ],
+        exposures=[rw(proj)],
+        hidden=[str(proj / ".env"), str(proj / ".git")],
+    )
+    res = run_plan(plan)
+    assert "print('app')" in res.stdout
+    assert "SECRET" not in res.stdout
+    assert res.stderr.count("Permission denied") + res.stderr.count("Read-only") >= 3
+    assert (proj / ".env").read_text() == "API_KEY=SECRET"
+
+
+def test_renamed_exposure_is_visible_under_its_new_name(run_plan, mkplan, workdir):
+    data = workdir / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("renamed!")
+    res = run_plan(
+        mkplan(["/bin/sh", "-c", f"cat /data/x.txt; ls {data}"], exposures=[ro(data, "/data")])
+    )
+    assert res.stdout.startswith("renamed!")
+    assert "No such file" in res.stderr  # the original name is not visible
+
+
+def test_profile_file_under_rw_exposure_stays_read_only(run_plan, mkplan, workdir):
+    proj = workdir / "proj"
+    proj.mkdir()
+    profile = proj / ".pysb.yaml"
+    profile.write_text("version: 1\n")
+    plan = mkplan(
+        ["/bin/sh", "-c", f"echo 'files: {{expose-rw: [/]}}' >> {profile}; echo ok > {proj}/f"],
+        exposures=[rw(proj)],
+        protected=[str(profile)],
+    )
+    res = run_plan(plan)
+    assert profile.read_text() == "version: 1\n"
+    assert (proj / "f").read_text() == "ok\n"
+    assert "Read-only" in res.stderr
+
+
+def test_only_whitelisted_environment(run_plan, mkplan, monkeypatch):
+    monkeypatch.setenv("PYSB_HOST_ONLY_SECRET", "leak")
+    res = run_plan(mkplan(["/usr/bin/env"], env=ENV, cwd="/"))
+    seen = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    # bwrap itself always sets PWD; the child setup removes it (next test).
+    assert seen.pop("PWD") == "/"
+    assert seen == ENV
+
+
+def test_child_setup_removes_bwraps_pwd(run_plan, mkplan):
+    provider = BwrapProvider()
+    plan = mkplan([sys.executable], env=ENV, cwd="/")
+    provider.pysb_contribute(plan.policy, plan)
+    (setup,) = plan.child_setups
+    src = os.path.dirname(os.path.dirname(os.path.realpath(child_module.__file__)))
+    code = (
+        f"import sys; sys.path.insert(0, {src!r}); "
+        f"import {setup.module} as m, os; m.{setup.function}(**{setup.args!r}); "
+        "os.execv('/usr/bin/env', ['env'])"
+    )
+    plan.argv = [os.path.realpath(sys.executable), "-c", code]
+    res = run_plan(plan)
+    env = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    assert env == ENV, res.stderr
+
+
+def test_host_loopback_server_is_unreachable(run_plan, mkplan):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.setblocking(False)
+    port = server.getsockname()[1]
+    code = (
+        "import socket,sys\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+        "except OSError as e:\n"
+        "    print('refused', type(e).__name__); sys.exit(0)\n"
+        "print('connected'); sys.exit(1)\n"
+    )
+    try:
+        res = run_plan(mkplan([os.path.realpath(sys.executable), "-c", code], env=ENV))
+        assert res.stdout.startswith("refused"), (res.stdout, res.stderr)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nothing ever reached the host's server
+    finally:
+        server.close()
+
+
+def test_interfaces_are_loopback_only(run_plan, mkplan):
+    res = run_plan(mkplan(["/bin/cat", "/proc/net/dev"]))
+    names = [ln.split(":")[0].strip() for ln in res.stdout.splitlines()[2:]]
+    assert names == ["lo"]
+
+
+def test_network_allow_rule_fails_closed_without_filter_layer(mkplan, mkrule, bwrap_available):
+    from pysb_bwrap import netlayer
+
+    if netlayer.netns_module() is not None:
+        pytest.skip("pysb_core.netns is installed: network rules are enforced, not refused")
+    plan = mkplan(["/bin/true"], network=(mkrule(),))
+    with pytest.raises(SandboxError, match="filtering layer"):
+        BwrapProvider().prepare(plan)
+    assert any("REFUSED" in line for line in BwrapProvider().describe(plan))
+
+
+@pytest.mark.parametrize(("script", "status"), [("exit 3", 3), ("kill -9 $$", 128 + 9)])
+def test_exit_status_passes_through(run_plan, mkplan, script, status):
+    assert run_plan(mkplan(["/bin/sh", "-c", script])).returncode == status
+
+
+def test_python_signal_death_is_128_plus_n(run_plan, mkplan):
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    res = run_plan(mkplan([os.path.realpath(sys.executable), "-c", code]))
+    assert res.returncode == 128 + 15
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12", "3.13"])
+def test_interpreters_start(run_plan, mkplan, pythons, version):
+    python = pythons[version]
+    if not os.path.exists(python):
+        pytest.skip(f"no Python {version} here")
+    exe = os.path.realpath(python)
+    code = "import sys, ssl, json, sqlite3; print(sys.version_info[:2], sys.executable)"
+    res = run_plan(mkplan([exe, "-c", code], python=python, env=ENV))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"{tuple(int(x) for x in version.split('.'))} {exe}"
+
+
+def test_inherited_fd_reaches_the_program(run_plan, mkplan):
+    r, w = os.pipe()
+    try:
+        code = f"import os; os.write({w}, b'through the fd')"
+        plan = mkplan([os.path.realpath(sys.executable), "-c", code], pass_fds=[w])
+        res = run_plan(plan)
+        os.close(w)
+        w = -1
+        assert res.returncode == 0, res.stderr
+        assert os.read(r, 100) == b"through the fd"
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def test_unexposed_cwd_exists_empty(run_plan, mkplan, workdir):
+    (workdir / "file").write_text("x")
+    res = run_plan(mkplan(["/bin/sh", "-c", "pwd; ls -A"], cwd=str(workdir)))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [str(workdir)]
+
+
+def test_no_capabilities_no_nested_userns(run_plan, mkplan):
+    res = run_plan(mkplan(["/bin/sh", "-c", "grep CapEff /proc/self/status; unshare -U true"]))
+    assert "CapEff:\t0000000000000000" in res.stdout
+    assert res.returncode != 0
