@@ -17,9 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pluggy
-
-hookimpl = pluggy.HookimplMarker("pysb")
+from pysb_core.markers import hookimpl
 
 DEFAULT_HOSTS_FILE = "/etc/hosts"
 #: Per-name budget for the DNS queries (A and AAAA together), in seconds.
@@ -74,10 +72,9 @@ def _dns_lookup(name: str, resolver: Any) -> list[str]:
             answer = resolver.resolve(name, rdtype, lifetime=DNS_LIFETIME, search=False)
         except (dns.exception.DNSException, OSError, ValueError):
             continue
-        for record in answer:
-            text = str(ipaddress.ip_address(record.address))
-            if text not in out:
-                out.append(text)
+        # Sorted: an answer's order is the server's round robin; pins should not depend on it.
+        for ip in sorted({ipaddress.ip_address(record.address) for record in answer}):
+            out.append(str(ip))
     return out
 
 
