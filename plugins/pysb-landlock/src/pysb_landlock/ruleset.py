@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import stat
 
 # -- syscall numbers ----------------------------------------------------------------------
@@ -178,16 +177,16 @@ def _check(result: int, what: str) -> int:
 
 
 def machine_supported() -> bool:
-    return platform.system() == "Linux" and platform.machine().lower() in _SUPPORTED_MACHINES
+    uname = os.uname()
+    return uname.sysname == "Linux" and uname.machine.lower() in _SUPPORTED_MACHINES
 
 
 def abi_version() -> int:
     """The kernel's Landlock ABI, or raise :class:`LandlockError` saying why there is none
     (ENOSYS: not built in; EOPNOTSUPP: built in but not enabled at boot)."""
     if not machine_supported():
-        raise LandlockError(
-            0, f"Landlock is not supported on {platform.system()} {platform.machine()}"
-        )
+        uname = os.uname()
+        raise LandlockError(0, f"Landlock is not supported on {uname.sysname} {uname.machine}")
     res = _syscall(
         ctypes.c_long(_SYS_CREATE_RULESET),
         ctypes.c_void_p(None),

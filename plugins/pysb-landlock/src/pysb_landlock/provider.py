@@ -1,0 +1,130 @@
+"""The ``landlock`` provider class (parent side): probe, capabilities, compile, prepare.
+
+No wrapper process, no namespace, no root: the launch is the plain interpreter command,
+and a :class:`~pysb_core.plan.ChildSetup` makes the bootstrap call
+:func:`pysb_landlock.child.restrict` before user code. The kernel then confines reads and
+writes to the exposures, TCP bind/connect to the allowed ports (ABI >= 4), and signals and
+abstract Unix sockets to the sandbox (ABI >= 6).
+
+What Landlock cannot do (hide or rename paths, filter hosts or UDP) is not claimed in
+``capabilities``; ``pysb check`` therefore reports those rules as enforced by the Python
+layer only, and refuses them under ``--no-python-guards``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from pysb_core.errors import ProviderUnavailableError
+from pysb_core.plan import ChildSetup, LaunchSpec
+from pysb_core.provider import Capability, Provider, ProviderStatus
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+    from pysb_landlock.compiler import Compiled
+
+_FIX = (
+    "boot a Linux >= 5.13 kernel built with CONFIG_SECURITY_LANDLOCK=y and with landlock in "
+    "its LSM list (CONFIG_LSM, or the boot parameter lsm=landlock,...); TCP port rules need "
+    "Linux >= 6.7 (ABI 4), signal and abstract-socket scoping Linux >= 6.12 (ABI 6)"
+)
+
+
+class LandlockProvider(Provider):
+    """Landlock LSM: files by path hierarchy, TCP by port; no hosts, UDP, hiding, renames."""
+
+    name = "landlock"
+    description = "Linux Landlock LSM: the interpreter restricts itself (no root, no namespaces)"
+    capabilities = frozenset(
+        {
+            Capability.FILES,
+            Capability.FILES_WRITE,
+            Capability.TCP_PORT,
+            Capability.ENV,
+            Capability.LIMITS,
+        }
+    )
+    install_hint = _FIX
+
+    _abi_probe: int | None
+    _abi_error: str | None
+
+    def _abi(self) -> int | None:
+        """The kernel's ABI (probed once per provider instance, i.e. once per run)."""
+        if not hasattr(self, "_abi_probe"):
+            from pysb_landlock import ruleset
+
+            try:
+                self._abi_probe, self._abi_error = ruleset.abi_version(), None
+            except OSError as exc:
+                self._abi_probe, self._abi_error = None, _reason(exc)
+        return self._abi_probe
+
+    def probe(self) -> ProviderStatus:
+        abi = self._abi()
+        if abi is None:
+            return ProviderStatus.missing(self._abi_error or "landlock unavailable", fix=_FIX)
+        return ProviderStatus.ok(version=f"ABI {abi}", abi=abi)
+
+    def enforced(self) -> frozenset[Capability]:
+        abi = self._abi()
+        if abi is None:
+            return frozenset()
+        out = {Capability.FILES, Capability.ENV, Capability.LIMITS}
+        if abi >= 3:
+            # Before ABI 3, truncate(2) cannot be denied: writes are not confined.
+            out.add(Capability.FILES_WRITE)
+        if abi >= 4:
+            out.add(Capability.TCP_PORT)
+        return frozenset(out)
+
+    def compile(self, plan: LaunchPlan) -> Compiled:
+        """The ruleset for ``plan`` on this kernel (raises when Landlock is unavailable)."""
+        from pysb_landlock.compiler import compile_plan
+
+        abi = self._abi()
+        if abi is None:
+            raise ProviderUnavailableError(
+                f"provider 'landlock' cannot run here: {self._abi_error}", fix=_FIX
+            )
+        return compile_plan(plan, abi, framework_dirs=_framework_dirs())
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        try:
+            return self.compile(plan).describe()
+        except ProviderUnavailableError as exc:
+            return [f"landlock unavailable: {exc.reason}"]
+
+    def prepare(self, plan: LaunchPlan) -> LaunchSpec:
+        compiled = self.compile(plan)
+        for warning in compiled.warnings:
+            plan.note(f"landlock: {warning}")
+        plan.add_child_setup(ChildSetup("pysb_landlock.child", "restrict", compiled.args()))
+        return LaunchSpec(
+            argv=list(plan.argv),
+            env=dict(plan.env),
+            cwd=plan.cwd,
+            pass_fds=list(plan.pass_fds),
+        )
+
+
+def _reason(exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.ENOSYS:
+        return "this kernel is built without Landlock (CONFIG_SECURITY_LANDLOCK)"
+    if exc.errno == errno.EOPNOTSUPP:
+        return "Landlock is built in but not enabled at boot (not in the LSM list)"
+    return str(exc.strerror or exc)
+
+
+def _framework_dirs() -> list[str]:
+    """Package directories the sandboxed interpreter imports from after the restriction
+    (pysb_core's lazily imported submodules, this package)."""
+    import pysb_core
+
+    return [
+        os.path.dirname(os.path.realpath(pysb_core.__file__)),
+        os.path.dirname(os.path.realpath(__file__)),
+    ]

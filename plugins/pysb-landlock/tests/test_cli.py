@@ -1,0 +1,199 @@
+"""End to end through the real CLI: ``pysb run --provider landlock --no-python-guards``.
+
+Only the OS layer is active here, so every refusal below comes from the kernel. Needs the
+provider installed (``make dev``): entry points are how pysb finds it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from landlock_helpers import needs_abi, needs_landlock
+
+PYSB = [sys.executable, "-m", "pysb_core"]
+
+
+def _landlock_installed() -> bool:
+    try:
+        out = subprocess.run([*PYSB, "providers", "--json"], capture_output=True, text=True)
+        return any(p["name"] == "landlock" for p in json.loads(out.stdout))
+    except (OSError, ValueError):
+        return False
+
+
+pytestmark = [
+    needs_landlock,
+    pytest.mark.provider("landlock"),
+    pytest.mark.skipif(
+        not _landlock_installed() and not os.environ.get("PYSB_REQUIRE_PROVIDERS"),
+        reason="pysb-landlock is not installed in this interpreter (make dev)",
+    ),
+]
+
+
+@pytest.fixture
+def box(tmp_path):
+    """A secret outside the exposures, a read-write dir, and a profile (outside both)."""
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "key.pem").write_text("TOP-SECRET\n")
+    (tmp_path / "rw").mkdir()
+    return tmp_path
+
+
+def pysb(box, *args, profile: str, **kw) -> subprocess.CompletedProcess[str]:
+    path = box / "profile.yaml"
+    path.write_text(profile)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSB_")}
+    return subprocess.run(
+        [
+            *PYSB,
+            "run",
+            "--profile",
+            str(path),
+            "--provider",
+            "landlock",
+            "--no-python-guards",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=box,
+        env=env,
+        timeout=60,
+        **kw,
+    )
+
+
+def files_profile(box, extra: str = "", files_extra: str = "") -> str:
+    return (
+        "version: 1\n"
+        "imports: ['*']\n"
+        "files:\n"
+        "  expose-ro: [/usr/bin]\n"
+        f"  expose-rw: [{box / 'rw'}]\n" + files_extra + extra
+    )
+
+
+def test_c_reader_cannot_read_secret(box):
+    code = (
+        "import subprocess, sys\n"
+        "r = subprocess.run(['/bin/cat', sys.argv[1]], capture_output=True, text=True)\n"
+        "print(r.returncode, r.stdout.strip(), r.stderr.strip())\n"
+    )
+    r = pysb(box, "-c", code, str(box / "secret" / "key.pem"), profile=files_profile(box))
+    assert r.returncode == 0, r.stderr
+    assert "TOP-SECRET" not in r.stdout
+    assert r.stdout.startswith("1 ") and "Permission denied" in r.stdout
+
+
+def test_writes_inside_rw_only(box):
+    code = (
+        "import sys\n"
+        "open(sys.argv[1], 'w').write('ok')\n"
+        "try:\n"
+        "    open(sys.argv[2], 'w')\n"
+        "except PermissionError as e:\n"
+        "    print('denied', e.errno)\n"
+    )
+    inside, outside = box / "rw" / "out.txt", box / "secret" / "new.txt"
+    r = pysb(box, "-c", code, str(inside), str(outside), profile=files_profile(box))
+    assert r.stdout.strip() == f"denied {errno.EACCES}", r.stderr
+    assert inside.read_text() == "ok"
+    assert not outside.exists()
+
+
+@needs_abi[4]
+def test_tcp_port_rule(box):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    code = (
+        "import socket, sys\n"
+        "for p in sys.argv[1:]:\n"
+        "    s = socket.socket()\n"
+        "    try:\n"
+        "        s.connect(('127.0.0.1', int(p)))\n"
+        "        print('connected')\n"
+        "    except OSError as e:\n"
+        "        print('error', e.errno)\n"
+    )
+    other = port + 1 if port < 65535 else port - 1
+    try:
+        r = pysb(
+            box,
+            "-c",
+            code,
+            str(port),
+            str(other),
+            profile=files_profile(box, f"network:\n  - allow tcp * {port} out\n"),
+        )
+        assert r.stdout.split("\n")[:2] == ["connected", f"error {errno.EACCES}"], r.stderr
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "network:\n  - allow tcp 127.0.0.1 8000 out\n",  # landlock cannot filter hosts
+        "network:\n  - allow udp * 53 out\n",  # nor UDP
+    ],
+)
+def test_rules_landlock_cannot_enforce_refuse_to_start(box, extra):
+    r = pysb(box, "-c", "print('USER CODE RAN')", profile=files_profile(box, extra))
+    assert r.returncode == 125
+    assert "USER CODE RAN" not in r.stdout
+    assert "' is not enforced by any active layer" in r.stderr
+
+
+def test_ignore_is_python_layer_only(box):
+    profile = files_profile(box, files_extra="  ignore: ['*.pem']\n")
+    r = pysb(box, "-c", "print('USER CODE RAN')", profile=profile)
+    assert r.returncode == 125, r.stderr
+    assert "USER CODE RAN" not in r.stdout
+    assert "ignore: *.pem' is not enforced by any active layer" in r.stderr
+
+
+@needs_abi[6]
+def test_signal_to_outside_process_refused(box):
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        code = (
+            "import os, signal, sys\n"
+            "try:\n"
+            "    os.kill(int(sys.argv[1]), signal.SIGTERM)\n"
+            "    print('sent')\n"
+            "except PermissionError as e:\n"
+            "    print('refused', e.errno)\n"
+        )
+        r = pysb(box, "-c", code, str(victim.pid), profile=files_profile(box))
+        assert r.stdout.strip() == f"refused {errno.EPERM}", r.stderr
+        assert victim.poll() is None
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+
+
+def test_check_reports_layers(box):
+    path = box / "profile.yaml"
+    path.write_text(files_profile(box, "network:\n  - allow tcp api.example.com 443 out\n"))
+    r = subprocess.run(
+        [*PYSB, "check", "--profile", str(path), "--provider", "landlock", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=box,
+    )
+    report = json.loads(r.stdout)
+    layers = {rule["rule"]: rule["layers"] for rule in report["rules"]}
+    assert "os" in layers[f"files: expose-rw: {box / 'rw'}"]
+    assert "os" not in layers["network: allow tcp api.example.com 443 out"]
