@@ -182,11 +182,13 @@ def test_interfaces_are_loopback_only(run_plan, mkplan):
     assert names == ["lo"]
 
 
-def test_network_allow_rule_fails_closed_without_filter_layer(mkplan, mkrule, bwrap_available):
+def test_network_allow_rule_fails_closed_without_filter_layer(
+    mkplan, mkrule, bwrap_available, monkeypatch
+):
     from pysb_bwrap import netlayer
 
-    if netlayer.netns_module() is not None:
-        pytest.skip("pysb_core.netns is installed: network rules are enforced, not refused")
+    # As if pysb-core shipped no pysb_core.netns: refuse, never run without the filter.
+    monkeypatch.setattr(netlayer, "netns_module", lambda: None)
     plan = mkplan(["/bin/true"], network=(mkrule(),))
     with pytest.raises(SandboxError, match="filtering layer"):
         BwrapProvider().prepare(plan)
@@ -243,3 +245,47 @@ def test_no_capabilities_no_nested_userns(run_plan, mkplan):
     res = run_plan(mkplan(["/bin/sh", "-c", "grep CapEff /proc/self/status; unshare -U true"]))
     assert "CapEff:\t0000000000000000" in res.stdout
     assert res.returncode != 0
+
+
+def _server() -> socket.socket:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    return server
+
+
+def test_allowed_host_loopback_port_is_reachable_others_not(run_plan, mkplan, mkrule):
+    from pysb_bwrap import netlayer
+
+    if not netlayer.layer_usable():
+        pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
+    allowed, other = _server(), _server()
+    pa, po = allowed.getsockname()[1], other.getsockname()[1]
+    code = (
+        "import socket\n"
+        f"for port in ({pa}, {po}):\n"
+        "    try:\n"
+        "        s = socket.create_connection(('127.0.0.1', port), timeout=5)\n"
+        "        s.sendall(b'hello'); s.close(); print(port, 'ok')\n"
+        "    except OSError as e:\n"
+        "        print(port, 'refused', type(e).__name__)\n"
+    )
+    try:
+        plan = mkplan(
+            [os.path.realpath(sys.executable), "-c", code], env=ENV, network=(mkrule(port=pa),)
+        )
+        res = run_plan(plan)
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert lines[0] == f"{pa} ok", res.stdout
+        assert lines[1].startswith(f"{po} refused"), res.stdout
+        allowed.settimeout(5)
+        conn, _ = allowed.accept()
+        assert conn.recv(5) == b"hello"
+        conn.close()
+        other.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            other.accept()
+    finally:
+        allowed.close()
+        other.close()

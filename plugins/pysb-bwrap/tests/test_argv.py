@@ -1,0 +1,187 @@
+"""Unit tests of the command builder, against described (not real) hosts."""
+
+from __future__ import annotations
+
+import pytest
+from pysb_bwrap.argv import build_argv, sandbox_path
+from pysb_bwrap.hostfs import HostLayout
+
+from pysb_core.errors import SandboxError
+from pysb_core.plan import LaunchPlan
+from pysb_core.policy import Exposure, Policy
+
+MERGED = HostLayout(
+    top_level={"/bin": "usr/bin", "/lib": "usr/lib", "/lib64": "usr/lib64", "/sbin": "usr/sbin"},
+    etc=frozenset({"/etc/passwd", "/etc/localtime", "/etc/hosts", "/etc/resolv.conf"}),
+    symlinks={"/etc/localtime": "/usr/share/zoneinfo/Europe/Paris"},
+    dirs=frozenset({"/p/.git"}),
+)
+PY = "/opt/py/bin/python3.11"
+
+
+def plan(*exposures: Exposure, **kw) -> LaunchPlan:
+    return LaunchPlan(
+        policy=Policy(exposures=exposures, provider="bwrap"),
+        python=PY,
+        argv=[PY, "-c", "pass"],
+        env={"SECRET": "s3cr3t"},
+        cwd=kw.pop("cwd", "/p"),
+        exposures=list(exposures),
+        **kw,
+    )
+
+
+def E(path: str, target: str | None = None, rw: bool = False) -> Exposure:
+    return Exposure(path=path, target=target or path, writable=rw, source="x.yaml:1")
+
+
+def pairs(argv: list[str], opt: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == opt]
+
+
+def test_namespaces_hardening_and_program_last():
+    argv = build_argv(plan(E("/p")), MERGED).argv
+    for flag in (
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+    ):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    assert "--share-net" not in argv
+    assert argv[-4:] == ["--", PY, "-c", "pass"]
+
+
+def test_environment_is_never_on_the_command_line():
+    argv = build_argv(plan(E("/p")), MERGED).argv
+    assert "--setenv" not in argv and "--clearenv" not in argv
+    assert not any("s3cr3t" in a for a in argv)
+
+
+def test_system_as_on_host_and_only_some_of_etc():
+    argv = build_argv(plan(E("/p")), MERGED).argv
+    assert ("/usr", "/usr") in pairs(argv, "--ro-bind")
+    assert ("usr/bin", "/bin") in pairs(argv, "--symlink")
+    assert ("/usr/share/zoneinfo/Europe/Paris", "/etc/localtime") in pairs(argv, "--symlink")
+    assert ("/etc/passwd", "/etc/passwd") in pairs(argv, "--ro-bind")
+    assert ("/etc/hosts", "/etc/hosts") in pairs(argv, "--ro-bind")
+    assert not any(a == "/etc" for a in argv)
+    assert "/etc/resolv.conf" not in argv  # no network rule
+
+
+def test_real_directories_are_bound_not_linked():
+    layout = HostLayout(top_level={"/bin": "dir", "/lib": "usr/lib"})
+    argv = build_argv(plan(E("/p")), layout).argv
+    assert ("/bin", "/bin") in pairs(argv, "--ro-bind")
+    assert ("usr/lib", "/lib") in pairs(argv, "--symlink")
+
+
+def test_network_shows_resolver_and_generated_files():
+    p = plan(E("/p"), hosts_file="/run/h")
+    argv = build_argv(p, MERGED, network=True, resolv_file="/run/r", info_fd=7, block_fd=8).argv
+    assert ("/run/h", "/etc/hosts") in pairs(argv, "--ro-bind")
+    assert ("/run/r", "/etc/resolv.conf") in pairs(argv, "--ro-bind")
+    assert ("/etc/resolv.conf", "/etc/resolv.conf") not in pairs(argv, "--ro-bind")
+    assert argv[argv.index("--info-fd") + 1] == "7"
+    assert argv[argv.index("--block-fd") + 1] == "8"
+
+
+def test_exposures_shallowest_first_rw_and_rename():
+    argv = build_argv(plan(E("/p/ro"), E("/p", rw=True), E("/d", "/data", rw=True)), MERGED).argv
+    binds = [
+        (a, argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")
+    ]
+    order = [b for b in binds if b[1].startswith(("/p", "/d"))]
+    assert order == [
+        ("--bind", "/p", "/p"),
+        ("--bind", "/d", "/data"),
+        ("--ro-bind", "/p/ro", "/p/ro"),
+    ]
+
+
+def test_private_tmp_unless_exposed_and_tmp_before_exposures_under_it():
+    argv = build_argv(plan(E("/tmp/work", rw=True), cwd="/tmp/work"), MERGED).argv
+    assert argv.index("/tmp") < argv.index("/tmp/work")
+    assert argv[argv.index("--tmpfs") - 1] == "1777"
+    argv = build_argv(plan(E("/tmp", rw=True)), MERGED).argv
+    assert "--tmpfs" not in argv
+
+
+def test_hidden_paths_masked_after_exposures():
+    p = plan(E("/p", rw=True), hidden=["/p/.git", "/p/.env", "/elsewhere/x"])
+    cmd = build_argv(p, MERGED, empty_file="/run/empty")
+    argv = cmd.argv
+    assert ("/run/empty", "/p/.env") in pairs(argv, "--ro-bind")
+    i = argv.index("/p/.git")
+    assert argv[i - 1] == "--tmpfs" and argv[i - 2] == "0000"
+    assert argv.index("/p/.env") > argv.index("--bind")
+    assert cmd.masked == ["/p/.env", "/p/.git"] or sorted(cmd.masked) == ["/p/.env", "/p/.git"]
+    assert cmd.needs_empty_file
+
+
+def test_hidden_path_below_a_renamed_exposure_is_masked_at_its_new_name():
+    p = plan(E("/d", "/data"), hidden=["/d/.env"])
+    argv = build_argv(p, MERGED, empty_file="/e").argv
+    assert ("/e", "/data/.env") in pairs(argv, "--ro-bind")
+
+
+def test_profile_file_rebound_read_only_only_under_rw():
+    p = plan(
+        E("/p", rw=True), E("/q"), protected=["/p/.pysb.yaml", "/q/.pysb.yaml", "/z/.pysb.yaml"]
+    )
+    argv = build_argv(p, MERGED).argv
+    assert pairs(argv, "--ro-bind-try") == [("/p/.pysb.yaml", "/p/.pysb.yaml")]
+
+
+def test_cwd_created_when_not_exposed_and_translated_when_renamed():
+    cmd = build_argv(plan(E("/p"), cwd="/home/u"), MERGED)
+    assert cmd.argv[cmd.argv.index("--dir") + 1] == "/home/u"
+    assert cmd.argv[cmd.argv.index("--chdir") + 1] == "/home/u"
+    cmd = build_argv(plan(E("/d", "/data"), cwd="/d/sub"), MERGED)
+    assert "--dir" not in cmd.argv
+    assert cmd.argv[cmd.argv.index("--chdir") + 1] == "/data/sub"
+    # --dir and everything else come before the root is made read-only
+    assert cmd.argv.index("--remount-ro") > cmd.argv.index("/data")
+
+
+def test_interactive_skips_new_session():
+    argv = build_argv(plan(E("/p")), MERGED, new_session=False).argv
+    assert "--new-session" not in argv
+
+
+def test_root_exposure_first_and_root_left_as_exposed():
+    argv = build_argv(plan(E("/", rw=False)), MERGED).argv
+    assert argv.index("/") < argv.index("/usr")
+    assert argv[argv.index("--chdir") - 2 : argv.index("--chdir")] != ["--remount-ro", "/"]
+
+
+@pytest.mark.parametrize(
+    ("exposure", "message"),
+    [
+        (E("/p", "/proc/x"), "bwrap mounts itself"),
+        (E("/p", "/usr/pysb-nonexistent-dir"), "read-only /usr"),
+        (E("/p/../q"), "normalised absolute"),
+        (E("p"), "normalised absolute"),
+    ],
+)
+def test_bad_targets_refused_with_reason(exposure, message):
+    with pytest.raises(SandboxError, match=message):
+        build_argv(plan(exposure), MERGED)
+
+
+def test_relative_interpreter_refused():
+    p = plan(E("/p"))
+    p.argv = ["python3", "-c", "pass"]
+    with pytest.raises(SandboxError, match="absolute path"):
+        build_argv(p, MERGED)
+
+
+def test_sandbox_path_mapping():
+    exps = [E("/d", "/data"), E("/d/inner", "/in")]
+    assert sandbox_path("/d/x/y", exps) == "/data/x/y"
+    assert sandbox_path("/d/inner/z", exps) == "/in/z"
+    assert sandbox_path("/d", exps) == "/data"
+    assert sandbox_path("/dd", exps) is None
+    assert sandbox_path("/usr/lib/x", exps) == "/usr/lib/x"
