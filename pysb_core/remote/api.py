@@ -1,0 +1,321 @@
+"""The public partial-mode API: ``@sandbox``, ``sandboxes()``, ``run()``.
+
+One sandbox per host process, reference counted: nested or concurrent ``sandboxes()``
+share it and only the last exit stops it; sync and async callers share it too. Inside the
+sandboxed interpreter (or under ``pysb run``) ``@sandbox`` calls the function directly and
+``sandboxes()`` starts nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from pysb_core.errors import SandboxError
+from pysb_core.remote.state import is_in_sandbox
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_lock = threading.Lock()
+_client: Any = None
+_refs = 0
+_async_functions = False  # an async @sandbox function exists: workers start an event loop
+
+
+def _running_client(name: str) -> Any:
+    client = _client
+    if client is None:
+        raise SandboxError(
+            f"{name}() is sandboxed but no sandbox is running: call it inside "
+            "`with pysb_core.sandboxes():` (or `async with`), or run your coroutine with "
+            "pysb_core.run(main())"
+        )
+    return client
+
+
+# --------------------------------------------------------------------------- references
+
+
+def reference(fn: Callable[..., Any], accept: Iterable[Any] = ()) -> str:
+    """``module:qualname`` by which the worker finds ``fn``; a clear error when it cannot."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not module or not qualname:
+        raise SandboxError(f"{fn!r} has no module and name; the sandbox can only call functions")
+    if "<lambda>" in qualname:
+        raise SandboxError(
+            f"a lambda ({module}.{qualname}) cannot be sandboxed: the sandboxed worker finds "
+            "functions by module and name. Define it with `def` at the top level of a module"
+        )
+    if "<locals>" in qualname:
+        raise SandboxError(
+            f"{qualname}() is defined inside another function, so the sandboxed worker cannot "
+            "find it by name. Move it to the top level of a module"
+        )
+    if module == "__main__":
+        main = sys.modules.get("__main__")
+        spec = getattr(main, "__spec__", None)
+        name = getattr(spec, "name", None)
+        if not name or name == "__main__":
+            where = getattr(main, "__file__", None) or "the __main__ script"
+            raise SandboxError(
+                f"{qualname}() is defined in {where}, which runs as __main__: the sandboxed "
+                "worker cannot import a script. Move the function into a module (for example "
+                "tools.py next to the script) and import it from there, or run the program "
+                "with `python -m package.module`"
+            )
+        lookup: Any = main
+        module = name
+    else:
+        lookup = sys.modules.get(module)
+    obj = lookup
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn and all(obj is not a for a in accept):
+        raise SandboxError(
+            f"{module}.{qualname} does not name this function (it was replaced or created at "
+            "run time), so the sandboxed worker would run something else. Define sandboxed "
+            "functions once, at the top level of a module"
+        )
+    return f"{module}:{qualname}"
+
+
+# ------------------------------------------------------------------------------ @sandbox
+
+
+def sandbox(
+    fn: F | None = None, /, *, timeout: float | None = None, retry_on_crash: bool = False
+) -> Any:
+    """Run the decorated function in the sandboxed worker (``@sandbox`` or ``@sandbox(...)``).
+
+    ``timeout`` bounds one call (the worker is killed and restarted on expiry);
+    ``retry_on_crash`` lets a call that was running when the worker died run again.
+    """
+    if fn is None:
+        return functools.partial(sandbox, timeout=timeout, retry_on_crash=retry_on_crash)
+    if not callable(fn):
+        raise TypeError(f"@sandbox decorates functions, not {type(fn).__name__}")
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be a positive number of seconds")
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(
+            f"{fn.__qualname__} is a generator: a sandboxed function must return its value "
+            "(return a list instead of yielding)"
+        )
+    name = getattr(fn, "__qualname__", repr(fn))
+    ref: list[str] = []
+
+    def resolve(wrapper: Any) -> str:
+        if not ref:
+            ref.append(reference(fn, (wrapper,)))
+        return ref[0]
+
+    if inspect.iscoroutinefunction(fn):
+        global _async_functions
+        _async_functions = True
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if is_in_sandbox():
+                return await fn(*args, **kwargs)
+            client = _running_client(name)
+            return await client.call_async(
+                name, resolve(async_wrapper), args, kwargs, timeout=timeout, retry=retry_on_crash
+            )
+
+        async_wrapper.__pysb_wrapped__ = fn  # type: ignore[attr-defined]
+        return async_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_in_sandbox():
+            return fn(*args, **kwargs)
+        client = _running_client(name)
+        return client.call(
+            name, resolve(wrapper), args, kwargs, timeout=timeout, retry=retry_on_crash
+        )
+
+    wrapper.__pysb_wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+# ---------------------------------------------------------------------------- sandboxes()
+
+
+def _package_profile(depth: int) -> str | None:
+    """The ``.pysb.yaml`` next to the calling module (its package), if there is one."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return None
+    module = sys.modules.get(frame.f_globals.get("__name__", ""))
+    path = getattr(module, "__file__", None) or frame.f_globals.get("__file__")
+    if not path:
+        return None
+    candidate = os.path.join(os.path.dirname(os.path.abspath(path)), ".pysb.yaml")
+    return candidate if os.path.isfile(candidate) else None
+
+
+class Sandboxes:
+    """The context manager ``sandboxes()`` returns (``with`` and ``async with``)."""
+
+    def __init__(
+        self,
+        profile: str | os.PathLike[str] | None = None,
+        provider: str | None = None,
+        *,
+        init_fn: Callable[[], Any] | str | None = None,
+        learn: bool | str | None = None,
+        result_classes: Iterable[Any] = (),
+        python_guards: bool | None = None,
+        cli: Any = None,
+        events: str | None = None,
+        environ: dict[str, str] | None = None,
+        cwd: str | None = None,
+        threads: int | None = None,
+        start_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+        _depth: int = 1,
+    ) -> None:
+        if profile is None and not os.environ.get("PYSB_PROFILE"):
+            profile = _package_profile(_depth)
+        self.profile = os.fspath(profile) if profile is not None else None
+        self.provider = provider
+        self.init_fn = init_fn
+        self.learn = learn
+        self.result_classes = list(result_classes)
+        self.python_guards = python_guards
+        self.cli = cli
+        self.events = events
+        self.environ = environ
+        self.cwd = cwd
+        self.threads = threads
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self._entered = 0
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def _start(self, use_asyncio: bool) -> None:
+        global _client, _refs
+        from pysb_core.remote.client import Client
+        from pysb_core.remote.launcher import SessionLauncher
+        from pysb_core.remote.unpickler import allowlist
+
+        if is_in_sandbox():  # already sandboxed: calls run directly
+            return
+        with _lock:
+            if _client is not None:
+                _refs += 1
+                self._entered += 1
+                return
+            init_ref = self.init_fn
+            if init_ref is not None and not isinstance(init_ref, str):
+                target = getattr(init_ref, "__pysb_wrapped__", init_ref)
+                init_ref = reference(target, (init_ref,))
+            allowed = allowlist(self.result_classes)
+            launcher = SessionLauncher(
+                profile=self.profile,
+                provider=self.provider,
+                cli=self.cli,
+                python_guards=self.python_guards,
+                learn=self.learn,
+                events=self.events,
+                cwd=self.cwd,
+                environ=self.environ,
+            )
+            client = Client(
+                launcher,
+                init_fn=init_ref,
+                result_classes=allowed,
+                threads=self.threads,
+                use_asyncio=use_asyncio or _async_functions,
+                start_timeout=self.start_timeout,
+                stop_timeout=self.stop_timeout,
+            )
+            try:
+                client.start()
+            except BaseException:
+                launcher.finish(None)
+                raise
+            _client, _refs = client, 1
+            self._entered += 1
+
+    def _stop(self) -> None:
+        global _client, _refs
+        with _lock:
+            if self._entered == 0:
+                return
+            self._entered -= 1
+            _refs -= 1
+            if _refs > 0 or _client is None:
+                return
+            client, _client = _client, None
+            client.stop()
+
+    def __enter__(self) -> Sandboxes:
+        self._start(False)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stop()
+
+    async def __aenter__(self) -> Sandboxes:
+        import asyncio
+
+        await asyncio.to_thread(self._start, True)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self._stop)
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running worker (None when none runs)."""
+        client = _client
+        return client.pid if client is not None else None
+
+    @property
+    def provider_name(self) -> str | None:
+        client = _client
+        return getattr(client._launcher, "provider", None) if client is not None else None
+
+
+def sandboxes(
+    profile: str | os.PathLike[str] | None = None,
+    provider: str | None = None,
+    **kwargs: Any,
+) -> Sandboxes:
+    """Start the sandbox for ``@sandbox`` functions for the duration of a ``with`` block.
+
+    Keyword arguments: ``init_fn`` (runs in the worker after the guards, before any call,
+    and again after each restart), ``learn`` (a learning run; the profile is written when
+    the sandbox stops), ``result_classes`` (classes the caller accepts in results besides
+    plain data), ``python_guards``, ``events``, ``environ``, ``cwd``, ``threads`` (worker
+    threads serving concurrent calls, default 16), ``start_timeout``, ``stop_timeout``.
+    """
+    kwargs.setdefault("_depth", 2)
+    return Sandboxes(profile, provider, **kwargs)
+
+
+def run(main: Any, /, **kwargs: Any) -> Any:
+    """Like ``asyncio.run(main)``, with ``sandboxes(**kwargs)`` started around it."""
+    import asyncio
+
+    if not inspect.iscoroutine(main):
+        raise ValueError(f"a coroutine was expected, got {main!r}")
+    kwargs.setdefault("_depth", 2)
+    box = Sandboxes(**kwargs)
+
+    async def runner() -> Any:
+        async with box:
+            return await main
+
+    return asyncio.run(runner())

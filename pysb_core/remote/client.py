@@ -1,0 +1,555 @@
+"""The caller's side of partial mode: one sandboxed worker, its socket, its life cycle.
+
+One reader thread per sandbox reads every frame and hands it to the call it belongs to
+(a ``SimpleQueue`` for a thread, an ``asyncio.Queue`` through ``call_soon_threadsafe`` for
+a task); callers send their own requests and decode their own answers, so the reader does
+no pickling and sync and async callers share one worker.
+
+Crash rules (SPEC §5): the worker sends STARTED before it runs a call. When the worker
+dies, a call whose STARTED arrived raises :class:`SandboxProtocolError` (or is sent again
+with ``retry_on_crash``); every other pending call is sent to the restarted worker, in
+order. The fifth death within 180 s fails the sandbox closed; the host is never touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import queue
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from pysb_core.errors import SandboxError, SandboxProtocolError, SandboxTimeoutError
+from pysb_core.remote import transport, unpickler
+from pysb_core.remote.exceptions import rebuild_chain
+
+_dumps = pickle.dumps
+
+READY, RESTARTING, FAILED = "ready", "restarting", "failed"
+STOPPING, STOPPED = "stopping", "stopped"
+_FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exception)
+
+MAX_DEATHS = 5
+DEATH_WINDOW = 180.0
+
+
+class _Conn:
+    """One running worker: its process and our end of its socket."""
+
+    __slots__ = ("pid", "proc", "reader", "sock", "writer")
+
+    def __init__(self, proc: Any, sock: socket.socket) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.sock = sock
+        self.reader = transport.FrameReader(sock.fileno())
+        self.writer = transport.FrameWriter(sock.fileno())
+
+    def close(self) -> None:
+        self.writer.close()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class _Call:
+    __slots__ = ("conn", "id", "loop", "name", "payload", "retry", "sink", "started")
+
+    def __init__(self, name: str, payload: bytes, retry: bool, sink: Any, loop: Any) -> None:
+        self.name = name
+        self.payload = payload
+        self.retry = retry
+        self.sink = sink
+        self.loop = loop
+        self.started = False
+        self.conn: _Conn | None = None
+        self.id = 0
+
+
+def _write(stream: Any, data: bytes) -> None:
+    if stream is None:
+        return
+    try:
+        stream.write(data.decode("utf-8", "replace"))
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class Client:
+    """A running partial-mode sandbox (one worker process, restarted when it dies)."""
+
+    def __init__(
+        self,
+        launcher: Any,
+        *,
+        init_fn: str | None = None,
+        result_classes: dict[tuple[str, str], Any] | None = None,
+        threads: int | None = None,
+        use_asyncio: bool = False,
+        start_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        self._launcher = launcher
+        self._init_fn = init_fn
+        self._allowed = result_classes or {}
+        self._threads = threads
+        self._asyncio = use_asyncio
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self._cond = threading.Condition(threading.Lock())
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, _Call] = {}
+        self._ids = itertools.count(1)
+        self._deaths: deque[float] = deque()
+        self._state = STOPPED
+        self._conn: _Conn | None = None
+        self._reader: threading.Thread | None = None
+        self._closing = False
+        self._fail_message = ""
+        self._last_status: int | None = None
+
+    # -- start / stop -------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the current worker process (for tests and diagnostics)."""
+        conn = self._conn
+        return conn.pid if conn is not None else None
+
+    def start(self) -> None:
+        """Start the worker and wait until ``init_fn`` has run in it."""
+        conn = self._launch()
+        with self._cond:
+            self._conn = conn
+            self._state = READY
+        self._reader = threading.Thread(target=self._read_loop, name="pysb-reader", daemon=True)
+        self._reader.start()
+
+    def _launch(self) -> _Conn:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            args = {
+                "fd": child.fileno(),
+                "init_fn": self._init_fn,
+                "threads": self._threads,
+                "asyncio": self._asyncio,
+                "sys_path": _caller_sys_path(),
+            }
+            proc = self._launcher.spawn(args, child.fileno())
+        except BaseException:
+            parent.close()
+            child.close()
+            raise
+        child.close()
+        conn = _Conn(proc, parent)
+        try:
+            self._await_ready(conn)
+        except BaseException:
+            self._reap(conn, kill=True)
+            raise
+        return conn
+
+    def _await_ready(self, conn: _Conn) -> None:
+        sock = conn.sock
+        timeval = struct.pack("ll", int(self._start_timeout), 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        try:
+            kind, _, payload = conn.reader.read()
+        except transport.ChannelClosed:
+            status = self._reap(conn, kill=True)
+            raise SandboxError(
+                "the sandboxed worker exited during start-up"
+                + (f" (status {status})" if status is not None else "")
+                + " before it was ready; its messages, if any, are above on stderr"
+            ) from None
+        finally:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        if kind == transport.INIT_FAILED:
+            cause = rebuild_chain(payload, self._allowed)
+            raise SandboxError(
+                f"init_fn {self._init_fn} failed in the sandbox: {type(cause).__name__}: {cause}"
+            ) from cause
+        if kind != transport.READY:
+            raise SandboxProtocolError(f"unexpected frame {kind} from the sandbox at start-up")
+
+    def _reap(
+        self, conn: _Conn, *, kill: bool, wait: float = 2.0, close: bool = True
+    ) -> int | None:
+        """Make sure the worker process is gone (it is our child: signalled by its PID)."""
+        proc = conn.proc
+        if kill and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        try:
+            status = proc.wait(timeout=wait)
+        except Exception:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+            status = proc.wait()
+        if close:
+            conn.close()
+        self._last_status = status
+        return status
+
+    def stop(self) -> None:
+        """Refuse new calls, wait (bounded) for running ones, stop the worker, clean up."""
+        with self._cond:
+            if self._state == STOPPED:
+                return
+            self._closing = True
+            if self._state != FAILED:
+                self._state = STOPPING
+            deadline = time.monotonic() + self._stop_timeout
+            while self._pending and self._state != FAILED:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            leftover = list(self._pending.values())
+            self._pending.clear()
+            conn = self._conn
+        for call in leftover:
+            self._deliver(
+                call,
+                (
+                    _FAILED_CALL,
+                    SandboxProtocolError("the sandbox was stopped before this call finished"),
+                ),
+            )
+        if conn is not None:
+            try:
+                with self._send_lock:
+                    conn.writer.send(transport.SHUTDOWN, 0)
+            except OSError:
+                pass
+        # The reader thread owns the socket: it sees the end of stream, reaps the worker
+        # and closes the socket (and stops a worker that a concurrent restart started).
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=self._stop_timeout + 1.0)
+            if reader.is_alive():
+                self.kill_worker()
+                reader.join(timeout=5.0)
+        with self._cond:
+            self._state = STOPPED
+            self._conn = None
+        self._launcher.finish(self._last_status)
+
+    def kill_worker(self) -> None:
+        """Kill the current worker (timeout handling); the reader thread restarts it."""
+        conn = self._conn
+        if conn is not None and conn.proc.poll() is None:
+            try:
+                conn.proc.kill()  # our own child, by its PID
+            except OSError:
+                pass
+
+    # -- the reader thread -------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        conn = self._conn
+        while conn is not None:
+            self._pump(conn)
+            conn = self._after_death(conn)
+
+    def _pump(self, conn: _Conn) -> None:
+        read = conn.reader.read
+        pending = self._pending
+        deliver = self._deliver
+        while True:
+            try:
+                kind, cid, payload = read()
+            except transport.ChannelClosed:
+                return
+            call = pending.get(cid)
+            if call is None:
+                continue
+            if kind == transport.STARTED:
+                call.started = True
+            elif kind == transport.RESULT or kind == transport.EXCEPTION:
+                pending.pop(cid, None)
+                deliver(call, (kind, payload))
+                if self._closing and not pending:
+                    with self._cond:
+                        self._cond.notify_all()
+            else:
+                deliver(call, (kind, payload))
+
+    def _after_death(self, old: _Conn) -> _Conn | None:
+        """The worker's socket closed: reap it, fail or keep its calls, maybe restart."""
+        if self._closing:  # a graceful exit is expected: give it time before a kill
+            status = self._reap(old, kill=False, wait=self._stop_timeout)
+        else:
+            status = self._reap(old, kill=True, wait=5.0)
+        why = _describe_status(status)
+        with self._cond:
+            if self._closing:
+                doomed = list(self._pending.values())
+                self._pending.clear()
+                self._cond.notify_all()
+                for call in doomed:
+                    self._deliver(
+                        call,
+                        (
+                            _FAILED_CALL,
+                            SandboxProtocolError(
+                                f"the sandboxed worker {why} while the sandbox was stopping"
+                            ),
+                        ),
+                    )
+                return None
+            now = time.monotonic()
+            self._deaths.append(now)
+            while self._deaths and now - self._deaths[0] > DEATH_WINDOW:
+                self._deaths.popleft()
+            for call in [c for c in self._pending.values() if c.started]:
+                if call.retry:
+                    call.started = False
+                    continue
+                del self._pending[call.id]
+                self._deliver(
+                    call,
+                    (
+                        _FAILED_CALL,
+                        SandboxProtocolError(
+                            f"the sandboxed worker {why} while running {call.name}(); the "
+                            "call was not run again (use @sandbox(retry_on_crash=True) for "
+                            "calls that are safe to repeat)"
+                        ),
+                    ),
+                )
+            self._state = RESTARTING
+        while True:
+            with self._cond:
+                if len(self._deaths) >= MAX_DEATHS or self._closing:
+                    return self._fail_closed(why)
+            try:
+                conn = self._launch()
+            except Exception as exc:
+                with self._cond:
+                    now = time.monotonic()
+                    self._deaths.append(now)
+                    why = f"could not be restarted ({exc})"
+                continue
+            with self._cond:
+                if self._closing:  # stopped meanwhile: stop this new worker too
+                    self._conn = conn
+                    self._state = STOPPING
+                    self._cond.notify_all()
+                    try:
+                        conn.writer.send(transport.SHUTDOWN, 0)
+                    except OSError:
+                        pass
+                    return conn
+                resend = sorted(
+                    (c for c in self._pending.values() if not c.started), key=lambda c: c.id
+                )
+                for call in resend:
+                    call.conn = conn
+                self._conn = conn
+                self._state = READY
+                self._cond.notify_all()
+            if resend:
+                # another thread sends, so that this one keeps reading answers meanwhile
+                threading.Thread(target=self._resend, args=(conn, resend), daemon=True).start()
+            return conn
+
+    def _fail_closed(self, why: str) -> None:
+        """Called with the lock held: no more restarts; every call fails from now on."""
+        if self._closing:
+            self._state = STOPPING
+            message = "the sandbox was stopped"
+        else:
+            self._state = FAILED
+            message = (
+                f"the sandboxed worker died {len(self._deaths)} times within "
+                f"{int(DEATH_WINDOW)} s (last: it {why}); the sandbox failed closed and is no "
+                "longer restarted. Leave and re-enter sandboxes() to start a new one"
+            )
+        self._fail_message = message
+        self._conn = None
+        doomed = list(self._pending.values())
+        self._pending.clear()
+        self._cond.notify_all()
+        for call in doomed:
+            self._deliver(call, (_FAILED_CALL, SandboxProtocolError(message)))
+        return None
+
+    def _resend(self, conn: _Conn, calls: list[_Call]) -> None:
+        with self._send_lock:
+            for call in calls:
+                if call.id in self._pending and not call.started and self._conn is conn:
+                    try:
+                        conn.writer.send(transport.CALL, call.id, call.payload)
+                    except OSError:
+                        return
+
+    @staticmethod
+    def _deliver(call: _Call, item: tuple[int, Any]) -> None:
+        if call.loop is None:
+            call.sink.put(item)
+        else:
+            try:
+                call.loop.call_soon_threadsafe(call.sink.put_nowait, item)
+            except RuntimeError:  # the caller's loop is closed: nobody is waiting
+                pass
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _submit(self, call: _Call, deadline: float | None) -> None:
+        with self._cond:
+            while self._state == RESTARTING:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise SandboxTimeoutError(
+                        f"{call.name}() timed out while the sandboxed worker was restarting"
+                    )
+                self._cond.wait(left)
+            state = self._state
+            if state != READY:
+                if state == FAILED:
+                    raise SandboxProtocolError(self._fail_message)
+                raise SandboxProtocolError(
+                    "the sandbox is stopping or stopped; calls are accepted only inside "
+                    "`with sandboxes():`"
+                )
+            call.id = cid = next(self._ids)
+            self._pending[cid] = call
+            call.conn = conn = self._conn
+        with self._send_lock:
+            if conn is self._conn and not call.started:
+                try:
+                    conn.writer.send(transport.CALL, cid, call.payload)  # type: ignore[union-attr]
+                except OSError:
+                    pass  # the worker died: the reader thread restarts it and sends again
+
+    def _timed_out(self, call: _Call, timeout: float) -> SandboxTimeoutError:
+        with self._cond:
+            still = self._pending.pop(call.id, None) is not None
+        if still and call.conn is not None and call.conn is self._conn:
+            self.kill_worker()  # it may be running: only a kill stops it
+        return SandboxTimeoutError(
+            f"{call.name}() did not finish within {timeout:g} s; the sandboxed worker was "
+            "killed and is being restarted"
+        )
+
+    def call(
+        self,
+        name: str,
+        ref: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        retry: bool = False,
+    ) -> Any:
+        """Run ``ref(*args, **kwargs)`` in the worker from a thread; stream its output."""
+        payload = _dumps((ref, args, kwargs), protocol=5)
+        sink: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        call = _Call(name, payload, retry, sink, None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._submit(call, deadline)
+        get = sink.get
+        while True:
+            if deadline is None:
+                kind, data = get()
+            else:
+                try:
+                    kind, data = get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
+            if kind == transport.RESULT:
+                return unpickler.loads(data, self._allowed)
+            if kind == transport.OUT:
+                _write(sys.stdout, data)
+            elif kind == transport.ERR:
+                _write(sys.stderr, data)
+            else:
+                raise self._exception(kind, data)
+
+    async def call_async(
+        self,
+        name: str,
+        ref: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        retry: bool = False,
+    ) -> Any:
+        """Like :meth:`call`, from a coroutine (never blocks the event loop while waiting)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        payload = _dumps((ref, args, kwargs), protocol=5)
+        sink: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        call = _Call(name, payload, retry, sink, loop)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._state == READY:
+            self._submit(call, deadline)
+        else:  # restarting: wait in a thread, not on the loop
+            await asyncio.to_thread(self._submit, call, deadline)
+        while True:
+            if deadline is None:
+                kind, data = await sink.get()
+            else:
+                try:
+                    kind, data = await asyncio.wait_for(
+                        sink.get(), max(0.0, deadline - time.monotonic())
+                    )
+                except TimeoutError:
+                    raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
+            if kind == transport.RESULT:
+                return unpickler.loads(data, self._allowed)
+            if kind == transport.OUT:
+                _write(sys.stdout, data)
+            elif kind == transport.ERR:
+                _write(sys.stderr, data)
+            else:
+                raise self._exception(kind, data)
+
+    def _exception(self, kind: int, data: Any) -> BaseException:
+        if kind == transport.EXCEPTION:
+            return rebuild_chain(data, self._allowed)
+        if kind == _FAILED_CALL:
+            return data
+        return SandboxProtocolError(f"unexpected frame {kind} from the sandbox")
+
+
+def _describe_status(status: int | None) -> str:
+    if status is None:
+        return "stopped answering"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"was killed by {name}"
+    return f"exited with status {status}"
+
+
+def _caller_sys_path() -> list[str]:
+    """The caller's module search path, with '' made absolute (the worker's cwd may differ)."""
+    cwd = os.getcwd()
+    return [os.path.abspath(p) if p else cwd for p in sys.path if isinstance(p, str)]
+
+
+Launcher = Callable[..., Any]

@@ -1,0 +1,66 @@
+"""Starting partial-mode workers through the pipeline (profile, guards, provider).
+
+One :class:`pysb_core.pipeline.Session` per ``sandboxes()``: the profile is loaded and
+checked once (fail closed, before any worker starts); every worker -- the first and each
+restart -- is a ``Session.spawn`` of the "entry" program; ``finish`` writes learned rules
+and runs the provider's clean-ups when the sandbox stops.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+ENTRY = "pysb_core.remote.worker:serve"
+
+
+class SessionLauncher:
+    """Adapter between :class:`~pysb_core.remote.client.Client` and the pipeline."""
+
+    def __init__(self, **session_kwargs: Any) -> None:
+        from pysb_core.pipeline import Session
+
+        self.session = Session.create(**session_kwargs)
+        self.provider = self.session.policy.provider
+
+    def spawn(self, args: dict[str, Any], child_fd: int) -> subprocess.Popen[bytes]:
+        from pysb_core.pipeline import Program
+
+        program = Program(
+            mode="entry", entry=ENTRY, args=args, argv=[sys.argv[0] if sys.argv else ""]
+        )
+        return self.session.spawn(program, pass_fds=[child_fd], stdin=subprocess.DEVNULL)
+
+    def finish(self, returncode: int | None) -> None:
+        self.session.finish(returncode)
+
+
+class DirectLauncher:
+    """Start a worker as a plain ``python`` child, with no sandbox at all.
+
+    For tests of the protocol and the life cycle only (it never goes through a profile or
+    a provider); ``sandboxes()`` never uses it.
+    """
+
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python or sys.executable
+        self.finished: list[int | None] = []
+
+    def spawn(self, args: dict[str, Any], child_fd: int) -> subprocess.Popen[bytes]:
+        import json
+        import os
+
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        code = (
+            f"import sys,json;sys.path.insert(0,{root!r});"
+            "from pysb_core.remote.worker import serve;serve(json.loads(sys.argv[1]),lambda:None)"
+        )
+        return subprocess.Popen(
+            [self.python, "-I", "-c", code, json.dumps(args)],
+            pass_fds=[child_fd],
+            stdin=subprocess.DEVNULL,
+        )
+
+    def finish(self, returncode: int | None) -> None:
+        self.finished.append(returncode)

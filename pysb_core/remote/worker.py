@@ -1,0 +1,323 @@
+"""The sandboxed side of partial mode: serve calls arriving over the inherited socket.
+
+Started by the bootstrap in "entry" mode: this module is imported *before* the guards are
+installed (framework code), then :func:`serve` runs with the guards installed but not yet
+armed. Everything the worker needs after arming -- threads, the event loop, the pickle
+and fd functions, the stdout/stderr proxies -- is created or captured first, so that the
+armed API guard (which may deny threads, pickle or sockets to user code) never has to make
+an exception for the framework.
+
+Concurrency: a fixed pool of worker threads takes turns reading the socket (leader /
+follower): the thread that reads a call runs it itself, so a call costs no thread hand-off.
+``async def`` functions run on one event loop thread. Each call's ``print()`` goes up as
+OUT/ERR frames tagged with its call id (a context variable says which call a thread or
+task is serving), before its RESULT, so the caller sees them in order and unmixed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import io
+import os
+import pickle
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pysb_core.errors import DeniedError, SandboxBaseExceptionError, SandboxError
+from pysb_core.remote import transport
+from pysb_core.remote.exceptions import describe_chain
+from pysb_core.remote.state import mark_in_sandbox
+
+# Captured now, before any guard can patch the module attributes.
+_dumps = pickle.dumps
+_loads = pickle.loads
+_import_module = importlib.import_module
+_Thread = threading.Thread
+_exit = os._exit
+_CO_COROUTINE = 0x80
+_HERE = os.path.abspath(__file__)
+
+_current: contextvars.ContextVar[int | None] = contextvars.ContextVar("pysb_call", default=None)
+
+DEFAULT_THREADS = 16
+
+
+class _CallStream(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of the worker: per-call capture, else the real stream."""
+
+    def __init__(self, kind: int, fallback: Any, writer: transport.FrameWriter) -> None:
+        super().__init__()
+        self._kind = kind
+        self._fallback = fallback
+        self._writer = writer
+
+    def write(self, s: str) -> int:
+        cid = _current.get()
+        if cid is None:
+            return self._fallback.write(s) if self._fallback is not None else len(s)
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if s:
+            self._writer.send(self._kind, cid, s.encode("utf-8", "surrogatepass"))
+        return len(s)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if _current.get() is None and self._fallback is not None:
+            self._fallback.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        if _current.get() is None and self._fallback is not None:
+            return self._fallback.isatty()
+        return False
+
+    def fileno(self) -> int:
+        if _current.get() is None and self._fallback is not None:
+            return self._fallback.fileno()
+        raise io.UnsupportedOperation("a sandboxed call's output is captured; it has no fileno")
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return "strict"
+
+    @property
+    def buffer(self) -> _BinaryStream:
+        return _BinaryStream(self)
+
+
+class _BinaryStream(io.RawIOBase):
+    """``sys.stdout.buffer`` of the worker: bytes are sent as UTF-8 text (replaced if not)."""
+
+    def __init__(self, text: _CallStream) -> None:
+        super().__init__()
+        self._text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        self._text.write(data.decode("utf-8", "replace"))
+        return len(data)
+
+
+class _Server:
+    """One worker process: reads frames, runs calls, sends answers."""
+
+    def __init__(self, fd: int, threads: int) -> None:
+        self.writer = transport.FrameWriter(fd)
+        self.reader = transport.FrameReader(fd)
+        self.read_lock = threading.Lock()
+        self.stop = threading.Event()
+        self.cache: dict[str, tuple[Callable[..., Any], bool]] = {}
+        self.loop: Any = None
+        self.threads = [
+            _Thread(target=self._serve_frames, name=f"pysb-worker-{i}", daemon=True)
+            for i in range(max(1, threads))
+        ]
+
+    # -- the frame loop (leader / follower) ----------------------------------------
+
+    def _serve_frames(self) -> None:
+        reader, lock, stop = self.reader, self.read_lock, self.stop
+        while not stop.is_set():
+            with lock:
+                if stop.is_set():
+                    return
+                try:
+                    kind, cid, payload = reader.read()
+                except transport.ChannelClosed:
+                    stop.set()
+                    return
+            if kind == transport.CALL:
+                self._handle(cid, payload)
+            elif kind == transport.SHUTDOWN:
+                stop.set()
+                return
+
+    def _handle(self, cid: int, payload: bytes | bytearray) -> None:
+        send = self.writer.send
+        send(transport.STARTED, cid)  # from here on the parent never sends this call again
+        token = _current.set(cid)
+        try:
+            ref, args, kwargs = _loads(payload)
+            fn, is_async = self._resolve(ref)
+            if is_async:
+                self._start_async(cid, fn, args, kwargs)
+                return
+            data = _dumps(fn(*args, **kwargs), protocol=5)
+        except BaseException as exc:
+            self._send_exception(transport.EXCEPTION, cid, exc)
+        else:
+            send(transport.RESULT, cid, data)
+        finally:
+            _current.reset(token)
+
+    def _send_exception(self, kind: int, cid: int, exc: BaseException) -> None:
+        if not isinstance(exc, Exception):
+            exc = _wrap_base_exception(exc)
+        try:
+            data = describe_chain(exc, _HERE)
+        except BaseException as again:
+            data = describe_chain(SandboxError(f"unreportable exception: {again!r}"), _HERE)
+        self.writer.send(kind, cid, data)
+
+    # -- finding the function --------------------------------------------------------
+
+    def _resolve(self, ref: str) -> tuple[Callable[..., Any], bool]:
+        hit = self.cache.get(ref)
+        if hit is not None:
+            return hit
+        fn = resolve_reference(ref)
+        code = getattr(fn, "__code__", None)
+        is_async = bool(code is not None and code.co_flags & _CO_COROUTINE)
+        self.cache[ref] = (fn, is_async)
+        return fn, is_async
+
+    # -- async functions ---------------------------------------------------------------
+
+    def _start_async(self, cid: int, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
+        if self.loop is None:
+            data = _dumps(_drive_without_loop(fn(*args, **kwargs)), protocol=5)
+            self.writer.send(transport.RESULT, cid, data)
+            return
+        ctx = contextvars.copy_context()  # carries _current = cid into the task
+        self.loop.call_soon_threadsafe(self._create_task, cid, fn, args, kwargs, ctx)
+
+    def _create_task(self, cid: int, fn: Any, args: Any, kwargs: Any, ctx: Any) -> None:
+        self.loop.create_task(self._run_async(cid, fn, args, kwargs), context=ctx)
+
+    async def _run_async(self, cid: int, fn: Any, args: Any, kwargs: Any) -> None:
+        try:
+            data = _dumps(await fn(*args, **kwargs), protocol=5)
+        except BaseException as exc:
+            self._send_exception(transport.EXCEPTION, cid, exc)
+        else:
+            self.writer.send(transport.RESULT, cid, data)
+
+    def start_loop(self) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        _Thread(target=self.loop.run_forever, name="pysb-worker-loop", daemon=True).start()
+
+    def run_init(self, ref: str | None) -> None:
+        if not ref:
+            return
+        fn = resolve_reference(ref)
+        result = fn()
+        if hasattr(result, "__await__"):
+            if self.loop is not None:
+                import asyncio
+
+                asyncio.run_coroutine_threadsafe(result, self.loop).result()
+            else:
+                _drive_without_loop(result)
+
+
+def _wrap_base_exception(exc: BaseException) -> SandboxBaseExceptionError:
+    """SystemExit, KeyboardInterrupt...: reported, never re-raised as such in the caller."""
+    text = str(exc)
+    new = SandboxBaseExceptionError(
+        f"the sandboxed function raised {type(exc).__name__}" + (f": {text}" if text else "")
+    )
+    new.exception_type = f"{type(exc).__module__}.{type(exc).__qualname__}"  # type: ignore[attr-defined]
+    code = getattr(exc, "code", None) if isinstance(exc, SystemExit) else None
+    new.code = code if isinstance(code, int | None) else repr(code)  # type: ignore[attr-defined]
+    new.__traceback__ = exc.__traceback__
+    return new
+
+
+def _drive_without_loop(coro: Any) -> Any:
+    """Run a coroutine that never awaits a real future (no event loop in this worker)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise SandboxError(
+        "this sandbox was started without an event loop, so an async sandboxed function that "
+        "awaits cannot run; import the module defining it before entering sandboxes(), or "
+        "start the sandbox with `async with sandboxes()` or pysb_core.run()"
+    )
+
+
+def resolve_reference(ref: str) -> Callable[..., Any]:
+    """Import ``module:qualname`` (through the import guard) and return the function."""
+    modname, _, qualname = ref.partition(":")
+    try:
+        obj: Any = _import_module(modname)
+    except DeniedError:
+        raise
+    except ModuleNotFoundError as exc:
+        if exc.name and modname.startswith(exc.name):
+            raise SandboxError(
+                f"the sandbox cannot import module {modname!r} to find {qualname}(): define "
+                "sandboxed functions at the top level of a module that the sandboxed child "
+                "can import (on sys.path, below an exposed directory)"
+            ) from exc
+        raise
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SandboxError(
+                f"the sandbox imported module {modname!r} but found no {qualname!r} in it: "
+                "define sandboxed functions at the top level of the module (not nested, not "
+                "a lambda, not created at run time)"
+            ) from None
+    return getattr(obj, "__pysb_wrapped__", obj)
+
+
+def _merge_sys_path(entries: list[str]) -> None:
+    """Search modules where the caller does (its entries first, then the child's own)."""
+    rest = [p for p in sys.path if p not in entries]
+    sys.path[:] = [*entries, *rest]
+
+
+def serve(args: dict[str, Any], arm: Callable[[], None]) -> None:
+    """Entry point called by the bootstrap; never returns (exits when the parent says so)."""
+    mark_in_sandbox()
+    fd = int(args["fd"])
+    if args.get("sys_path"):
+        _merge_sys_path([str(p) for p in args["sys_path"]])
+    server = _Server(fd, int(args.get("threads") or DEFAULT_THREADS))
+    sys.stdout = _CallStream(transport.OUT, sys.stdout, server.writer)
+    sys.stderr = _CallStream(transport.ERR, sys.stderr, server.writer)
+    if args.get("asyncio"):
+        server.start_loop()
+    for thread in server.threads:
+        thread.start()
+    arm()
+    try:
+        server.run_init(args.get("init_fn"))
+    except BaseException as exc:
+        server._send_exception(transport.INIT_FAILED, 0, exc)
+        _finish(1)
+    server.writer.send(transport.READY, 0, _dumps({"pid": os.getpid()}, protocol=5))
+    server.stop.wait()
+    _finish(0)
+
+
+def _finish(status: int) -> None:
+    """Exit at once: daemon threads may sit in reads, and user threads must not hold us."""
+    for stream in (sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+    _exit(status)
