@@ -1,0 +1,326 @@
+"""The ``unshare`` provider: util-linux ``unshare`` namespaces, a root built from explicit
+binds, and a kernel-filtered user-mode network.
+
+``unshare --user --map-root-user --mount --net --ipc --uts --cgroup --pid`` execs
+:mod:`pysb_unshare.nsinit` (standalone, run with ``-I -S``), which builds the root, becomes
+the PID namespace's init and starts the program with no capabilities (see its docstring).
+Network rules are enforced by :class:`pysb_core.netns.NetnsNetwork` (nftables inside the
+namespace + slirp4netns/pasta), loaded before the program is released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.netns import NetnsNetwork
+from pysb_core.plan import LaunchPlan, LaunchSpec
+from pysb_core.provider import Capability, Provider, ProviderStatus
+
+__all__ = ["UnshareProvider"]
+
+NSINIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nsinit.py")
+_SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
+_USERNS_FIX = (
+    "allow unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 "
+    "(Debian) or kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu); in a container "
+    "run it with --privileged"
+)
+START_TIMEOUT = 15.0
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + _SBIN)
+
+
+def _staging_dir() -> str:
+    """An empty directory the new root's tmpfs is mounted on (only inside the namespace)."""
+    path = os.path.join(tempfile.gettempdir(), f"pysb-unshare-root-{os.geteuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        import stat
+
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise SandboxError(f"{path} exists and is not a directory owned by us") from None
+    return path
+
+
+class UnshareProvider(Provider):
+    name = "unshare"
+    description = (
+        "util-linux unshare: user/mount/pid/net/ipc/uts namespaces, explicit binds, nftables"
+    )
+    capabilities = frozenset(
+        {
+            Capability.FILES,
+            Capability.FILES_WRITE,
+            Capability.IGNORE,
+            Capability.RENAME,
+            Capability.TCP_PORT,
+            Capability.TCP_HOST,
+            Capability.UDP_PORT,
+            Capability.UDP_HOST,
+            Capability.ENV,
+            Capability.LIMITS,
+        }
+    )
+    install_hint = "apt-get install util-linux slirp4netns nftables"
+
+    _probe_cache: dict[str, ProviderStatus] = {}
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> list[str]:
+        problems = []
+        for key, value in options.items():
+            if key == "network-helper":
+                if value not in ("slirp4netns", "pasta"):
+                    problems.append(
+                        "providers.unshare.network-helper must be slirp4netns or pasta, "
+                        f"not {value!r}"
+                    )
+            else:
+                problems.append(
+                    f"unknown option '{key}' for provider 'unshare' (known: network-helper)"
+                )
+        return problems
+
+    # -- discovery ------------------------------------------------------------------
+
+    def probe(self) -> ProviderStatus:
+        cached = self._probe_cache.get("status")
+        if cached is not None:
+            return cached
+        status = self._probe()
+        self._probe_cache["status"] = status
+        return status
+
+    def _probe(self) -> ProviderStatus:
+        unshare = _which("unshare")
+        if unshare is None:
+            return ProviderStatus.missing(
+                "unshare is not installed", fix="apt-get install util-linux"
+            )
+        try:
+            done = subprocess.run(
+                [
+                    unshare,
+                    "--user",
+                    "--map-root-user",
+                    "--mount",
+                    "--net",
+                    "--pid",
+                    "--fork",
+                    "true",
+                ],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return ProviderStatus.missing(f"unshare cannot run: {exc}", fix=_USERNS_FIX)
+        if done.returncode != 0:
+            err = done.stderr.decode(errors="replace").strip()
+            return ProviderStatus.missing(
+                f"user namespaces are not permitted here ({err or done.returncode})",
+                fix=_USERNS_FIX,
+            )
+        details: dict[str, Any] = {}
+        net_tools = [t for t in ("slirp4netns", "pasta") if _which(t)]
+        details["network-helper"] = net_tools[0] if net_tools else None
+        details["nft"] = _which("nft")
+        if not net_tools or not _which("nft"):
+            details["network"] = (
+                "network rules cannot be enforced until you run: "
+                "apt-get install slirp4netns nftables"
+            )
+        version = done.stderr.decode(errors="replace")
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [unshare, "--version"], capture_output=True, timeout=5, check=False
+            )
+            version = out.stdout.decode().strip().split()[-1]
+        return ProviderStatus.ok(version, **details)
+
+    def enforced(self) -> frozenset[Capability]:
+        """Network capabilities only when a helper and nft exist (else the rules would be
+        unenforced and ``pysb check`` must say so)."""
+        if (_which("slirp4netns") or _which("pasta")) and _which("nft"):
+            return self.capabilities
+        return self.capabilities - {
+            Capability.TCP_PORT,
+            Capability.TCP_HOST,
+            Capability.UDP_PORT,
+            Capability.UDP_HOST,
+        }
+
+    def network(self, plan: LaunchPlan) -> NetnsNetwork:
+        return NetnsNetwork.from_plan(plan, helper=self.options.get("network-helper"))
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        lines = [
+            "namespaces: user (uid 0 mapped to you, no capabilities), mount, pid, net, ipc, "
+            "uts, cgroup",
+            "root: tmpfs with read-only /usr, /lib*, generated /etc (hosts, resolv.conf, passwd), "
+            "/dev (null zero full random urandom tty), private /tmp and /dev/shm, fresh /proc",
+        ]
+        for e in plan.exposures:
+            if e.implicit:
+                continue
+            mode = "rw" if e.writable else "ro"
+            where = e.path if not e.renamed else f"{e.path} -> {e.target}"
+            lines.append(f"  bind {mode}: {where}")
+        for h in plan.hidden:
+            lines.append(f"  masked: {h}")
+        try:
+            lines += self.network(plan).describe()
+        except ProviderUnavailableError as exc:
+            lines.append(f"network: cannot be enforced: {exc}")
+        return lines
+
+    # -- launch ---------------------------------------------------------------------
+
+    def prepare(self, plan: LaunchPlan) -> LaunchSpec:
+        """The host command (config travels separately, see :meth:`launch`)."""
+        unshare = _which("unshare")
+        if unshare is None:
+            raise ProviderUnavailableError(
+                "unshare is not installed", fix="apt-get install util-linux"
+            )
+        argv = [
+            unshare,
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--propagation",
+            "private",
+            "--net",
+            "--ipc",
+            "--uts",
+            "--cgroup",
+            "--pid",
+            "--",
+            sys.executable,
+            "-I",
+            "-S",
+            NSINIT,
+        ]
+        return LaunchSpec(argv=argv, env={}, cwd="/", pass_fds=list(plan.pass_fds))
+
+    def _config(self, plan: LaunchPlan, net: NetnsNetwork, fds: dict[str, int]) -> bytes:
+        from pysb_unshare.rootfs import build_ops
+
+        boot = [p for p in plan.payload.get("sys_path", []) if isinstance(p, str)]
+        ops = build_ops(plan, hosts=net.hosts_text(), resolv=net.resolv_text(), extra_ro=boot)
+        cfg = {
+            "root": _staging_dir(),
+            "ops": ops,
+            "argv": list(plan.argv),
+            "env": dict(plan.env),
+            "cwd": plan.cwd,
+            "pass_fds": list(plan.pass_fds),
+            "network": net.enabled,
+            "hostname": "sandbox",
+            "ctl_fd": fds["ctl"],
+            "status_fd": fds["status"],
+        }
+        return json.dumps(cfg).encode()
+
+    def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start the namespaces, filter and attach the network, release the program.
+
+        Returns once the program has been exec'd inside; raises :class:`SandboxError` (with
+        nothing left running) if any step before that failed.
+        """
+        net = self.network(plan)
+        if net.enabled:
+            net.check()
+        spec = self.prepare(plan)
+        plan.cleanups.extend(spec.cleanups)
+        plan.seal()
+        ctl_r, ctl_w = os.pipe()
+        status_r, status_w = os.pipe()
+        cfg_fd = os.memfd_create("pysb-unshare", 0)
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            data = self._config(plan, net, {"ctl": ctl_r, "status": status_w})
+            os.write(cfg_fd, data)
+            os.lseek(cfg_fd, 0, os.SEEK_SET)
+            argv = [*spec.argv, str(cfg_fd)]
+            proc = subprocess.Popen(
+                argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                pass_fds=(*spec.pass_fds, cfg_fd, ctl_r, status_w),
+                **popen_kwargs,
+            )
+            for fd in (cfg_fd, ctl_r, status_w):
+                os.close(fd)
+            cfg_fd = ctl_r = status_w = -1
+            if net.enabled:
+                if _read_status(status_r, proc) != b"R":
+                    raise SandboxError("unshare: the sandbox did not start its namespaces")
+                net.attach(proc.pid)
+            os.write(ctl_w, b"G")
+            answer = _read_status(status_r, proc, until_eof=True)
+            if not answer.startswith(b"S"):
+                msg = answer[1:].decode(errors="replace").strip() if answer else ""
+                raise SandboxError(
+                    msg or f"unshare: the sandbox exited ({proc.poll()}) before the program started"
+                )
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(ctl_w)
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # our own child, by PID; the PID namespace dies with it
+            if proc is not None:
+                proc.wait()
+            net.close()
+            raise
+        finally:
+            for fd in (cfg_fd, ctl_r, status_w, status_r):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+        def cleanup() -> None:
+            with contextlib.suppress(OSError):
+                os.close(ctl_w)
+            net.close()
+
+        plan.add_cleanup(cleanup)
+        return proc
+
+
+def _read_status(fd: int, proc: subprocess.Popen[bytes], *, until_eof: bool = False) -> bytes:
+    """Read one status message from the sandbox (1 byte, or everything until EOF)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxError("unshare: the sandbox did not start in time")
+        ready, _, _ = select.select([fd], [], [], min(left, 0.1))
+        if not ready:
+            if proc.poll() is not None:
+                ready, _, _ = select.select([fd], [], [], 0)
+                if not ready:
+                    return data
+            continue
+        chunk = os.read(fd, 1 if not until_eof else 4096)
+        if not chunk:
+            return data
+        data += chunk
+        if not until_eof:
+            return data

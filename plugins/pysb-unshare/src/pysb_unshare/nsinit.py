@@ -1,0 +1,480 @@
+"""Runs inside the new namespaces (``python -I -S nsinit.py CONFIG_FD``): build the sandbox's
+root, be the PID namespace's init, start the program.
+
+Standalone on purpose -- no pysb import, only the standard library -- so that it starts in a
+few milliseconds and nothing from the host's ``sys.path`` is trusted. Three processes::
+
+    P0  exec'd by ``unshare`` (new user, mount, net, ipc, uts, cgroup namespaces; its
+        children go to a new PID namespace). Brings ``lo`` up, tells pysb it is ready
+        ("R"), waits for "G" (pysb has loaded the packet filter and attached the user-mode
+        network by then), forks P1, forwards signals to it, and ends like the program did
+        (same exit code, or killed by the same signal).
+    P1  PID 1 of the new PID namespace: builds the root (tmpfs + binds), mounts /proc,
+        pivots into it, forks P2, forwards signals, reaps orphans, and reports P2's wait
+        status to P0. A thread watches the lifeline pipe: EOF means pysb died, and P1
+        exits. When P1 exits the kernel kills everything left in the namespace.
+    P2  chdir, no_new_privs, empty capability bounding set, no capabilities, only the
+        inherited fds pysb named, then ``execve(argv, env)`` of the program. Whether the
+        exec worked travels back to pysb ("S" or "E<message>") before pysb returns.
+
+Signals a terminal sends to the whole foreground process group (si_code SI_KERNEL) reach
+the program directly and are not forwarded a second time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import struct
+import sys
+import threading
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+MOUNT_ATTR_RDONLY = 1
+MOUNT_ATTR_NOSUID = 2
+MOUNT_ATTR_NODEV = 4
+AT_RECURSIVE = 0x8000
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SI_KERNEL = 0x80
+_SYS = {  # syscall numbers (mount_setattr, pivot_root) per machine
+    "x86_64": (442, 155),
+    "aarch64": (442, 41),
+}
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGWINCH,
+    signal.SIGCONT,
+    signal.SIGALRM,
+)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = (
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+)
+_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+_libc.prctl.argtypes = (
+    ctypes.c_int,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+)
+_libc.syscall.restype = ctypes.c_long
+
+
+class SetupError(Exception):
+    """A step of the sandbox set-up failed; the program must not start."""
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)}")
+
+
+def _b(path: str) -> bytes:
+    return os.fsencode(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Mount primitives
+# ---------------------------------------------------------------------------------------
+
+
+def mount(
+    src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
+    ret = _libc.mount(
+        _b(src) if src else None,
+        _b(dst),
+        _b(fstype) if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
+    _check(ret, f"mount {src or fstype or ''} on {dst}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
+
+
+def set_readonly(
+    path: str, *, recursive: bool = True, readonly: bool = True, nodev: bool = True
+) -> None:
+    """Make a mount (and by default every mount below it) read-only, nosuid, nodev.
+
+    Device nodes bound into /dev keep ``dev`` (``nodev`` would make them unopenable); a
+    read-only mount does not stop writes to a device.
+    """
+    nr = _SYS.get(os.uname().machine)
+    attrs = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_NODEV if nodev else 0)
+    attrs |= MOUNT_ATTR_RDONLY if readonly else 0
+    if nr is not None:
+        attr = _MountAttr(attrs, 0, 0, 0)
+        ret = _libc.syscall(
+            nr[0],
+            -100,
+            _b(path),
+            AT_RECURSIVE if recursive else 0,
+            ctypes.byref(attr),
+            ctypes.sizeof(attr),
+        )
+        if ret == 0:
+            return
+    # Older kernels: remount the top mount, keeping the flags the kernel locked on it.
+    st = os.statvfs(path)
+    keep = st.f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | keep | (MS_RDONLY if readonly else 0)
+    flags |= MS_NODEV if nodev else 0
+    mount(None, path, None, flags)
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+def ensure(root: str, target: str, *, is_dir: bool) -> str:
+    """Create ``target`` below ``root`` (dirs, or an empty file) without leaving ``root``.
+
+    Symlinks met on the way are followed only while they stay inside the new root: an
+    absolute link would otherwise resolve on the host before the pivot.
+    """
+    cur = root
+    parts = [p for p in target.split("/") if p]
+    for i, part in enumerate(parts):
+        nxt = os.path.join(cur, part)
+        if os.path.islink(nxt):
+            real = os.path.realpath(nxt)
+            if not _inside(root, real):
+                raise SetupError(f"{target}: the path leaves the sandbox root through a symlink")
+            nxt = real
+        last = i == len(parts) - 1
+        if not os.path.lexists(nxt):
+            if last and not is_dir:
+                os.close(os.open(nxt, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+            else:
+                try:
+                    os.mkdir(nxt, 0o755)
+                except OSError as exc:
+                    raise SetupError(
+                        f"cannot create mount point {target}: {exc.strerror}"
+                    ) from None
+        cur = nxt
+    return cur
+
+
+def run_ops(root: str, ops: list[list]) -> None:
+    """Execute the root layout compiled by the provider, in order."""
+    for op in ops:
+        kind = op[0]
+        if kind == "bind":  # ["bind", src, target, readonly]
+            _, src, target, ro = op
+            try:
+                is_dir = os.path.isdir(src)
+            except OSError:
+                is_dir = False
+            if not os.path.exists(src):
+                raise SetupError(f"cannot expose {src}: it does not exist")
+            dst = ensure(root, target, is_dir=is_dir)
+            mount(src, dst, None, MS_BIND | MS_REC)
+            set_readonly(dst, readonly=bool(ro))
+        elif kind == "optbind":  # a base directory that may be absent on this host
+            _, src, target = op
+            if os.path.lexists(src):
+                if os.path.islink(src):
+                    ensure(root, os.path.dirname(target) or "/", is_dir=True)
+                    os.symlink(os.readlink(src), root + target)
+                else:
+                    dst = ensure(root, target, is_dir=os.path.isdir(src))
+                    mount(src, dst, None, MS_BIND | MS_REC)
+                    set_readonly(dst)
+        elif kind == "device":  # ["device", name]: /dev/NAME from the host
+            src = "/dev/" + op[1]
+            if os.path.exists(src):
+                dst = ensure(root, src, is_dir=False)
+                mount(src, dst, None, MS_BIND)
+                set_readonly(dst, recursive=False, nodev=False)
+        elif kind == "tmpfs":  # ["tmpfs", target, mode]
+            _, target, mode = op
+            dst = ensure(root, target, is_dir=True)
+            mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+        elif kind == "dir":
+            ensure(root, op[1], is_dir=True)
+        elif kind == "file":  # ["file", target, content, mode]
+            _, target, content, mode = op
+            dst = ensure(root, target, is_dir=False)
+            with open(dst, "w", encoding="utf-8") as f:
+                f.write(content)
+            os.chmod(dst, mode)
+        elif kind == "symlink":  # ["symlink", link_text, target]
+            _, text, target = op
+            parent = ensure(root, os.path.dirname(target), is_dir=True)
+            os.symlink(text, os.path.join(parent, os.path.basename(target)))
+        elif kind == "mask":  # ["mask", target]: hide what an ignore glob matched
+            target = root + op[1]
+            if os.path.islink(target) or not os.path.lexists(target):
+                continue
+            if os.path.isdir(target):
+                mount(
+                    "tmpfs",
+                    target,
+                    "tmpfs",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "mode=0500,size=4k",
+                )
+            else:
+                mount("/dev/null", target, None, MS_BIND)
+                set_readonly(target, recursive=False)
+        elif kind == "protect":  # ["protect", target]: a profile file, never writable inside
+            target = root + op[1]
+            if os.path.lexists(target) and not os.path.islink(target):
+                mount(target, target, None, MS_BIND)
+                set_readonly(target, recursive=False)
+        else:
+            raise SetupError(f"unknown set-up step {kind!r}")
+
+
+def pivot(root: str) -> None:
+    """Make ``root`` the root of this mount namespace and drop the host's tree."""
+    nr = _SYS.get(os.uname().machine)
+    os.chdir(root)
+    if nr is None:
+        raise SetupError(f"unsupported machine {os.uname().machine}")
+    _check(_libc.syscall(nr[1], b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the host root")
+    os.chdir("/")
+
+
+# ---------------------------------------------------------------------------------------
+# Process plumbing
+# ---------------------------------------------------------------------------------------
+
+
+def loopback_up() -> None:
+    import _socket
+    import fcntl
+
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), 0x8913, req)[:18])[1]
+        fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
+    finally:
+        s.close()
+
+
+def drop_privileges() -> None:
+    """no_new_privs, an empty bounding set and no capabilities: the program's exec cannot
+    regain any, even as uid 0 of the user namespace."""
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except OSError:
+        last = 63
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (ctypes.c_uint32 * 6)()
+    _check(_libc.capset(header, data), "capset")
+
+
+def _write(fd: int, data: bytes) -> None:
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
+
+
+def _exec_program(cfg: dict, exec_w: int) -> None:
+    """P2: become the program. Never returns."""
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.chdir(cfg["cwd"])
+        except OSError as exc:
+            raise SetupError(
+                f"cannot enter the working directory {cfg['cwd']}: {exc.strerror}"
+            ) from None
+        drop_privileges()
+        keep = sorted({0, 1, 2, exec_w, *cfg["pass_fds"]})
+        low = 3
+        for fd in keep:
+            if fd >= low:
+                os.closerange(low, fd)
+                low = fd + 1
+        os.closerange(low, 65536)
+        for fd in cfg["pass_fds"]:
+            os.set_inheritable(fd, True)
+        argv = cfg["argv"]
+        env = cfg["env"]
+        try:
+            os.execve(argv[0], argv, env)
+        except OSError as exc:
+            raise SetupError(f"cannot execute {argv[0]}: {exc.strerror}") from None
+    except BaseException as exc:
+        _write(exec_w, f"E{exc}".encode())
+        os._exit(127)
+
+
+def _reap_loop(child: int, sigs: set[int], on_exit) -> None:
+    """Forward signals to ``child`` and reap every dead process until ``child`` is gone."""
+    while True:
+        info = signal.sigwaitinfo(sigs)
+        if info.si_signo == signal.SIGCHLD:
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                if pid == child:
+                    on_exit(status)
+            continue
+        if info.si_code == SI_KERNEL:
+            continue  # from the terminal: the program's process group has it already
+        try:
+            os.kill(child, info.si_signo)
+        except ProcessLookupError:
+            pass
+
+
+def _watch_lifeline(ctl: int) -> None:
+    """EOF on the lifeline means pysb died: end the PID namespace (P1's exit kills it all).
+
+    A thread of P1, because P0 cannot start threads: after ``unshare(CLONE_NEWPID)`` its
+    children live in another PID namespace than itself, and the kernel refuses threads then.
+    """
+
+    def watch() -> None:
+        while True:
+            try:
+                if not os.read(ctl, 64):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os._exit(137)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> None:
+    """P1: build the root, start the program, be init. Never returns."""
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        root = cfg["root"]
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=8m")
+        run_ops(root, cfg["ops"])
+        ensure(root, "/proc", is_dir=True)
+        mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        pivot(root)
+        set_readonly("/", recursive=False)
+    except (SetupError, OSError) as exc:
+        _write(status_w, f"Eunshare: {exc}".encode())
+        os._exit(125)
+    exec_r, exec_w = os.pipe()  # O_CLOEXEC: closes by itself when the exec works
+    child = os.fork()
+    if child == 0:
+        os.close(exec_r)
+        os.close(ctl)
+        _exec_program(cfg, exec_w)
+    os.close(exec_w)
+    err = b""
+    while chunk := os.read(exec_r, 4096):
+        err += chunk
+    os.close(exec_r)
+    _write(status_w, (b"E" + err[1:]) if err else b"S")
+    os.close(status_w)
+    _watch_lifeline(ctl)
+
+    def done(status: int) -> None:
+        _write(exit_w, struct.pack("i", status))
+        os._exit(0)
+
+    _reap_loop(child, sigs, done)
+
+
+def main() -> None:
+    """P0."""
+    cfg_fd = int(sys.argv[1])
+    with os.fdopen(cfg_fd, "rb") as f:
+        cfg = json.loads(f.read())
+    ctl, status_w = cfg["ctl_fd"], cfg["status_fd"]
+    try:
+        loopback_up()
+        with open("/proc/sys/kernel/hostname", "w") as f:
+            f.write(cfg.get("hostname", "sandbox"))
+    except OSError as exc:
+        _write(status_w, f"Eunshare: cannot set up the namespaces: {exc}".encode())
+        os._exit(125)
+    if cfg.get("network"):
+        _write(status_w, b"R")
+    if os.read(ctl, 1) != b"G":
+        os._exit(125)  # pysb gave up (or died) before releasing the sandbox
+    sigs = {*FORWARDED, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    exit_r, exit_w = os.pipe()
+    p1 = os.fork()
+    if p1 == 0:
+        os.close(exit_r)
+        pid1(cfg, status_w, exit_w, ctl, sigs)
+    os.close(exit_w)
+    os.close(status_w)
+    os.close(ctl)
+
+    def finished(_status: int) -> None:
+        data = os.read(exit_r, 4)
+        if len(data) != 4:
+            os._exit(125)  # P1 died before the program ended (killed, or set-up failed)
+        status = struct.unpack("i", data)[0]
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+            os.kill(os.getpid(), sig)
+            os._exit(128 + sig)
+        os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125)
+
+    _reap_loop(p1, sigs, finished)
+
+
+if __name__ == "__main__":
+    main()

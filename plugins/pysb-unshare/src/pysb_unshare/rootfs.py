@@ -1,0 +1,139 @@
+"""Compile a launch plan into the sandbox's root: an empty tmpfs filled by explicit steps.
+
+Nothing of the host is visible unless a step names it: the system directories programs need
+to run (``/usr``, ``/lib*`` and the merged-/usr symlinks), a handful of generated ``/etc``
+files, CA certificates, the interpreter with its standard library and site-packages (the
+plan's implicit exposures), and the profile's exposures. The steps are plain lists so they
+cross into ``nsinit.py`` as JSON; this module only decides, it never mounts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from pysb_core.errors import SandboxError
+from pysb_core.plan import LaunchPlan
+from pysb_core.policy import Exposure
+
+#: System directories bound read-only when present (symlinks are recreated as symlinks).
+BASE_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Host /etc entries bound read-only when present: the dynamic loader's cache, time zone,
+#: certificates, and the alternatives links some /usr/bin commands go through.
+ETC_BINDS = (
+    "/etc/ld.so.cache",
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/ca-certificates",
+    "/etc/alternatives",
+    "/etc/protocols",
+    "/etc/services",
+)
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+NSSWITCH = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
+PASSWD = (
+    "root:x:0:0:sandbox:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+GROUP = "root:x:0:\nnogroup:x:65534:\n"
+
+
+def _depth(path: str) -> int:
+    return len([p for p in path.split("/") if p])
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def translate(path: str, exposures: Iterable[Exposure]) -> str | None:
+    """Where a host path appears inside (through the exposure that covers it best)."""
+    best: Exposure | None = None
+    for e in exposures:
+        if _under(path, e.path) and (best is None or len(e.path) > len(best.path)):
+            best = e
+    if best is None:
+        return None
+    return best.target + path[len(best.path) :] if path != best.path else best.target
+
+
+def _localtime_steps() -> list[list]:
+    try:
+        link = os.readlink("/etc/localtime")
+    except OSError:
+        return [["optbind", "/etc/localtime", "/etc/localtime"]]
+    return [["symlink", link, "/etc/localtime"]]
+
+
+def build_ops(
+    plan: LaunchPlan, *, hosts: str, resolv: str, extra_ro: Iterable[str] = ()
+) -> list[list]:
+    """The ordered set-up steps for ``nsinit.run_ops`` (targets are paths inside)."""
+    ops: list[list] = []
+    exposures = list(plan.exposures)
+    for e in exposures:
+        if e.target == "/":
+            raise SandboxError(
+                f"{e.source}: exposing the whole file system ('/') is not supported by the "
+                "unshare provider; expose the directories the program needs"
+            )
+    base = [d for d in BASE_DIRS if os.path.lexists(d)]
+    ops += [["optbind", d, d] for d in base]
+    # /etc: generated, plus a few host files. Nothing else of the host's /etc is visible.
+    ops += [
+        ["file", "/etc/hosts", hosts, 0o644],
+        ["file", "/etc/resolv.conf", resolv, 0o644],
+        ["file", "/etc/nsswitch.conf", NSSWITCH, 0o644],
+        ["file", "/etc/passwd", PASSWD, 0o644],
+        ["file", "/etc/group", GROUP, 0o644],
+        ["file", "/etc/hostname", "sandbox\n", 0o644],
+    ]
+    ops += _localtime_steps()
+    ops += [["optbind", p, p] for p in ETC_BINDS if os.path.lexists(p)]
+    # /dev: a few device nodes bound from the host (no mknod in a user namespace).
+    ops.append(["tmpfs", "/dev", "0755"])
+    ops += [["device", d] for d in DEVICES if os.path.exists(f"/dev/{d}")]
+    ops += [
+        ["symlink", "/proc/self/fd", "/dev/fd"],
+        ["symlink", "/proc/self/fd/0", "/dev/stdin"],
+        ["symlink", "/proc/self/fd/1", "/dev/stdout"],
+        ["symlink", "/proc/self/fd/2", "/dev/stderr"],
+        ["tmpfs", "/dev/shm", "1777"],
+        ["tmpfs", "/tmp", "1777"],
+        ["dir", "/root"],
+    ]
+    # Exposures, parents before children; read-only ones already visible through a base
+    # directory at the same place need no second mount.
+    seen: set[tuple[str, str, bool]] = set()
+    binds: list[tuple[str, str, bool]] = []
+    for e in exposures:
+        key = (e.path, e.target, e.writable)
+        if key in seen or not os.path.exists(e.path):
+            continue
+        seen.add(key)
+        covered = not e.writable and e.path == e.target and any(_under(e.path, d) for d in base)
+        if covered and not any(_under(e.path, o[1]) and o[2] for o in binds):
+            continue
+        binds.append(key)
+    for path in extra_ro:
+        if (
+            os.path.exists(path)
+            and not any(_under(path, b[0]) for b in binds)
+            and not any(_under(path, d) for d in base)
+        ):
+            binds.append((path, path, False))
+    binds.sort(key=lambda b: _depth(b[1]))
+    ops += [["bind", src, dst, not rw] for src, dst, rw in binds]
+    # Profile files stay read-only even inside a read-write exposure.
+    for p in plan.protected:
+        inside = translate(os.path.realpath(p), exposures)
+        if inside is not None:
+            ops.append(["protect", inside])
+    # Paths an ignore glob matched: masked with an empty read-only view.
+    for h in plan.hidden:
+        inside = translate(h, exposures)
+        if inside is not None:
+            ops.append(["mask", inside])
+    if not any(_under(plan.cwd, b[1]) for b in binds):
+        ops.append(["dir", plan.cwd])
+    return ops

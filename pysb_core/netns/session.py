@@ -1,0 +1,207 @@
+"""The host side of a filtered namespace network: compile, load the filter, attach the helper.
+
+Order matters and is what makes it fail closed::
+
+    sandbox process created in its own user+net namespace, blocked before the program
+    -> attach(pid):  1. nft ruleset loaded INTO that namespace (nsenter), checked by exit status
+                     2. user-mode helper started; tap0 appears only now, already filtered
+                     3. inbound ports forwarded
+    -> caller releases the sandbox (the program starts)
+
+If any step fails, :meth:`NetnsNetwork.attach` stops what it started and raises
+:class:`SandboxError`; the caller must then kill the sandbox, which never ran the program.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.netns import nft
+from pysb_core.netns.usernet import INSTALL_HINT, Pasta, UserNet, choose_helper
+from pysb_core.netrules import hosts_file_text
+from pysb_core.policy import NetworkRule
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+
+_SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + _SBIN)
+
+
+class NetnsNetwork:
+    """The network of one sandbox that has its own network namespace.
+
+    ``enabled`` is false when no rule allows anything: the namespace then keeps only its own
+    loopback and nothing here needs to run.
+    """
+
+    def __init__(
+        self,
+        rules: Iterable[NetworkRule],
+        pins: Mapping[str, Sequence[str]] | None = None,
+        *,
+        helper: str | None = None,
+    ) -> None:
+        self.rules = tuple(rules)
+        self.pins = {k: tuple(v) for k, v in (pins or {}).items()}
+        self.enabled = any(r.action == "allow" for r in self.rules)
+        self._helper_name = helper
+        self._helper_cls: type[UserNet] | None = None
+        self._compiled: nft.CompiledNetwork | None = None
+        self.helper: UserNet | None = None
+
+    @classmethod
+    def from_plan(cls, plan: LaunchPlan, *, helper: str | None = None) -> NetnsNetwork:
+        return cls(plan.policy.network, plan.policy.pins, helper=helper)
+
+    # -- what will be loaded -------------------------------------------------------------
+
+    @property
+    def helper_class(self) -> type[UserNet]:
+        if self._helper_cls is None:
+            self._helper_cls = choose_helper(self._helper_name)
+        return self._helper_cls
+
+    @property
+    def layout(self) -> nft.UserNetLayout:
+        try:
+            return self.helper_class.layout
+        except ProviderUnavailableError:
+            return nft.SLIRP4NETNS
+
+    @property
+    def compiled(self) -> nft.CompiledNetwork:
+        if self._compiled is None:
+            self._compiled = nft.compile_network(self.rules, self.pins, self.layout)
+        return self._compiled
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What is missing on this machine for these rules: ``[(reason, fix)]``."""
+        if not self.enabled:
+            return []
+        out: list[tuple[str, str]] = []
+        try:
+            self.helper_class  # noqa: B018 - probing
+        except ProviderUnavailableError as exc:
+            out.append((exc.reason, exc.fix or INSTALL_HINT))
+        if _which("nft") is None:
+            out.append(("network rules need nftables (nft) inside the namespace", INSTALL_HINT))
+        if _which("nsenter") is None:
+            out.append(
+                ("network rules need nsenter to load the filter", "apt-get install util-linux")
+            )
+        return out
+
+    def check(self) -> None:
+        """Raise :class:`ProviderUnavailableError` when the rules cannot be enforced here."""
+        problems = self.problems()
+        if problems:
+            raise ProviderUnavailableError("; ".join(p[0] for p in problems), fix=problems[0][1])
+
+    def describe(self) -> list[str]:
+        """Human-readable lines for ``pysb check``: helper, forwards, then the ruleset."""
+        if not self.enabled:
+            return ["network: no allow rule -> own network namespace, loopback only"]
+        c = self.compiled
+        lines = [f"network: own namespace + {self.layout.name} + nftables (loaded before start)"]
+        for protos, ports in c.host_loopback:
+            lines.append(
+                f"  host loopback reachable: {protos} 127.0.0.1 {','.join(str(p) for p in ports)}"
+            )
+        for fwd in c.inbound:
+            lines.append(
+                f"  inbound: host 127.0.0.1:{fwd.port}/{fwd.proto} -> sandbox port {fwd.port}"
+            )
+        lines.append(
+            "  DNS: namespace resolver allowed (a rule allows a wide network)"
+            if c.dns
+            else "  DNS: none (names resolve only through the pinned /etc/hosts)"
+        )
+        lines += [f"  note: {n}" for n in c.notes]
+        lines += ["  " + ln for ln in c.ruleset.rstrip().splitlines()]
+        return lines
+
+    # -- files for a sandbox with its own /etc --------------------------------------------
+
+    def hosts_text(self) -> str:
+        return hosts_file_text(self.pins)
+
+    def resolv_text(self) -> str:
+        if self.enabled and self.compiled.dns:
+            return f"# generated by pysb\nnameserver {self.layout.resolver}\n"
+        return "# generated by pysb: no resolver; pinned names are in /etc/hosts\n"
+
+    # -- runtime --------------------------------------------------------------------------
+
+    def attach(self, pid: int) -> None:
+        """Filter, then connect, the network namespace of ``pid`` (see the module docstring).
+
+        ``pid`` must already be inside its new user and network namespaces. Raises
+        :class:`SandboxError` with nothing left running when any step fails.
+        """
+        if not self.enabled:
+            return
+        self.check()
+        self.load_filter(pid)
+        c = self.compiled
+        cls = self.helper_class
+        kwargs: dict[str, object] = {}
+        if cls is Pasta:
+            ports: dict[str, list[str]] = {"tcp": [], "udp": []}
+            for protos, rng in c.host_loopback:
+                for proto in protos.split(","):
+                    ports[proto] += [str(p) for p in rng if str(p) != "*"]
+            kwargs["loopback_ports"] = ports
+        helper = cls(dns=c.dns, host_loopback=bool(c.host_loopback), inbound=c.inbound, **kwargs)  # type: ignore[arg-type]
+        helper.start(pid)
+        self.helper = helper
+
+    def load_filter(self, pid: int) -> None:
+        """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not."""
+        c = self.compiled
+        script = ""
+        if self.layout.host_loopback_nat and (c.host_loopback or c.inbound):
+            # 127.0.0.1 may only be routed out of tap0 (and accepted from it) with this on.
+            script = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
+        script += 'exec "$0" -f -'
+        nsenter = _which("nsenter")
+        nft_bin = _which("nft")
+        if nsenter is None or nft_bin is None:
+            raise SandboxError("cannot load the network filter: nsenter or nft is missing")
+        argv = [
+            nsenter,
+            f"--target={pid}",
+            "--user",
+            "--net",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+            nft_bin,
+        ]
+        try:
+            done = subprocess.run(
+                argv, input=c.ruleset.encode(), capture_output=True, timeout=20, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxError(f"cannot load the network filter: {exc}") from exc
+        if done.returncode != 0:
+            err = done.stderr.decode(errors="replace").strip()
+            raise SandboxError(
+                f"the network filter could not be loaded into the sandbox (the program was not "
+                f"started): {err or f'exit {done.returncode}'}"
+            )
+
+    def close(self) -> None:
+        """Stop the user-mode helper (idempotent)."""
+        helper, self.helper = self.helper, None
+        if helper is not None:
+            helper.stop()

@@ -1,0 +1,308 @@
+"""User-mode network helpers (slirp4netns, pasta) attached to a sandbox's namespace by PID.
+
+A helper runs on the host, outside the sandbox, and gives the namespace a ``tap0`` device whose
+traffic it turns into ordinary host sockets. It never outlives pysb:
+
+- it gets the read end of a *lifeline* pipe whose write end only pysb holds (``O_CLOEXEC``,
+  never passed to any child): slirp4netns watches it with ``--exit-fd`` and exits on EOF, so a
+  SIGKILLed pysb takes its helpers with it;
+- :meth:`UserNet.stop` closes the lifeline, waits a moment, then kills the helper by the PID
+  pysb itself started (never by name).
+
+Which helper is used is decided by :func:`choose_helper` (slirp4netns first: its host-loopback
+address lets the packet filter see and DNAT every connection; pasta is the fallback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.netns.nft import SLIRP4NETNS, Forward, UserNetLayout
+
+INSTALL_HINT = "apt-get install slirp4netns nftables"
+READY_TIMEOUT = 10.0
+
+
+def choose_helper(preferred: str | None = None) -> type[UserNet]:
+    """The helper class to use: ``preferred`` if given and present, else the first found."""
+    order: list[type[UserNet]] = [Slirp4netns, Pasta]
+    if preferred:
+        chosen = [c for c in order if c.name == preferred]
+        if not chosen:
+            raise ProviderUnavailableError(
+                f"unknown user-mode network helper '{preferred}' (use slirp4netns or pasta)"
+            )
+        if chosen[0].binary() is None:
+            raise ProviderUnavailableError(
+                f"{preferred} is not installed", fix=f"apt-get install {chosen[0].package}"
+            )
+        return chosen[0]
+    for cls in order:
+        if cls.binary() is not None:
+            return cls
+    raise ProviderUnavailableError(
+        "network rules need a user-mode network helper (slirp4netns or pasta), none is installed",
+        fix=INSTALL_HINT,
+    )
+
+
+class UserNet(ABC):
+    """One helper process serving one namespace."""
+
+    name: str = ""
+    package: str = ""
+    layout: UserNetLayout = SLIRP4NETNS
+
+    def __init__(self, *, dns: bool, host_loopback: bool, inbound: Sequence[Forward]) -> None:
+        self.dns = dns
+        self.host_loopback = host_loopback
+        self.inbound = list(inbound)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lifeline_w: int | None = None
+        self._tmpdir: str | None = None
+
+    @classmethod
+    def binary(cls) -> str | None:
+        return shutil.which(cls.name, path=os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin")
+
+    @abstractmethod
+    def start(self, pid: int) -> None:
+        """Attach to the network namespace of ``pid`` and return once ``tap0`` is up.
+
+        Raises :class:`SandboxError` (and leaves nothing running) when it cannot.
+        """
+
+    def _lifeline(self) -> int:
+        """Create the lifeline pipe; return the read end (the caller passes it to the helper)."""
+        r, w = os.pipe()  # both O_CLOEXEC: only the helper gets ``r``, via pass_fds
+        self._lifeline_w = w
+        return r
+
+    def stop(self) -> None:
+        """Stop the helper (idempotent): close the lifeline, wait briefly, then kill by PID."""
+        if self._lifeline_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lifeline_w)
+            self._lifeline_w = None
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # our own child, by PID
+                proc.wait()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def _fail(self, message: str) -> SandboxError:
+        err = b""
+        proc = self.proc
+        if proc is not None and proc.poll() is not None and proc.stderr is not None:
+            with contextlib.suppress(OSError):
+                err = proc.stderr.read() or b""
+        self.stop()
+        detail = err.decode(errors="replace").strip().splitlines()[-3:]
+        return SandboxError(
+            f"{self.name}: {message}" + (": " + " / ".join(detail) if detail else "")
+        )
+
+
+class Slirp4netns(UserNet):
+    """slirp4netns: ``tap0`` = 10.0.2.100, gateway 10.0.2.2 = the host's 127.0.0.1."""
+
+    name = "slirp4netns"
+    package = "slirp4netns"
+    layout = SLIRP4NETNS
+
+    def start(self, pid: int) -> None:
+        exe = self.binary()
+        if exe is None:
+            raise ProviderUnavailableError("slirp4netns is not installed", fix=INSTALL_HINT)
+        lifeline_r = self._lifeline()
+        ready_r, ready_w = os.pipe()
+        argv = [
+            exe,
+            "--configure",
+            "--mtu=65520",
+            f"--ready-fd={ready_w}",
+            f"--exit-fd={lifeline_r}",
+            f"--userns-path=/proc/{pid}/ns/user",
+            "--netns-type=path",
+            "--enable-sandbox",
+            "--enable-seccomp",
+        ]
+        if not self.dns:
+            argv.append("--disable-dns")
+        if not self.host_loopback:
+            argv.append("--disable-host-loopback")
+        api = None
+        if self.inbound:
+            self._tmpdir = tempfile.mkdtemp(prefix="pysb-slirp-")
+            api = os.path.join(self._tmpdir, "api.sock")
+            argv.append(f"--api-socket={api}")
+        argv += [f"/proc/{pid}/ns/net", "tap0"]
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(ready_w, lifeline_r),
+                start_new_session=True,  # a Ctrl-C meant for the program must not stop it
+            )
+        except OSError as exc:
+            os.close(ready_r)
+            raise self._fail(f"cannot start: {exc}") from exc
+        finally:
+            os.close(ready_w)
+            os.close(lifeline_r)
+        try:
+            if not _wait_readable(ready_r, self.proc, READY_TIMEOUT) or os.read(ready_r, 1) != b"1":
+                raise self._fail("did not bring the namespace's network up")
+        finally:
+            os.close(ready_r)
+        if api is not None:
+            for fwd in self.inbound:
+                self._hostfwd(api, fwd)
+
+    def _hostfwd(self, api: str, fwd: Forward) -> None:
+        request = {
+            "execute": "add_hostfwd",
+            "arguments": {
+                "proto": fwd.proto,
+                "host_addr": "127.0.0.1",
+                "host_port": fwd.port,
+                "guest_port": fwd.port,
+            },
+        }
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5.0)
+                s.connect(api)
+                s.sendall(json.dumps(request).encode())
+                s.shutdown(socket.SHUT_WR)
+                data = b""
+                while chunk := s.recv(4096):
+                    data += chunk
+            answer = json.loads(data or b"{}")
+        except (OSError, ValueError) as exc:
+            raise self._fail(f"cannot forward {fwd.proto} port {fwd.port}: {exc}") from exc
+        if "error" in answer or "return" not in answer:
+            desc = answer.get("error", {}).get("desc", answer) if isinstance(answer, dict) else ""
+            raise self._fail(
+                f"cannot forward the host's 127.0.0.1:{fwd.port}/{fwd.proto} into the sandbox "
+                f"(is the port already in use on the host?) [{desc}]"
+            )
+
+
+class Pasta(UserNet):
+    """pasta (passt): splices the namespace's loopback to the host's (``-T``/``-t``).
+
+    Every automatic forwarding is switched off (``-t none -u none -T none -U none`` unless a
+    rule names ports), because pasta's default is to forward every bound port.
+    """
+
+    name = "pasta"
+    package = "passt"
+    layout = UserNetLayout(
+        name="pasta",
+        subnet="10.0.2.0/24",
+        gateway="10.0.2.2",
+        resolver="10.0.2.3",
+        guest="10.0.2.100",
+        host_loopback_nat=False,
+    )
+
+    def __init__(
+        self,
+        *,
+        dns: bool,
+        host_loopback: bool,
+        inbound: Sequence[Forward],
+        loopback_ports: dict[str, list[str]] | None = None,
+    ) -> None:
+        super().__init__(dns=dns, host_loopback=host_loopback, inbound=inbound)
+        self.loopback_ports = loopback_ports or {}
+
+    def start(self, pid: int) -> None:
+        exe = self.binary()
+        if exe is None:
+            raise ProviderUnavailableError("pasta is not installed", fix="apt-get install passt")
+        self._tmpdir = tempfile.mkdtemp(prefix="pysb-pasta-")
+        pidfile = os.path.join(self._tmpdir, "pid")
+        lay = self.layout
+        argv = [
+            exe,
+            "--config-net",
+            "-f",
+            "-q",
+            "-4",
+            "-a",
+            lay.guest,
+            "-n",
+            "24",
+            "-g",
+            lay.gateway,
+            "--no-map-gw",
+            "-I",
+            "tap0",
+            "-P",
+            pidfile,
+            "--userns",
+            f"/proc/{pid}/ns/user",
+            "--netns",
+            f"/proc/{pid}/ns/net",
+        ]
+        if os.geteuid() == 0:
+            argv += ["--runas", "0:0"]
+        argv += ["--dns-forward", lay.resolver] if self.dns else ["-D", ""]
+        tcp_in = ",".join(str(f.port) for f in self.inbound if f.proto == "tcp")
+        udp_in = ",".join(str(f.port) for f in self.inbound if f.proto == "udp")
+        argv += ["-t", f"127.0.0.1/{tcp_in}" if tcp_in else "none"]
+        argv += ["-u", f"127.0.0.1/{udp_in}" if udp_in else "none"]
+        argv += ["-T", ",".join(self.loopback_ports.get("tcp", [])) or "none"]
+        argv += ["-U", ",".join(self.loopback_ports.get("udp", [])) or "none"]
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise self._fail(f"cannot start: {exc}") from exc
+        # pasta has no ready fd: it writes its PID file once the namespace is configured.
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not os.path.exists(pidfile) or os.path.getsize(pidfile) == 0:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise self._fail("did not bring the namespace's network up")
+            time.sleep(0.002)
+
+
+def _wait_readable(fd: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait for ``fd`` to be readable while ``proc`` lives (False on timeout or death)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], min(left, 0.05))
+        if ready:
+            return True
+        if proc.poll() is not None:
+            # it may have written and exited in between
+            ready, _, _ = select.select([fd], [], [], 0)
+            return bool(ready)
