@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pysb_core.profile import cache
@@ -28,16 +27,19 @@ from pysb_core.profile.variables import VariableError, expand, is_absent
 Node = tuple[Any, ...]
 
 _SCALAR_TYPES = (str, int, float, bool, type(None))
+_MAP_TAG = "tag:yaml.org,2002:map"
 
 
-@dataclass
 class ProfileFile:
     """One file read for a profile: its canonical path, display name and node tree."""
 
-    path: str
-    display: str
-    directory: str
-    tree: Node | None
+    __slots__ = ("directory", "display", "path", "tree")
+
+    def __init__(self, path: str, display: str, directory: str, tree: Node | None) -> None:
+        self.path = path
+        self.display = display
+        self.directory = directory
+        self.tree = tree
 
     def loc(self, node_or_line: Node | int) -> str:
         line = node_or_line if isinstance(node_or_line, int) else node_or_line[1]
@@ -95,6 +97,11 @@ def _convert(node: Any, loader: Any, active: set[int]) -> Node:
         if not isinstance(value, _SCALAR_TYPES):
             value = node.value  # timestamps, binary...: keep the text
         return ("s", line, value, node.value)
+    expected = "tag:yaml.org,2002:seq" if isinstance(node, yaml.SequenceNode) else _MAP_TAG
+    if node.tag != expected:  # !!set, !!omap, !!python/...: not plain profile data
+        raise yaml.MarkedYAMLError(
+            problem=f"unsupported tag {node.tag!r}", problem_mark=node.start_mark
+        )
     if id(node) in active:
         raise yaml.MarkedYAMLError(problem="recursive alias", problem_mark=node.start_mark)
     active.add(id(node))

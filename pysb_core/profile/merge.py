@@ -9,7 +9,6 @@ expanded here, exactly once, with ``${PROFILE_DIR}`` bound to the file being rea
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pysb_core.profile.loader import Node, ProfileFile
@@ -25,35 +24,45 @@ from pysb_core.profile.schema import (
 from pysb_core.profile.variables import VariableError, expand, is_absent
 
 
-@dataclass
 class Item:
-    """One value with its ``FILE:LINE``."""
+    """One value with its ``FILE:LINE`` (and the directory of that file)."""
 
-    value: Any
-    loc: str
-    directory: str = ""
+    __slots__ = ("directory", "loc", "value")
+
+    def __init__(self, value: Any, loc: str, directory: str = "") -> None:
+        self.value = value
+        self.loc = loc
+        self.directory = directory
+
+    def __repr__(self) -> str:
+        return f"Item({self.value!r}, {self.loc!r})"
 
 
-@dataclass
 class EnvEntry:
     """An ``env`` entry: the value text is expanded later (glob keys rewrite it first)."""
 
-    text: str
-    loc: str
-    directory: str
-    expand: bool
+    __slots__ = ("directory", "expand", "loc", "text")
+
+    def __init__(self, text: str, loc: str, directory: str, expand: bool) -> None:
+        self.text = text
+        self.loc = loc
+        self.directory = directory
+        self.expand = expand
 
 
-@dataclass
 class Collected:
-    """Every file merged: scalars by dotted key, lists by dotted key, env, provider options."""
+    """Every file merged: scalars by dotted key, lists by dotted key, env, provider options.
 
-    scalars: dict[str, Item] = field(default_factory=dict)
-    lists: dict[str, list[Item]] = field(default_factory=dict)
-    env: dict[str, EnvEntry] = field(default_factory=dict)
-    providers: dict[str, dict[str, Item]] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    seen: set[str] = field(default_factory=set)
+    (Plain classes, not dataclasses: this module is on the start-up path of every run.)
+    """
+
+    def __init__(self) -> None:
+        self.scalars: dict[str, Item] = {}
+        self.lists: dict[str, list[Item]] = {}
+        self.env: dict[str, EnvEntry] = {}
+        self.providers: dict[str, dict[str, Item]] = {}
+        self.extra: dict[str, Any] = {}
+        self.seen: set[str] = set()
 
 
 _TYPE_NAMES = {"l": "a list", "m": "a mapping"}
