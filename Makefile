@@ -11,6 +11,7 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
 	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2"
+	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling
 	touch $@
 
 dev: $(BIN)/.installed

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
+from pysb_core.entrypoints import entry_points
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Provider, ProviderStatus
 
@@ -31,13 +31,13 @@ class ProviderInfo:
 
 def provider_names() -> list[str]:
     """Installed provider names, from metadata only."""
-    return sorted({ep.name for ep in entry_points(group=GROUP)})
+    return sorted({ep.name for ep in entry_points(GROUP)})
 
 
 def _distribution(name: str) -> tuple[str, str]:
-    for ep in entry_points(group=GROUP):
-        if ep.name == name and ep.dist is not None:
-            return ep.dist.name, ep.dist.version
+    for ep in entry_points(GROUP):
+        if ep.name == name:
+            return ep.dist_name, ep.dist_version
     return "?", "?"
 
 
@@ -49,18 +49,15 @@ def load_provider_class(name: str) -> type[Provider]:
             f"unknown provider '{name}' (installed: {', '.join(names) or 'none'})",
             fix=f"pip install pysb-{name}",
         )
-    from stevedore import driver  # imported lazily: only `run`/`providers` need it
-
+    ep = next(e for e in entry_points(GROUP) if e.name == name)
     try:
-        manager = driver.DriverManager(GROUP, name, invoke_on_load=False, on_load_failure_callback=None)
+        cls = ep.load()
     except Exception as exc:
-        dist, version = _distribution(name)
-        cause = exc.__cause__ or exc
         raise ProviderUnavailableError(
-            f"provider '{name}' ({dist} {version}) failed to load: {type(cause).__name__}: {cause}",
-            fix=f"pip install --force-reinstall {dist}",
+            f"provider '{name}' ({ep.dist_name} {ep.dist_version}) failed to load: "
+            f"{type(exc).__name__}: {exc}",
+            fix=f"pip install --force-reinstall {ep.dist_name}",
         ) from exc
-    cls = manager.driver
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
         raise ProviderUnavailableError(
             f"entry point '{name}' in {GROUP} is not a pysb Provider class: {cls!r}"
@@ -85,21 +82,38 @@ def load_provider(name: str, options: Mapping[str, Any] | None = None) -> Provid
 
 
 def describe_providers() -> list[ProviderInfo]:
-    """Every installed provider with its availability probe (imports each one)."""
+    """Every installed provider with its availability probe.
+
+    Loaded through a stevedore ExtensionManager: each driver is imported in isolation and
+    a broken one is reported (with its error) instead of breaking the listing.
+    """
+    from stevedore import ExtensionManager
+
+    failures: dict[str, BaseException] = {}
+
+    def failed(_manager: Any, ep: Any, exc: BaseException) -> None:
+        failures[ep.name] = exc
+
+    manager = ExtensionManager(GROUP, invoke_on_load=False, on_load_failure_callback=failed)
+    loaded = {ext.name: ext.plugin for ext in manager}
     out = []
-    for name in provider_names():
+    for name in sorted({*loaded, *failures, *provider_names()}):
         dist, version = _distribution(name)
-        try:
-            cls = load_provider_class(name)
-            prov = cls({})
-            status = prov.probe()
-            enforces = tuple(sorted(str(c) for c in (prov.enforced() if status.available else cls.capabilities)))
+        cls = loaded.get(name)
+        enforces: tuple[str, ...] = ()
+        desc = ""
+        if cls is None or not (isinstance(cls, type) and issubclass(cls, Provider)):
+            exc = failures.get(name)
+            reason = f"failed to load: {type(exc).__name__}: {exc}" if exc else "not a Provider class"
+            status = ProviderStatus.missing(reason, fix=f"pip install --force-reinstall {dist}")
+        else:
             desc = cls.description
-        except ProviderUnavailableError as exc:
-            status = ProviderStatus.missing(exc.reason, fix=exc.fix)
-            enforces, desc = (), ""
-        except Exception as exc:  # a broken provider is reported, not fatal to the listing
-            status = ProviderStatus.missing(f"probe failed: {type(exc).__name__}: {exc}")
-            enforces, desc = (), ""
+            try:
+                prov = cls({})
+                status = prov.probe()
+                caps = prov.enforced() if status.available else cls.capabilities
+                enforces = tuple(sorted(str(c) for c in caps))
+            except Exception as exc:  # a broken probe is reported, not fatal to the listing
+                status = ProviderStatus.missing(f"probe failed: {type(exc).__name__}: {exc}")
         out.append(ProviderInfo(name, dist, version, status, enforces, desc))
     return out

@@ -12,12 +12,12 @@ import importlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from pysb_core import hookspecs
+from pysb_core.entrypoints import EntryPoint, entry_points
 from pysb_core.errors import SandboxError
 
 if TYPE_CHECKING:
@@ -92,8 +92,7 @@ def get_plugin_manager(
     )
     for group, kind in groups:
         for ep in _entry_points(group):
-            dist = ep.dist.name if ep.dist else "?"
-            version = ep.dist.version if ep.dist else "?"
+            dist, version = ep.dist_name, ep.dist_version
             try:
                 plugin = ep.load()
             except Exception as exc:  # fail closed: a guard that does not load stops the run

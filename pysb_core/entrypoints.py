@@ -1,0 +1,106 @@
+"""A small, fast reader of installed entry points.
+
+``importlib.metadata`` costs about 20 ms to import here (it pulls in the ``email``
+package), more than a sandboxed ``-c pass`` may cost in total. Entry points are plain
+INI-like files (``*.dist-info/entry_points.txt``, ``*.egg-info/entry_points.txt``) next to
+each distribution's metadata, so ``pysb run`` reads them directly. ``pysb providers``
+still goes through stevedore (which uses importlib.metadata), where its load-failure
+handling matters more than milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from importlib import import_module
+from typing import Any, NamedTuple
+
+
+class EntryPoint(NamedTuple):
+    name: str
+    value: str
+    group: str
+    dist_name: str
+    dist_version: str
+
+    @property
+    def module(self) -> str:
+        return self.value.partition(":")[0].strip()
+
+    def load(self) -> Any:
+        module, _, attr = self.value.partition(":")
+        obj = import_module(module.strip())
+        for part in attr.strip().split(".") if attr.strip() else ():
+            obj = getattr(obj, part)
+        return obj
+
+
+def _dist_of(info_dir: str) -> tuple[str, str]:
+    """Name and version from a ``.dist-info`` / ``.egg-info`` directory name or METADATA."""
+    base = os.path.basename(info_dir).rsplit(".", 1)[0]
+    name, _, version = base.partition("-")
+    if version:
+        return name.replace("_", "-"), version.partition("-")[0]
+    for meta in ("METADATA", "PKG-INFO"):
+        try:
+            with open(os.path.join(info_dir, meta), encoding="utf-8") as f:
+                fields = {}
+                for line in f:
+                    if not line.strip():
+                        break
+                    key, _, val = line.partition(":")
+                    fields[key.strip().lower()] = val.strip()
+            return fields.get("name", name), fields.get("version", "?")
+        except OSError:
+            continue
+    return name, "?"
+
+
+def _parse(path: str, dist: tuple[str, str]) -> list[EntryPoint]:
+    out: list[EntryPoint] = []
+    group = ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for raw in f:
+                line = raw.strip()
+                if not line or line[0] in "#;":
+                    continue
+                if line.startswith("[") and line.endswith("]"):
+                    group = line[1:-1].strip()
+                    continue
+                name, eq, value = line.partition("=")
+                if eq and group:
+                    out.append(EntryPoint(name.strip(), value.strip(), group, *dist))
+    except OSError:
+        pass
+    return out
+
+
+@functools.cache
+def all_entry_points() -> tuple[EntryPoint, ...]:
+    """Every entry point of every distribution on ``sys.path`` (first one of a name wins,
+    as with importlib.metadata)."""
+    seen: set[str] = set()
+    found: list[EntryPoint] = []
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for n in sorted(names):
+            if not n.endswith((".dist-info", ".egg-info")):
+                continue
+            info_dir = os.path.join(entry or ".", n)
+            dist = _dist_of(info_dir)
+            key = dist[0].lower().replace("_", "-")
+            if key in seen:
+                continue
+            seen.add(key)
+            found.extend(_parse(os.path.join(info_dir, "entry_points.txt"), dist))
+    return tuple(found)
+
+
+def entry_points(group: str) -> list[EntryPoint]:
+    """Entry points of ``group``, sorted by name."""
+    return sorted((ep for ep in all_entry_points() if ep.group == group), key=lambda e: e.name)

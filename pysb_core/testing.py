@@ -1,0 +1,208 @@
+"""Test helpers for pysb and for plugin authors (opt in: ``pytest_plugins = ["pysb_core.testing"]``).
+
+Tests that claim enforcement run real programs under real providers. A provider that is
+not available here is a skip -- unless its name is in ``PYSB_REQUIRE_PROVIDERS`` (CI sets
+it), where it is a failure, so a run cannot silently skip the OS layer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+#: Environment a test's pysb starts with: enough to run, nothing secret.
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": os.environ.get("HOME", "/root"),
+}
+
+
+def pysb_command() -> list[str]:
+    """The ``pysb`` console script of the interpreter running the tests."""
+    script = Path(sys.executable).with_name("pysb")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "pysb_core"]
+
+
+def run_pysb(
+    *args: str,
+    cwd: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    input: str | bytes | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``pysb ARGS`` as a real process; text output, never raises on a status."""
+    full_env = {**BASE_ENV, **(env or {})}
+    return subprocess.run(
+        [*pysb_command(), *args],
+        cwd=cwd,
+        env=full_env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def required_providers() -> set[str]:
+    return {p.strip() for p in os.environ.get("PYSB_REQUIRE_PROVIDERS", "").split(",") if p.strip()}
+
+
+def require_provider(name: str) -> None:
+    """Skip (or fail, when required) unless provider ``name`` can run here."""
+    from pysb_core.drivers import load_provider_class
+    from pysb_core.errors import ProviderUnavailableError
+
+    _note_provider(name)
+    try:
+        status = load_provider_class(name)({}).probe()
+        reason = status.reason
+        ok = status.available
+    except ProviderUnavailableError as exc:
+        ok, reason = False, str(exc)
+    if ok:
+        return
+    message = f"provider {name} unavailable: {reason}"
+    if name in required_providers():
+        pytest.fail(message + " (required by PYSB_REQUIRE_PROVIDERS)")
+    pytest.skip(message)
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed")
+    return path
+
+
+@dataclass
+class Project:
+    """A temporary project directory with a profile, for end-to-end runs."""
+
+    root: Path
+
+    def profile(self, text: str, name: str = ".pysb.yaml") -> Path:
+        path = self.root / name
+        path.write_text(text)
+        return path
+
+    def file(self, rel: str, text: str = "") -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def run(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return run_pysb(*args, cwd=self.root, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    root = tmp_path / "project"
+    root.mkdir()
+    return Project(root)
+
+
+class LoopbackServer:
+    """A TCP server on 127.0.0.1 that answers each connection with ``ok\\n``.
+
+    Bounded: it serves until closed, and the tests close it. Never anything but loopback.
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, 0))
+        self.sock.listen(16)
+        self.host = host
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            with conn:
+                try:
+                    conn.sendall(b"ok\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[LoopbackServer]:
+    server = LoopbackServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def profile_lines(*lines: str | Sequence[str]) -> str:
+    """Join profile lines (a small convenience for readable tests)."""
+    out: list[str] = []
+    for line in lines:
+        out.extend([line] if isinstance(line, str) else list(line))
+    return "\n".join(out) + "\n"
+
+
+# -- which OS-provider tests ran (printed at the end of every run; CI reads it) ---------
+
+_current_test: list[str] = [""]
+_provider_tests: dict[str, dict[str, set[str]]] = {}
+
+
+def _note_provider(name: str) -> None:
+    entry = _provider_tests.setdefault(name, {"tests": set()})
+    entry["tests"].add(_current_test[0])
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _current_test[0] = item.nodeid
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, entry in _provider_tests.items():
+        if report.nodeid in entry["tests"] and report.when in ("setup", "call"):
+            outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
+            if report.when == "call" or report.skipped or report.failed:
+                entry.setdefault(outcome, set()).add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: object) -> None:
+    write = terminalreporter.write_line  # type: ignore[attr-defined]
+    write("")
+    write("OS provider tests (tests that needed a real provider):")
+    if not _provider_tests:
+        write("  none ran")
+    for name in sorted(_provider_tests):
+        entry = _provider_tests[name]
+        write(
+            f"  {name:<10} passed {len(entry.get('passed', ()))}, "
+            f"failed {len(entry.get('failed', ()))}, skipped {len(entry.get('skipped', ()))}"
+        )

@@ -1,0 +1,181 @@
+"""``pysb run`` behaves like ``python``: argv, modes, exit statuses, environment.
+
+Real programs, real child interpreters (subprocess provider, Python guards on).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+from pysb_core.testing import Project
+
+OPEN = "version: 1\nimports: '*'\nfiles:\n  expose-ro: [.]\napi:\n  allow: ['*']\n"
+
+
+def test_argv_after_c_is_the_programs(project: Project) -> None:
+    project.profile(OPEN)
+    r = project.run("run", "-c", "import sys; print(sys.argv)", "a", "-c", "b")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['-c', 'a', '-c', 'b']"
+
+
+def test_module_script_and_stdin_modes(project: Project) -> None:
+    project.profile(OPEN)
+    project.file("f.json", '{"a": [1]}')
+    r = project.run("run", "-m", "json.tool", "f.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"a": [1]}
+    project.file("s.py", "import sys\nprint(sys.argv, __name__, __file__, sys.path[0])\n")
+    r = project.run("run", "s.py", "x", "--y")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["['s.py',", "'x',", "'--y']", "__main__", "s.py", str(project.root)]
+    r = project.run("run", "-", "z", input="import sys; print(sys.argv)")
+    assert r.stdout.strip() == "['-', 'z']"
+
+
+def test_exit_statuses_match_python(project: Project) -> None:
+    project.profile(OPEN)
+    assert project.run("run", "-c", "import sys; sys.exit(3)").returncode == 3
+    r = project.run("run", "-c", "import os; os.kill(os.getpid(), 9)")
+    assert r.returncode == 128 + signal.SIGKILL
+    r = project.run("run", "nosuch.py")
+    assert r.returncode == 2 and "can't open file" in r.stderr
+    r = project.run("run", "-m", "nosuch_module_xyz")
+    assert r.returncode == 1 and "No module named nosuch_module_xyz" in r.stderr
+
+
+def test_traceback_has_no_pysb_frames(project: Project) -> None:
+    project.profile(OPEN)
+    project.file("boom.py", "def f():\n    raise ValueError('boom')\nf()\n")
+    r = project.run("run", "boom.py")
+    assert r.returncode == 1
+    assert "ValueError: boom" in r.stderr
+    assert 'File "boom.py", line 3' in r.stderr
+    assert "pysb_core" not in r.stderr
+
+
+def test_environment_is_only_the_whitelist(project: Project) -> None:
+    project.profile(OPEN + "env:\n  GREETING: hello\n  TERM: ${TERM}\n")
+    r = project.run(
+        "run",
+        "-c",
+        "print(open('/proc/self/environ').read())",
+        env={"SECRET_TOKEN": "s3cr3t", "TERM": "xterm"},
+    )
+    assert r.returncode == 0, r.stderr
+    names = sorted(kv.split("=", 1)[0] for kv in r.stdout.rstrip("\n").split("\0") if kv)
+    assert names == ["GREETING", "TERM"]
+    assert "s3cr3t" not in r.stdout
+
+
+def test_python_options_reach_the_interpreter(project: Project) -> None:
+    project.profile(OPEN)
+    r = project.run("run", "-OO", "-B", "-c", "import sys; print(sys.flags.optimize, sys.flags.dont_write_bytecode)")
+    assert r.stdout.split() == ["2", "1"]
+    r = project.run("run", "-I", "-c", "import sys; print(sys.flags.isolated, sys.path[0] != '')")
+    assert r.stdout.split() == ["1", "True"]
+
+
+def test_bad_profile_lists_every_error_and_exits_125(project: Project) -> None:
+    project.profile("version: 1\ninclude: [extra.yaml]\nimprots: [json]\nlimits: {memory: lots}\n")
+    project.file("extra.yaml", "files:\n  expose-ro: [./does-not-exist]\n")
+    r = project.run("run", "-c", "print('must not run')")
+    assert r.returncode == 125
+    assert "must not run" not in r.stdout
+    assert "Traceback" not in r.stderr
+    assert ".pysb.yaml:3:" in r.stderr and "did you mean 'imports'" in r.stderr
+    assert ".pysb.yaml:4:" in r.stderr
+    assert "extra.yaml:2:" in r.stderr
+
+
+def test_unknown_provider_exits_125_with_a_fix(project: Project) -> None:
+    project.profile(OPEN)
+    r = project.run("run", "--provider", "nosuch", "-c", "pass")
+    assert r.returncode == 125
+    assert "unknown provider 'nosuch'" in r.stderr and "pip install pysb-nosuch" in r.stderr
+
+
+def test_usage_error_is_2(project: Project) -> None:
+    r = project.run("run", "--provder", "x", "-c", "pass")
+    assert r.returncode == 2 and "--provider" in r.stderr
+
+
+def test_wall_time_kills_and_exits_124(project: Project) -> None:
+    project.profile(OPEN + "limits: {wall-time: 1s}\n")
+    r = project.run("run", "-c", "import time; time.sleep(30)", timeout=20)
+    assert r.returncode == 124
+    assert "wall-time" in r.stderr
+
+
+def test_cpu_time_limit_is_sigxcpu(project: Project) -> None:
+    project.profile(OPEN + "limits: {cpu-time: 1s}\n")
+    r = project.run("run", "-c", "while True: pass", timeout=30)
+    assert r.returncode == 128 + signal.SIGXCPU
+    assert "cpu-time" in r.stderr
+
+
+def test_memory_limit_is_memory_error(project: Project) -> None:
+    project.profile(OPEN + "limits: {memory: 200M}\n")
+    r = project.run("run", "-c", "x = bytearray(400 * 1024 * 1024)")
+    assert r.returncode == 1
+    assert "MemoryError" in r.stderr and "memory" in r.stderr.split("MemoryError", 1)[1]
+
+
+def test_sigterm_to_pysb_reaches_the_program(project: Project) -> None:
+    import os
+    import subprocess
+    import time
+
+    from pysb_core.testing import BASE_ENV, pysb_command
+
+    project.profile(OPEN)
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [*pysb_command(), "run", "-c", code], cwd=project.root, env=BASE_ENV,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGTERM)  # our own child, by PID
+    out, _ = proc.communicate(timeout=20)
+    assert "got TERM" in out
+    assert proc.returncode == 7
+    del time
+
+
+def test_repl_banner_when_stdin_is_a_terminal(project: Project) -> None:
+    import os
+    import pty
+    import subprocess
+
+    from pysb_core.testing import BASE_ENV, pysb_command
+
+    project.profile(OPEN)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*pysb_command(), "run"], cwd=project.root, env=BASE_ENV,
+        stdin=follower, stdout=follower, stderr=follower,
+    )
+    os.close(follower)
+    os.write(leader, b"print(6*7)\nexit()\n")
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=20)
+    text = out.decode(errors="replace")
+    assert "pysb sandbox" in text and "provider subprocess" in text
+    assert "42" in text
+    assert sys.version.split()[0] in text
