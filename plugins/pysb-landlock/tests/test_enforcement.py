@@ -328,3 +328,45 @@ import threading, time, json, sys
     assert r.returncode != 0
     assert "USER CODE RAN" not in r.stdout
     assert "several threads" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capabilities matter when pysb runs as root")
+def test_root_keeps_only_dac_capabilities(dirs):
+    _, _, rw = dirs
+    (rw / "mine").write_text("x")
+    code = r"""
+import os, socket, sys
+status = {k: v.strip() for k, _, v in (x.partition(":") for x in open("/proc/self/status"))}
+print("eff", int(status["CapEff"], 16), "bnd", int(status["CapBnd"], 16))
+for label, fn in [
+    ("raw", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)),
+    ("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)),
+    ("chown", lambda: os.chown(sys.argv[1], 1234, 1234)),
+    ("read-own-rw", lambda: open(sys.argv[1]).read()),
+]:
+    try:
+        fn()
+        print(label, "ok")
+    except OSError as e:
+        print(label, e.errno)
+"""
+    r = run_sandboxed(code, str(rw / "mine"), rw=[str(rw)])
+    lines = r.stdout.splitlines()
+    assert lines[0] == "eff 6 bnd 6", r.stderr  # CAP_DAC_OVERRIDE | CAP_DAC_READ_SEARCH
+    assert lines[1:] == [
+        f"raw {errno.EPERM}",
+        f"packet {errno.EPERM}",
+        f"chown {errno.EPERM}",
+        "read-own-rw ok",
+    ]
+    assert (rw / "mine").stat().st_uid == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capabilities matter when pysb runs as root")
+def test_privileged_bind_rule_keeps_net_bind_service():
+    code = r"""
+status = {k: v.strip() for k, _, v in (x.partition(":") for x in open("/proc/self/status"))}
+print(int(status["CapEff"], 16))
+"""
+    r = run_sandboxed(code, net=["allow tcp 127.0.0.1 80 in"])
+    assert r.stdout.strip() == str(0b110 | 1 << 10), r.stderr

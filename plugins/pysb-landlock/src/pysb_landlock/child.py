@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Sequence
 
 from pysb_core.errors import SandboxError
+from pysb_landlock import caps as _caps
 from pysb_landlock import ruleset as ll
 
 # Bound before the guards patch ``os`` (see ruleset.py).
@@ -67,6 +68,7 @@ def restrict(
     bind: Sequence[Sequence[int]] | None = None,
     scope: bool = True,
     terminal: bool = True,
+    keep_caps: Sequence[int] = (_caps.CAP_DAC_OVERRIDE, _caps.CAP_DAC_READ_SEARCH),
 ) -> int:
     """Restrict this process with Landlock; return the kernel's ABI version.
 
@@ -75,7 +77,8 @@ def restrict(
     write right the kernel knows except creating device nodes, ``devices`` read-write with
     ioctls. ``connect``/``bind`` are the allowed TCP port ranges; ``None`` leaves that
     operation unrestricted (a rule allowed every port). ``scope`` confines signals and
-    abstract Unix sockets to the sandbox (ABI >= 6).
+    abstract Unix sockets to the sandbox (ABI >= 6). Every capability but ``keep_caps``
+    is dropped first (see caps.py: root's capabilities would go around Landlock).
     """
     try:
         kernel_abi = ll.abi_version()
@@ -114,6 +117,7 @@ def restrict(
             if bind is not None:
                 for port in _port_list(bind):
                     rs.add_port(port, ll.NET_BIND_TCP)
+            _caps.drop_all_but(frozenset(keep_caps))
         except BaseException:
             rs.close()
             raise

@@ -116,6 +116,8 @@ class Compiled:
     connect: Ranges | None = None
     bind: Ranges | None = None
     scope: bool = False
+    #: Capabilities the sandbox keeps (everything else is dropped: see caps.py).
+    keep_caps: list[int] = field(default_factory=lambda: [1, 2])
     #: Rules the OS layer does not enforce; ``pysb check`` already sees them through the
     #: provider's capabilities (hosts, UDP, ignore, renames).
     gaps: list[str] = field(default_factory=list)
@@ -133,6 +135,7 @@ class Compiled:
             "connect": None if self.connect is None else [list(r) for r in self.connect],
             "bind": None if self.bind is None else [list(r) for r in self.bind],
             "scope": self.scope,
+            "keep_caps": self.keep_caps,
         }
 
     def describe(self) -> list[str]:
@@ -152,7 +155,10 @@ class Compiled:
             lines.append(
                 "  signals and abstract unix sockets: not scoped (needs ABI 6, Linux 6.12)"
             )
-        lines.append("  not restricted by landlock: chmod, chown, utime, xattrs, stat")
+        caps = {1: "dac_override", 2: "dac_read_search", 10: "net_bind_service"}
+        kept = ", ".join(caps.get(n, str(n)) for n in self.keep_caps)
+        lines.append(f"  capabilities kept (all others dropped): {kept}")
+        lines.append("  not restricted by landlock: chmod, utime, stat (chown needs a dropped cap)")
         lines += [f"  not expressible: {g}" for g in self.gaps]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines
@@ -249,4 +255,6 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
         c.connect = _tcp_ports(rules, ("out", "any"))
         c.bind = _tcp_ports(rules, ("in", "any"))
     c.gaps += _network_gaps(rules)
+    if c.bind is None or (c.bind and c.bind[0][0] < 1024):
+        c.keep_caps.append(10)  # CAP_NET_BIND_SERVICE: a bind rule allows a port < 1024
     return c
