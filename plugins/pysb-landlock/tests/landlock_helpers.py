@@ -55,9 +55,6 @@ def landlock_abi() -> int:
 
 
 ABI = landlock_abi()
-needs_landlock = pytest.mark.skipif(
-    ABI < 1 and not os.environ.get("PYSB_REQUIRE_PROVIDERS"), reason="no landlock on this kernel"
-)
 needs_abi = {
     n: pytest.mark.skipif(n > ABI, reason=f"needs landlock ABI {n}, kernel has {ABI}")
     for n in range(1, 8)

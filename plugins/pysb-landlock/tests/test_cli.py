@@ -17,27 +17,17 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from landlock_helpers import needs_abi, needs_landlock
+from landlock_helpers import needs_abi
 
-PYSB = [sys.executable, "-m", "pysb_core"]
+from pysb_core.testing import pysb_command, require_provider
 
-
-def _landlock_installed() -> bool:
-    try:
-        out = subprocess.run([*PYSB, "providers", "--json"], capture_output=True, text=True)
-        return any(p["name"] == "landlock" for p in json.loads(out.stdout))
-    except (OSError, ValueError):
-        return False
+PYSB = pysb_command()
+pytestmark = pytest.mark.provider("landlock")
 
 
-pytestmark = [
-    needs_landlock,
-    pytest.mark.provider("landlock"),
-    pytest.mark.skipif(
-        not _landlock_installed() and not os.environ.get("PYSB_REQUIRE_PROVIDERS"),
-        reason="pysb-landlock is not installed in this interpreter (make dev)",
-    ),
-]
+@pytest.fixture(autouse=True)
+def _landlock_available():
+    require_provider("landlock")  # a skip here, a failure under PYSB_REQUIRE_PROVIDERS
 
 
 @pytest.fixture
