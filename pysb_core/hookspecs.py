@@ -100,10 +100,13 @@ def pysb_dns_pinned(pins: Mapping[str, Sequence[str]], plan: LaunchPlan) -> None
 
 @hookspec
 def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
-    """Say which layer enforces each rule of your family.
+    """Add to the report of who enforces what (``pysb check``, and the fail-closed decision).
 
-    Call ``report.add(rule_text, source, layers)`` with layers among ``"python"`` and
-    ``"os"``; an empty list means nobody enforces it (``pysb run`` then refuses to start).
+    The core already lists every rule of the policy, with ``python`` when the rule's guard
+    family is installed and active and ``os`` when the provider's enforced capabilities
+    cover it. Families add notes (``report.note(text)``) or rules of their own
+    (``report.add(rule_text, source, layers, family)``); an empty ``layers`` means nobody
+    enforces it, and ``pysb run`` then refuses to start.
 
     .. versionadded:: 0.1
     """
