@@ -94,13 +94,30 @@ def _resolve_loaded(module: str, name: str) -> Any:
     return obj
 
 
-def _exception_factory(cls: type[BaseException]) -> Any:
-    """A callable that rebuilds ``cls(*args)`` without running Python-level constructors."""
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
-    def build(*args: Any) -> BaseException:
-        new = cls.__new__
-        # a C constructor cannot run attacker-chosen Python code; a Python one might
-        exc = new(cls, *args) if isinstance(new, _C_FUNCTIONS) else Exception.__new__(cls, *args)
+
+def _solid_base(cls: type) -> type:
+    """The builtin (C) class whose constructor may build instances of ``cls``."""
+    builtin = [b for b in cls.__mro__ if not b.__flags__ & _HEAPTYPE]
+    return max(builtin, key=lambda b: b.__basicsize__)
+
+
+class _ExceptionFactory:
+    """Rebuilds ``cls(*args)`` without running Python-level ``__new__``/``__init__``.
+
+    Only the builtin (C) constructors run, so an exception class with side effects in its
+    constructor cannot be driven by a hostile pickle.
+    """
+
+    __slots__ = ("cls",)
+
+    def __init__(self, cls: type[BaseException]) -> None:
+        self.cls = cls
+
+    def __call__(self, *args: Any) -> BaseException:
+        cls = self.cls
+        exc = _solid_base(cls).__new__(cls)
         init = cls.__init__
         if isinstance(init, _C_FUNCTIONS):
             try:
@@ -110,23 +127,22 @@ def _exception_factory(cls: type[BaseException]) -> Any:
         exc.args = args
         return exc
 
-    build.__qualname__ = f"rebuild[{cls.__qualname__}]"
-    return build
+
+def _exception_factory(cls: type[BaseException]) -> _ExceptionFactory:
+    return _ExceptionFactory(cls)
 
 
 def _rebuild_denied_safely(cls: Any, args: Any, state: Any) -> BaseException:
     """Like ``pysb_core.errors._rebuild_denied``, but only for exception classes."""
+    if isinstance(cls, _ExceptionFactory):
+        cls = cls.cls
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         raise RestrictedResultError(f"refused to rebuild {cls!r} as an exception")
-    exc = Exception.__new__(cls)
+    exc = _solid_base(cls).__new__(cls)
     exc.args = tuple(args)
     if isinstance(state, dict):
         exc.__dict__.update(state)
     return exc
-
-
-class _ExceptionMarker:
-    """Stands for an exception class in the allowlist check (see ``find_class``)."""
 
 
 class RestrictedUnpickler(pickle.Unpickler):

@@ -1,0 +1,109 @@
+"""Helpers for partial-mode tests: importable modules on the fly, profiles, worker PIDs.
+
+Sandboxed functions must live in importable modules, so tests write small modules into a
+temporary directory put on ``sys.path``. Under an OS provider the worker's host PID is not
+the launcher's (bwrap, firejail and unshare start it below themselves), so tests that kill
+the worker find it among the launcher's descendants: the deepest process running this
+interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from types import ModuleType
+
+
+def write_module(directory: Path, source: str, prefix: str = "sbmod") -> ModuleType:
+    """Write ``source`` as a uniquely named module in ``directory`` and import it."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    importlib.invalidate_caches()
+    return importlib.import_module(name)
+
+
+def profile_text(provider: str, root: Path, rw: Path | None = None, extra: str = "") -> str:
+    """A profile for ``provider``: files rules only where the OS layer enforces them."""
+    lines = ["version: 1", f"provider: {provider}"]
+    if provider != "subprocess":
+        lines.append("files:")
+        lines.append(f"  expose-ro: [{root}]")
+        if rw is not None:
+            lines.append(f"  expose-rw: [{rw}]")
+    if extra:
+        lines.append(extra)
+    return "\n".join(lines) + "\n"
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendants of ``pid``, breadth first."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children(todo.pop(0)):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _runs_python(pid: int) -> bool:
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return os.path.basename(exe).startswith("python")
+
+
+def worker_host_pid(launcher_pid: int, timeout: float = 10.0) -> int:
+    """The host PID of the Python worker started as (or below) ``launcher_pid``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        chain = [launcher_pid, *descendants(launcher_pid)]
+        pythons = [p for p in chain if _runs_python(p)]
+        if pythons:
+            return pythons[-1]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no python worker below pid {launcher_pid}")
+        time.sleep(0.01)
+
+
+def is_descendant(pid: int, ancestor: int | None = None) -> bool:
+    """True when ``pid`` is a descendant of ``ancestor`` (default: this process)."""
+    return pid in descendants(os.getpid() if ancestor is None else ancestor)
+
+
+def wait_for_file(path: Path, timeout: float = 20.0) -> str:
+    """Wait until ``path`` exists and is not empty; return its text."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = path.read_text()
+        except OSError:
+            text = ""
+        if text.strip():
+            return text
+        time.sleep(0.01)
+    raise AssertionError(f"{path} was not written within {timeout} s")

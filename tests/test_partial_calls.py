@@ -1,0 +1,359 @@
+"""Partial mode end to end, with real worker processes (subprocess provider).
+
+Each test writes the sandboxed functions into a fresh importable module (they must be
+found by ``module:qualname`` in the worker) and a profile into its temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+import pytest
+
+import pysb_core
+from pysb_core import (
+    RestrictedResultError,
+    SandboxBaseExceptionError,
+    SandboxError,
+    SandboxTimeoutError,
+    is_in_sandbox,
+    sandbox,
+    sandboxes,
+)
+from pysb_core.remote.testkit import profile_text, write_module
+
+FUNCTIONS = """
+import asyncio, os, sys, time
+from pysb_core import sandbox, is_in_sandbox
+
+@sandbox
+def double(x):
+    return x * 2
+
+@sandbox
+def whoami():
+    return os.getpid(), is_in_sandbox()
+
+@sandbox
+def talk(tag, n):
+    for i in range(n):
+        print(f"{tag} out {i}")
+        print(f"{tag} err {i}", file=sys.stderr)
+        time.sleep(0.001)
+    return tag
+
+@sandbox
+def fail():
+    helper_that_raises()
+
+def helper_that_raises():
+    raise KeyError("missing-key")
+
+@sandbox
+def exit_like_a_script(code):
+    sys.exit(code)
+
+@sandbox
+def echo(value):
+    return value
+
+@sandbox
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+@sandbox(timeout=0.5)
+def too_slow():
+    time.sleep(60)
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+@sandbox
+def point(x):
+    return Point(x)
+
+class Gadget:
+    def __reduce__(self):
+        return (os.system, ("touch " + os.environ.get("MARKER_PATH", "/nonexistent/x"),))
+
+@sandbox
+def hostile(marker):
+    class G:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+    return [1, G()]
+
+@sandbox
+async def adouble(x):
+    await asyncio.sleep(0.01)
+    print("async says", x)
+    return x * 2
+
+calls = []
+
+def init():
+    calls.append("init")
+    print("init ran")
+
+@sandbox
+def init_calls():
+    return list(calls)
+
+def not_decorated(x):
+    return x + 1
+"""
+
+
+@pytest.fixture
+def mod(tmp_path: Path):
+    return write_module(tmp_path, FUNCTIONS)
+
+
+@pytest.fixture
+def box(tmp_path: Path):
+    """Keyword arguments for a subprocess-provider sandbox rooted in tmp_path."""
+    profile = tmp_path / ".pysb.yaml"
+    profile.write_text(profile_text("subprocess", tmp_path))
+    return {"profile": str(profile), "python_guards": False, "cwd": str(tmp_path)}
+
+
+def test_call_runs_in_a_separate_sandboxed_process(mod, box):
+    with sandboxes(**box) as s:
+        pid, inside = mod.whoami()
+        assert mod.double(21) == 42
+        assert pid == s.pid and pid != os.getpid()
+        assert inside is True
+    assert not is_in_sandbox()
+
+
+def test_calling_without_a_sandbox_says_how_to_start_one(mod):
+    with pytest.raises(SandboxError, match=r"with pysb_core\.sandboxes\(\)"):
+        mod.double(1)
+
+
+def test_public_names_are_reexported():
+    assert pysb_core.sandbox is sandbox and pysb_core.sandboxes is sandboxes
+    assert callable(pysb_core.run) and pysb_core.is_in_sandbox() is False
+
+
+def test_output_streams_per_call_in_order(mod, box, capsys):
+    with sandboxes(**box):
+        assert mod.talk("a", 3) == "a"
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["a out 0", "a out 1", "a out 2"]
+    assert err.splitlines() == ["a err 0", "a err 1", "a err 2"]
+
+
+def test_output_of_concurrent_calls_is_not_mixed_into_other_callers(mod, box):
+    """Each thread redirects its own writes: a call's output reaches only its caller."""
+    seen: dict[str, list[str]] = {}
+
+    class PerThread:
+        def write(self, text):
+            seen.setdefault(threading.current_thread().name, []).append(text)
+
+        def flush(self):
+            pass
+
+    old = sys.stdout
+    sys.stdout = PerThread()
+    try:
+        with sandboxes(**box):
+
+            def run(tag):
+                threading.current_thread().name = tag
+                return mod.talk(tag, 20)
+
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                assert sorted(pool.map(run, ["t0", "t1", "t2", "t3"])) == ["t0", "t1", "t2", "t3"]
+    finally:
+        sys.stdout = old
+    for tag in ("t0", "t1", "t2", "t3"):
+        lines = "".join(seen[tag]).splitlines()
+        assert lines == [f"{tag} out {i}" for i in range(20)]
+
+
+def test_exception_keeps_its_class_and_the_child_frames(mod, box):
+    with sandboxes(**box), pytest.raises(KeyError) as info:
+        mod.fail()
+    assert info.value.args == ("missing-key",)
+    text = "".join(traceback.format_exception(info.value))
+    assert "helper_that_raises" in text and mod.__file__ in text
+    assert 'raise KeyError("missing-key")' in text
+
+
+def test_system_exit_becomes_sandbox_base_exception_and_the_worker_keeps_serving(mod, box):
+    with sandboxes(**box) as s:
+        pid = s.pid
+        with pytest.raises(SandboxBaseExceptionError, match="SystemExit: 3") as info:
+            mod.exit_like_a_script(3)
+        assert info.value.code == 3
+        assert mod.double(2) == 4
+        assert s.pid == pid
+
+
+def test_plain_data_results_come_back(mod, box):
+    import datetime
+    import decimal
+
+    value = {"when": datetime.date(2020, 1, 2), "n": decimal.Decimal("2.5"), "t": (1, [b"x"])}
+    with sandboxes(**box):
+        assert mod.echo(value) == value
+
+
+def test_results_of_other_classes_are_refused_unless_allowed(mod, box):
+    with sandboxes(**box), pytest.raises(RestrictedResultError, match="Point"):
+        mod.point(1)
+    with sandboxes(**box, result_classes=[mod.Point]):
+        p = mod.point(7)
+        assert type(p) is mod.Point and p.x == 7
+
+
+def test_a_hostile_result_never_executes_in_the_host(mod, box, tmp_path):
+    marker = tmp_path / "host-was-owned"
+    with sandboxes(**box), pytest.raises(RestrictedResultError, match="system"):
+        mod.hostile(str(marker))
+    assert not marker.exists()
+
+
+def test_large_arguments_and_results(mod, box):
+    blob = os.urandom(10 << 20)
+    with sandboxes(**box):
+        assert mod.echo(blob) == blob
+
+
+def test_functions_the_worker_cannot_find_get_a_clear_error(mod, box):
+    def nested():
+        return 1
+
+    with sandboxes(**box):
+        with pytest.raises(SandboxError, match="top level of a module"):
+            sandbox(nested)()
+        with pytest.raises(SandboxError, match="lambda"):
+            sandbox(lambda: 1)()
+        replaced = sandbox(mod.not_decorated)  # the module still names the undecorated one
+        assert replaced(1) == 2
+
+
+def test_functions_of_a_main_script_get_a_clear_error(tmp_path, box):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from pysb_core import sandbox, sandboxes, SandboxError\n"
+        "@sandbox\n"
+        "def f():\n    return 1\n"
+        f"with sandboxes(profile={box['profile']!r}, python_guards=False):\n"
+        "    try:\n        f()\n"
+        "    except SandboxError as e:\n        print('ERROR:', e)\n"
+    )
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert "ERROR:" in out.stdout, out.stderr
+    assert "__main__" in out.stdout and "Move the function into a module" in out.stdout
+
+
+def test_generators_are_refused_at_decoration():
+    with pytest.raises(TypeError, match="generator"):
+
+        @sandbox
+        def gen():
+            yield 1
+
+
+def test_async_calls_share_the_worker_with_sync_calls(mod, box, capsys):
+    async def main():
+        async with sandboxes(**box) as s:
+            results = await asyncio.gather(*(mod.adouble(i) for i in range(10)))
+            sync_pid = await asyncio.to_thread(lambda: mod.whoami()[0])
+            return results, sync_pid, s.pid
+
+    results, sync_pid, pid = asyncio.run(main())
+    assert results == [i * 2 for i in range(10)]
+    assert sync_pid == pid
+    out = capsys.readouterr().out
+    assert sorted(out.splitlines()) == sorted(f"async says {i}" for i in range(10))
+
+
+def test_run_is_asyncio_run_with_a_sandbox(mod, box):
+    async def main():
+        return await mod.adouble(5), mod.double(4)
+
+    assert pysb_core.run(main(), **box) == (10, 8)
+    with pytest.raises(ValueError, match="coroutine"):
+        pysb_core.run(main, **box)
+
+
+def test_sandboxes_nest_and_only_the_last_exit_stops_the_worker(mod, box):
+    with sandboxes(**box) as outer:
+        pid = outer.pid
+        with sandboxes(**box) as inner:
+            assert inner.pid == pid
+            assert mod.double(1) == 2
+        assert outer.pid == pid and mod.double(2) == 4
+    assert outer.pid is None
+    with pytest.raises(SandboxError):
+        mod.double(3)
+
+
+def test_thread_pool_callers_are_served_concurrently(mod, box):
+    with sandboxes(**box), concurrent.futures.ThreadPoolExecutor(8) as pool:
+        # 8 calls of 0.5 s each: served one after the other this would take 4 s
+        futures = [pool.submit(mod.sleep_then, 0.5, i) for i in range(8)]
+        done, _ = concurrent.futures.wait(futures, timeout=3.5)
+        assert len(done) == 8
+        assert sorted(f.result() for f in futures) == list(range(8))
+
+
+def test_init_fn_runs_in_the_worker_before_calls(mod, box, capfd):
+    with sandboxes(**box, init_fn=mod.init):
+        assert mod.init_calls() == ["init"]
+    assert mod.calls == []  # never in the host
+    assert "init ran" in capfd.readouterr().out
+
+
+def test_failing_init_fn_fails_the_start(mod, box, tmp_path):
+    bad = write_module(tmp_path, "def init():\n    raise RuntimeError('no init for you')\n")
+    with pytest.raises(SandboxError, match="no init for you"), sandboxes(**box, init_fn=bad.init):
+        pass
+
+
+def test_timeout_kills_and_restarts_the_worker(mod, box):
+    with sandboxes(**box) as s:
+        pid = s.pid
+        with pytest.raises(SandboxTimeoutError) as info:
+            mod.too_slow()
+        assert isinstance(info.value, TimeoutError)
+        assert mod.double(5) == 10
+        assert s.pid != pid
+
+
+def test_leaving_leaves_no_process_socket_or_temp_file(mod, box, tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    fds_before = set(os.listdir("/proc/self/fd"))
+    threads_before = {t.ident for t in threading.enumerate()}
+    with sandboxes(**box) as s:
+        pid = s.pid
+        assert mod.double(1) == 2
+    assert not Path(f"/proc/{pid}").exists()
+    leaked = {
+        fd: os.readlink(f"/proc/self/fd/{fd}")
+        for fd in set(os.listdir("/proc/self/fd")) - fds_before
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    }
+    assert leaked == {}
+    assert list(scratch.iterdir()) == []
+    lingering = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    assert [t.name for t in lingering if t.name.startswith("pysb")] == []

@@ -1,0 +1,255 @@
+"""Partial mode, host side without a worker: frames, the restricted unpickler, remote
+exceptions. (The end-to-end behaviour is in test_partial_calls / _crash / _providers.)"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import ipaddress
+import os
+import pathlib
+import pickle
+import socket
+import threading
+import traceback
+import uuid
+from collections import Counter, OrderedDict, deque
+from fractions import Fraction
+
+import pytest
+
+from pysb_core.errors import (
+    ApiDeniedError,
+    FileDeniedError,
+    RestrictedResultError,
+    SandboxProtocolError,
+    sandbox_denials,
+)
+from pysb_core.remote import transport, unpickler
+from pysb_core.remote.exceptions import describe_chain, rebuild_chain
+
+# ------------------------------------------------------------------------------- frames
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_frames_of_every_size_arrive_whole_and_in_order(pair):
+    a, b = pair
+    writer, reader = transport.FrameWriter(a.fileno()), transport.FrameReader(b.fileno())
+    sizes = [0, 1, 17, 65535, 65536, 200_000, 300_000, 3 << 20]
+    payloads = [os.urandom(n) for n in sizes]
+
+    def send():
+        for i, p in enumerate(payloads):
+            writer.send(transport.RESULT, i + 1, p)
+
+    t = threading.Thread(target=send)
+    t.start()
+    got = [reader.read() for _ in payloads]
+    t.join()
+    assert [g[1] for g in got] == list(range(1, len(sizes) + 1))
+    assert [bytes(g[2]) for g in got] == payloads
+    assert all(g[0] == transport.RESULT for g in got)
+
+
+def test_frames_from_concurrent_threads_never_interleave(pair):
+    a, b = pair
+    writer, reader = transport.FrameWriter(a.fileno()), transport.FrameReader(b.fileno())
+    per_thread = 200
+
+    def send(tid):
+        for i in range(per_thread):
+            writer.send(transport.OUT, tid, bytes([tid]) * (1000 + i * 37))
+
+    threads = [threading.Thread(target=send, args=(t,)) for t in range(1, 9)]
+    for t in threads:
+        t.start()
+    seen: dict[int, int] = {}
+    for _ in range(8 * per_thread):
+        _kind, cid, payload = reader.read()
+        i = seen.get(cid, 0)
+        assert payload == bytes([cid]) * (1000 + i * 37)  # whole, and in per-sender order
+        seen[cid] = i + 1
+    for t in threads:
+        t.join()
+    assert seen == {t: per_thread for t in range(1, 9)}
+
+
+def test_reader_reports_end_of_stream(pair):
+    a, b = pair
+    reader = transport.FrameReader(b.fileno())
+    transport.FrameWriter(a.fileno()).send(transport.READY, 0, b"x")
+    a.shutdown(socket.SHUT_WR)
+    assert reader.read() == (transport.READY, 0, b"x")
+    with pytest.raises(transport.ChannelClosed):
+        reader.read()
+
+
+def test_a_closed_writer_never_writes_to_a_reused_fd(pair):
+    a, _ = pair
+    writer = transport.FrameWriter(a.fileno())
+    writer.close()
+    with pytest.raises(OSError):
+        writer.send(transport.CALL, 1, b"late")
+
+
+# ---------------------------------------------------------------------- restricted pickle
+
+PLAIN = [
+    None,
+    True,
+    3,
+    2**100,
+    1.5,
+    complex(1, 2),
+    "text",
+    b"bytes",
+    bytearray(b"ba"),
+    [1, (2, 3)],
+    {"a": {1, 2}},
+    frozenset({1}),
+    range(3),
+    datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+    datetime.date(2024, 1, 2),
+    datetime.timedelta(seconds=3),
+    decimal.Decimal("1.25"),
+    Fraction(1, 3),
+    uuid.UUID(int=5),
+    pathlib.PurePosixPath("/a/b"),
+    pathlib.Path("/tmp"),
+    ipaddress.ip_address("127.0.0.1"),
+    ipaddress.ip_network("::1/128"),
+    OrderedDict(a=1),
+    Counter("aab"),
+    deque([1, 2]),
+]
+
+
+@pytest.mark.parametrize("value", PLAIN, ids=lambda v: type(v).__name__)
+def test_plain_data_comes_back(value):
+    assert unpickler.loads(pickle.dumps(value, protocol=5), {}) == value
+
+
+class Gadget:
+    """What a hostile child would send: unpickling it would run os.system in the host."""
+
+    def __reduce__(self):
+        return (os.system, ("touch /nonexistent-pysb-marker",))
+
+
+class UserPoint:
+    def __init__(self, x):
+        self.x = x
+
+
+def test_a_hostile_reduce_never_runs_in_the_host():
+    data = pickle.dumps(Gadget(), protocol=5)
+    with pytest.raises(RestrictedResultError, match=r"posix\.system|os\.system"):
+        unpickler.loads(data, {})
+    # not even when decoding an exception, where more classes are accepted
+    with pytest.raises(RestrictedResultError):
+        unpickler.loads(data, {}, exceptions=True)
+
+
+def test_method_gadgets_and_unlisted_classes_are_refused():
+    class Reduce:
+        def __reduce__(self):
+            return (pathlib.Path.unlink, (pathlib.Path("/nonexistent"),))
+
+    with pytest.raises(RestrictedResultError):
+        unpickler.loads(pickle.dumps(Reduce(), protocol=5), {})
+    with pytest.raises(RestrictedResultError, match="UserPoint"):
+        unpickler.loads(pickle.dumps(UserPoint(1), protocol=5), {})
+
+
+def test_classes_the_caller_allows_come_back():
+    allowed = unpickler.allowlist([UserPoint])
+    value = unpickler.loads(pickle.dumps(UserPoint(4), protocol=5), allowed)
+    assert type(value) is UserPoint and value.x == 4
+
+
+def test_subclasses_of_allowed_classes_are_refused():
+    class MyDict(OrderedDict):
+        pass
+
+    MyDict.__module__ = __name__
+    MyDict.__qualname__ = "MyDict"
+    globals()["MyDict"] = MyDict
+    try:
+        with pytest.raises(RestrictedResultError, match="MyDict"):
+            unpickler.loads(pickle.dumps(MyDict(a=1), protocol=5), {})
+    finally:
+        del globals()["MyDict"]
+
+
+def test_base_exceptions_are_never_rebuilt_as_such():
+    for exc in (SystemExit(3), KeyboardInterrupt()):
+        with pytest.raises(RestrictedResultError):
+            unpickler.loads(pickle.dumps(exc, protocol=5), {}, exceptions=True)
+
+
+class SideEffectError(Exception):
+    ran: list[str] = []
+
+    def __init__(self, message):
+        SideEffectError.ran.append(message)
+        super().__init__(message)
+
+
+def test_exceptions_are_rebuilt_without_running_their_python_constructor():
+    data = pickle.dumps(SideEffectError("boom"), protocol=5)
+    SideEffectError.ran.clear()
+    exc = unpickler.loads(data, {}, exceptions=True)
+    assert type(exc) is SideEffectError and exc.args == ("boom",)
+    assert SideEffectError.ran == []
+
+
+# ----------------------------------------------------------------------- remote exceptions
+
+
+def _raise_chain():
+    try:
+        raise FileDeniedError(
+            "open('/etc/shadow') is denied", target="/etc/shadow", suggested_rule="x"
+        )
+    except FileDeniedError as inner:
+        raise ValueError("wrapped by a library") from inner
+
+
+def test_exception_chain_crosses_with_class_denials_and_frames():
+    try:
+        _raise_chain()
+    except ValueError as exc:
+        data = describe_chain(exc, hide_file="")
+    rebuilt = rebuild_chain(data, {})
+    assert type(rebuilt) is ValueError
+    assert type(rebuilt.__cause__) is FileDeniedError
+    assert rebuilt.__cause__.target == "/etc/shadow"
+    assert sandbox_denials(rebuilt) == ["FileDeniedError: open('/etc/shadow') is denied"]
+    text = "".join(traceback.format_exception(rebuilt))
+    assert "_raise_chain" in text and __file__ in text
+    assert "raise ValueError" in text  # the child's source line, found by file and line
+
+
+def test_api_denial_keeps_its_attributes():
+    exc = ApiDeniedError("os.system() is denied", qualname="os.system", category="process-exec")
+    rebuilt = rebuild_chain(describe_chain(exc, hide_file=""), {})
+    assert isinstance(rebuilt, PermissionError)
+    assert (rebuilt.qualname, rebuilt.category) == ("os.system", "process-exec")
+
+
+def test_an_exception_of_a_class_unknown_to_the_host_still_says_what_happened():
+    class Local(Exception):
+        pass
+
+    Local.__module__ = "module_the_host_never_imported"
+    data = describe_chain(Local("details"), hide_file="")
+    rebuilt = rebuild_chain(data, {})
+    assert isinstance(rebuilt, SandboxProtocolError)
+    assert "module_the_host_never_imported" in str(rebuilt) and "details" in str(rebuilt)
