@@ -406,8 +406,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                     )
                 addresses = [str(literal)]
             else:
+                # A name is judged as a whole (every address, any family); the C call gets the
+                # first address of the socket's family.
                 name = normalize_host(text)
-                addresses = name_addresses(text, family, port)
+                every = name_addresses(text, 0, port)
+                addresses = [a for a in every if _family_ok(a, family, AF_INET, AF_INET6)]
                 if not addresses:
                     raise gaierror(_socket.EAI_NONAME, "Name or service not known")
         if enforce and not learning:
@@ -415,7 +418,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                 allowed, rule = matcher.check(proto, addresses[0], port, direction)
             else:
                 allowed, rule = matcher.check_host(
-                    proto, name, port, direction, [_canon(a) for a in addresses]
+                    proto, name, port, direction, [_canon(a) for a in every]
                 )
             if allowed and name is None and isinstance(host, str):
                 if len(allowed_literals) >= 4096:
@@ -426,7 +429,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                 suggestion = matcher.suggest(proto, shown, port, direction)
                 what = f"network {call} to {_hostport(shown, port)} ({proto} {direction})"
                 if name is not None:
-                    what += f" [{', '.join(addresses)}]"
+                    what += f" [{', '.join(every)}]"
                 raise refuse(
                     refusal_text(what, rule, suggestion), _hostport(shown, port), suggestion
                 )
@@ -509,9 +512,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
     def listen(self, *args):
         if self.family in (AF_INET, AF_INET6) and self.type == SOCK_STREAM:
-            # An unbound socket listens on the wildcard address with a kernel-chosen port.
+            # listen() on a never-bound socket binds it to the wildcard address and a port the
+            # kernel picks: judge that implicit bind. A bound socket was judged at bind().
             here = raw_getsockname(self)
-            target(self, (here[0], here[1]), "in", "listen")
+            if here[1] == 0:
+                target(self, (here[0], 0), "in", "listen")
         return raw_listen(self, *args)
 
     def sendto(self, data, *args):
@@ -581,6 +586,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     socketpair.__doc__ = raw_socketpair.__doc__
     _socket.socket = guarded
     _socket.SocketType = guarded
+    socket.SocketType = guarded  # a copy of the raw class, made by "from _socket import *"
     _socket.socketpair = socketpair
 
 
