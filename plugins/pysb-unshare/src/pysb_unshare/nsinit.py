@@ -467,8 +467,9 @@ def main() -> None:
             import resource
 
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
             os.kill(os.getpid(), sig)
             os._exit(128 + sig)
         os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125)

@@ -1,0 +1,303 @@
+"""Files, environment, processes, fds and exit statuses under the unshare provider.
+
+Real programs (``/bin/cat``, bash, the interpreter) run in real namespaces; the Python layer
+is absent, so every refusal here is the kernel's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from unshare_helpers import make_plan, py, run_plan, sh, unshare_ok  # noqa: E402
+
+pytestmark = [pytest.mark.provider("unshare"), pytest.mark.usefixtures("unshare_ok")]
+assert unshare_ok
+
+
+@pytest.fixture
+def box(tmp_path):
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "key.pem").write_text("TOP-SECRET\n")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "data.txt").write_text("readable\n")
+    (tmp_path / "ro" / ".env").write_text("HIDDEN=1\n")
+    (tmp_path / "ro" / "certs").mkdir()
+    (tmp_path / "ro" / "certs" / "x.pem").write_text("HIDDEN-DIR\n")
+    (tmp_path / "rw").mkdir()
+    return tmp_path
+
+
+def test_secret_outside_exposures_unreadable_by_cat(box):
+    res = run_plan(
+        sh(
+            f"/bin/cat {box}/secret/key.pem; echo rc=$?; /bin/cat /etc/shadow; echo rc=$?",
+            ro=[box / "ro"],
+        )
+    )
+    assert "TOP-SECRET" not in res.stdout
+    assert res.stdout.count("rc=1") == 2, res
+
+
+def test_exposed_read_only_readable_not_writable(box):
+    res = run_plan(
+        sh(
+            f"cat {box}/ro/data.txt; echo x > {box}/ro/new.txt; echo rc=$?; "
+            f"rm {box}/ro/data.txt; echo rc=$?",
+            ro=[box / "ro"],
+        )
+    )
+    assert "readable" in res.stdout
+    assert res.stdout.count("rc=1") == 2, res
+    assert "Read-only file system" in res.stderr
+    assert not (box / "ro" / "new.txt").exists()
+    assert (box / "ro" / "data.txt").exists()
+
+
+def test_writes_only_in_expose_rw(box):
+    res = run_plan(
+        sh(
+            f"echo hi > {box}/rw/out.txt; echo rc=$?; echo no > /usr/pysb-probe; echo rc=$?; "
+            "echo no > /pysb-probe; echo rc=$?; echo tmp > /tmp/x && cat /tmp/x",
+            rw=[box / "rw"],
+        )
+    )
+    assert res.stdout.splitlines()[:3] == ["rc=0", "rc=1", "rc=1"], res
+    assert (box / "rw" / "out.txt").read_text() == "hi\n"
+    assert not os.path.exists("/usr/pysb-probe") and not os.path.exists("/pysb-probe")
+    assert "tmp" in res.stdout  # private /tmp works
+
+
+def test_private_tmp_is_not_the_host_tmp(tmp_path):
+    marker = f"/tmp/pysb-unshare-probe-{os.getpid()}"
+    res = run_plan(sh(f"echo x > {marker} && echo made"))
+    assert "made" in res.stdout
+    assert not os.path.exists(marker)
+
+
+def test_ignored_paths_are_masked(box):
+    res = run_plan(
+        sh(
+            f"cat {box}/ro/.env; ls -A {box}/ro/certs; cat {box}/ro/data.txt",
+            ro=[box / "ro"],
+            hidden=[str(box / "ro" / ".env"), str(box / "ro" / "certs")],
+        )
+    )
+    assert "HIDDEN" not in res.stdout, res
+    assert "x.pem" not in res.stdout
+    assert "readable" in res.stdout
+
+
+def test_rename_mounts_under_target(box):
+    res = run_plan(
+        sh(
+            "cat /data/data.txt; echo w > /data/new; echo rc=$?",
+            renames=[(str(box / "ro"), "/data", False)],
+        )
+    )
+    assert res.stdout.splitlines() == ["readable", "rc=1"], res
+
+
+def test_protected_profile_not_writable_in_rw(box):
+    profile = box / "rw" / ".pysb.yaml"
+    profile.write_text("version: 1\n")
+    plan = sh(
+        f"echo evil >> {profile}; echo rc=$?; echo ok > {box}/rw/other; echo rc=$?", rw=[box / "rw"]
+    )
+    plan.protected = [str(profile)]
+    res = run_plan(plan)
+    assert res.stdout.splitlines() == ["rc=1", "rc=0"], res
+    assert profile.read_text() == "version: 1\n"
+
+
+def test_environment_is_exactly_the_plan(monkeypatch):
+    monkeypatch.setenv("PYSB_TEST_SECRET", "leak")
+    res = run_plan(
+        py(
+            "import os,json; print(json.dumps(dict(os.environ)))",
+            env={"ONLY": "this", "PATH": "/usr/bin:/bin"},
+        )
+    )
+    env = json.loads(res.stdout)
+    env.pop("LC_CTYPE", None)  # CPython's own C-locale coercion, not the host's
+    assert env == {"ONLY": "this", "PATH": "/usr/bin:/bin"}, res
+
+
+def test_no_capabilities_and_own_pid_namespace():
+    res = run_plan(
+        sh(
+            "grep -E '^Cap(Prm|Eff|Bnd|Amb)' /proc/self/status; echo pid=$$; "
+            "grep NoNewPrivs /proc/self/status; ls /proc | grep -cE '^[0-9]+$'; "
+            "umount /usr 2>/dev/null; echo umount=$?"
+        )
+    )
+    caps = [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("Cap")]
+    assert caps == ["0000000000000000"] * 4, res
+    assert "NoNewPrivs:\t1" in res.stdout
+    assert "umount=0" not in res.stdout
+    nprocs = int(res.stdout.splitlines()[-2])
+    assert nprocs <= 5  # init, bash, grep/ls: none of the host's processes
+
+
+def test_cwd_and_pass_fds(box):
+    r, w = os.pipe()
+    try:
+        plan = sh(f"pwd; echo through-fd >&{w}", ro=[box / "ro"], cwd=str(box / "ro"), pass_fds=[w])
+        res = run_plan(plan)
+        os.close(w)
+        w = -1
+        assert res.stdout.strip() == str(box / "ro"), res
+        assert os.read(r, 100) == b"through-fd\n"
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("import sys; sys.exit(3)", 3),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", -signal.SIGTERM),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL),
+        ("raise SystemExit(0)", 0),
+    ],
+)
+def test_exit_status_and_signal_death_pass_through(code, expected):
+    assert run_plan(py(code)).returncode == expected
+
+
+def test_signal_sent_to_pysb_child_reaches_the_program():
+    code = textwrap.dedent(
+        """
+        import signal, sys, time
+        signal.signal(signal.SIGUSR1, lambda *a: sys.exit(42))
+        sys.stdout.write("ready\\n"); sys.stdout.flush()
+        time.sleep(60)
+        """
+    )
+    from pysb_unshare import UnshareProvider
+
+    plan = py(code)
+    proc = UnshareProvider().launch(plan, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.wait(timeout=30) == 42
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for fn in plan.cleanups:
+            fn()
+
+
+def test_background_processes_die_with_the_program(tmp_path):
+    """Whatever the program leaves running is killed with its PID namespace."""
+    pidfile = tmp_path / "bg"
+    res = run_plan(sh(f"sleep 300 & echo $! > {pidfile}.inside; echo started", rw=[tmp_path]))
+    assert "started" in res.stdout
+    # The sleeping child was inside the PID namespace: nothing named 'sleep 300' that we
+    # started survives (look only at our own descendants: none are left at all).
+    children = _descendants(os.getpid())
+    assert not any(b"sleep\x00300" in _cmdline(p) for p in children)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in os.listdir(f"/proc/{p}/task") if os.path.exists(f"/proc/{p}/task") else []:
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                kids = []
+            out += kids
+            todo += kids
+    return out
+
+
+KILLME = textwrap.dedent(
+    """
+    import json, os, sys, time
+    sys.path[:0] = {paths!r}
+    from unshare_helpers import py
+    from pysb_unshare import UnshareProvider
+    plan = py("import time; print('up', flush=True); time.sleep(300)",
+              rules=["allow tcp 127.0.0.1 9 out", "allow tcp 127.0.0.1 {port} in"])
+    proc = UnshareProvider().launch(plan)
+    print(json.dumps({{"sandbox": proc.pid}}), flush=True)
+    time.sleep(300)
+    """
+)
+
+
+def test_sigkill_of_pysb_leaves_nothing_behind(tmp_path):
+    """SIGKILL the process that launched the sandbox: the namespace's processes and the
+    slirp4netns helper all go away (lifeline pipe EOF), and the forwarded port closes."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = tmp_path / "launcher.py"
+    script.write_text(KILLME.format(paths=[here, *sys.path], port=port))
+    launcher = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE)
+    try:
+        info: dict = {}
+        while "sandbox" not in info:
+            line = launcher.stdout.readline()
+            assert line, "the launcher ended early"
+            if line.startswith(b"{"):
+                info = json.loads(line)
+        tree = _descendants(launcher.pid)
+        names = {p: _cmdline(p).split(b"\x00")[0] for p in tree}
+        assert any(n.endswith(b"slirp4netns") for n in names.values()), names
+        assert info["sandbox"] in tree
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # slirp4netns listens for the inbound rule while the sandbox lives
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    deadline = time.monotonic() + 20
+    alive = tree
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in tree if _cmdline(p) and _alive(p)]
+        time.sleep(0.05)
+    assert alive == [], {p: _cmdline(p) for p in alive}
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 5):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_exposing_root_is_refused():
+    from pysb_core.errors import SandboxError
+
+    with pytest.raises(SandboxError, match="whole file system"):
+        run_plan(make_plan(["true"], ro=["/"]))
