@@ -520,3 +520,21 @@ def test_policy_json_round_trip(tmp_path: Path, env) -> None:
     p = load(tmp_path, env)
     assert p.imports == ("*",)
     assert Policy.from_json(p.to_json()) == p
+
+
+def test_errors_are_ordered_by_file_then_line(tmp_path: Path, env) -> None:
+    (tmp_path / "adir.yaml").mkdir()
+    write(
+        tmp_path / ".pysb.yaml",
+        "files: {expose-ro: [nothere]}\nbogus: 1\ninclude: [adir.yaml, two.yaml]\n",
+    )
+    write(tmp_path / "two.yaml", "limits: {memory: x}\nimports: [a.b]\n")
+    errors = errors_of(tmp_path, env, cli=CliRules(expose_ro=["alsonothere"]))
+    assert [e.split(": ", 1)[0] for e in errors] == [
+        ".pysb.yaml:1",
+        ".pysb.yaml:2",
+        ".pysb.yaml:3",
+        "two.yaml:1",
+        "two.yaml:2",
+        "<cli>",
+    ]

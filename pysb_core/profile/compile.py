@@ -368,7 +368,7 @@ def load_policy(
     limits = comp.limits()
     errors.extend(comp.errors)
     if errors:
-        raise ProfileError(_dedupe(errors))
+        raise ProfileError(_ordered(_dedupe(errors), files))
 
     all_options = {
         name: {k: item.value for k, item in opts.items()}
@@ -436,6 +436,22 @@ def _learning(
     if missing:
         return True, default_path
     return False, None
+
+
+def _ordered(errors: list[str], files: list[ProfileFile]) -> list[str]:
+    """Errors by file (reading order) then line; ``<cli>`` last; otherwise stable."""
+    order = {pf.display: i for i, pf in enumerate(files)}
+
+    def key(message: str) -> tuple[int, int]:
+        head = message.split(": ", 1)[0]
+        if head == CLI:
+            return (len(order) + 1, 0)
+        name, _, line = head.rpartition(":")
+        if name in order and line.isdigit():
+            return (order[name], int(line))
+        return (len(order), 0)
+
+    return sorted(errors, key=key)
 
 
 def _dedupe(errors: list[str]) -> list[str]:
