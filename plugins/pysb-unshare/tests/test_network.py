@@ -16,10 +16,10 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from unshare_helpers import make_plan, py, run_plan, sh, unshare_ok  # noqa: E402
+from unshare_helpers import make_plan, py, run_plan, sh, unshare_ok
 
-from pysb_core.errors import SandboxError  # noqa: E402
-from pysb_core.testing import LoopbackServer  # noqa: E402
+from pysb_core.errors import SandboxError
+from pysb_core.testing import LoopbackServer
 
 pytestmark = [pytest.mark.provider("unshare"), pytest.mark.usefixtures("unshare_ok")]
 assert unshare_ok  # the fixture is used through usefixtures
@@ -119,9 +119,9 @@ def test_host_name_pinned_in_hosts_file(servers, tmp_path, monkeypatch):
         "try:\n socket.getaddrinfo('other.pysb.test', 80); print('RESOLVED')\n"
         "except socket.gaierror: print('NORESOLVE')\n"
         "print(open('/etc/resolv.conf').read().count('nameserver'))\n"
-        f"s=socket.create_connection(('pinned.pysb.test', {a.port}), timeout=10); print(s.recv(3))\n"
+        f"s=socket.create_connection(('pinned.pysb.test', {a.port}), 10); print(s.recv(3))\n"
         "try:\n"
-        f" socket.create_connection(('pinned.pysb.test', {b.port}), timeout=10); print('CONNECTED')\n"
+        f" socket.create_connection(('pinned.pysb.test', {b.port}), 10); print('CONNECTED')\n"
         "except ConnectionRefusedError: print('REFUSED')\n"
     )
     res = run_plan(py(code, rules=[str(rule)], pins=pins))

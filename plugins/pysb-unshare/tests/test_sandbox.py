@@ -17,7 +17,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from unshare_helpers import make_plan, py, run_plan, sh, unshare_ok  # noqa: E402
+from unshare_helpers import make_plan, py, run_plan, sh, unshare_ok
 
 pytestmark = [pytest.mark.provider("unshare"), pytest.mark.usefixtures("unshare_ok")]
 assert unshare_ok
