@@ -165,19 +165,22 @@ class Client:
 
     def _await_ready(self, conn: _Conn) -> None:
         sock = conn.sock
-        timeval = struct.pack("ll", int(self._start_timeout), 0)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(self._start_timeout), 0)
+        )
         try:
             kind, _, payload = conn.reader.read()
         except transport.ChannelClosed:
+            kind, payload = -1, b""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+        if kind == -1:
             status = self._reap(conn, kill=True)
             raise SandboxError(
                 "the sandboxed worker exited during start-up"
-                + (f" (status {status})" if status is not None else "")
-                + " before it was ready; its messages, if any, are above on stderr"
-            ) from None
-        finally:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
+                + (f" ({_describe_status(status)})" if status is not None else "")
+                + f" or was not ready within {self._start_timeout:g} s; its messages, if "
+                "any, are above on stderr"
+            )
         if kind == transport.INIT_FAILED:
             cause = rebuild_chain(payload, self._allowed)
             raise SandboxError(

@@ -1,0 +1,173 @@
+"""Partial mode when the worker dies, under the subprocess provider and every OS provider
+available here (the others are skipped, with the reason).
+
+The worker is killed from the outside with SIGKILL by its own host PID (checked to be our
+descendant first); executions are counted with a marker file to prove nothing runs twice.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pysb_core import SandboxProtocolError, sandboxes
+from pysb_core.remote.testkit import (
+    is_descendant,
+    profile_text,
+    wait_for_file,
+    worker_host_pid,
+    write_module,
+)
+from pysb_core.testing import require_provider
+
+PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail"]
+
+FUNCTIONS = """
+import os, time
+from pysb_core import sandbox
+
+def _mark(path, pid_file):
+    with open(path, "a") as f:
+        f.write("run\\n")
+    if pid_file:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+
+@sandbox
+def mark_and_wait(path, pid_file, seconds):
+    _mark(path, pid_file)
+    time.sleep(seconds)
+    return "finished"
+
+@sandbox(retry_on_crash=True)
+def mark_and_wait_retried(path, pid_file, seconds):
+    with open(path, "a") as f:
+        f.write("run\\n")
+    with open(path) as f:
+        first = f.read().count("run") == 1
+    if first:
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(seconds)
+    return "finished"
+
+@sandbox
+def mark(path):
+    _mark(path, None)
+    return "marked"
+
+@sandbox
+def ping():
+    return "pong"
+
+state = []
+
+def init():
+    state.append(os.getpid())
+
+@sandbox
+def init_state():
+    return list(state)
+"""
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request) -> str:
+    if request.param != "subprocess":
+        require_provider(request.param)
+    return request.param
+
+
+@pytest.fixture
+def env(tmp_path: Path, provider: str):
+    rw = tmp_path / "rw"
+    rw.mkdir()
+    mod = write_module(tmp_path, FUNCTIONS)
+    profile = tmp_path / ".pysb.yaml"
+    profile.write_text(profile_text(provider, tmp_path, rw))
+    kwargs = {"profile": str(profile), "python_guards": False, "cwd": str(tmp_path)}
+    return mod, rw, kwargs
+
+
+def _kill_worker(box) -> int:
+    """SIGKILL the worker by its own host PID, after checking it is our descendant."""
+    pid = worker_host_pid(box.pid)
+    assert pid != os.getpid() and pid > 1 and is_descendant(pid)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _wait_new_worker(box, old_launcher_pid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while box.pid in (None, old_launcher_pid):
+        assert time.monotonic() < deadline, "the worker was not restarted"
+        time.sleep(0.01)
+
+
+def test_a_call_running_when_the_worker_dies_fails_and_is_not_run_again(env):
+    mod, rw, kwargs = env
+    marker, pid_file = rw / "runs", rw / "pid"
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    with sandboxes(**kwargs, init_fn=mod.init) as box, pool:
+        old = box.pid
+        future = pool.submit(mod.mark_and_wait, str(marker), str(pid_file), 60)
+        wait_for_file(pid_file)
+        _kill_worker(box)
+        with pytest.raises(SandboxProtocolError, match=r"SIGKILL.*not run again"):
+            future.result(timeout=60)
+        assert mod.ping() == "pong"  # restarted
+        assert box.pid != old
+        assert len(mod.init_state()) == 1  # init_fn ran again in the new worker
+    assert marker.read_text().count("run") == 1
+
+
+def test_calls_that_had_not_started_go_to_the_restarted_worker(env):
+    mod, rw, kwargs = env
+    marker, pid_file, queued = rw / "runs", rw / "pid", rw / "queued"
+    # one worker thread: the second call waits behind the first, unstarted
+    with sandboxes(**kwargs, threads=1) as box, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        running = pool.submit(mod.mark_and_wait, str(marker), str(pid_file), 60)
+        wait_for_file(pid_file)
+        waiting = pool.submit(mod.mark, str(queued))
+        time.sleep(0.3)  # let it reach the socket
+        assert not waiting.done()
+        _kill_worker(box)
+        with pytest.raises(SandboxProtocolError):
+            running.result(timeout=60)
+        assert waiting.result(timeout=60) == "marked"
+    assert marker.read_text().count("run") == 1
+    assert queued.read_text().count("run") == 1
+
+
+def test_retry_on_crash_runs_the_call_again(env):
+    mod, rw, kwargs = env
+    marker, pid_file = rw / "runs", rw / "pid"
+    with sandboxes(**kwargs) as box, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        future = pool.submit(mod.mark_and_wait_retried, str(marker), str(pid_file), 60)
+        wait_for_file(pid_file)
+        _kill_worker(box)
+        assert future.result(timeout=60) == "finished"
+    assert marker.read_text().count("run") == 2
+
+
+def test_five_deaths_within_180_s_fail_closed_and_the_host_lives_on(env):
+    mod, _, kwargs = env
+    with sandboxes(**kwargs) as box:
+        for death in range(1, 6):
+            assert mod.ping() == "pong"
+            old = box.pid
+            _kill_worker(box)
+            if death < 5:
+                _wait_new_worker(box, old)
+        deadline = time.monotonic() + 30
+        while box.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(2):
+            with pytest.raises(SandboxProtocolError, match="failed closed"):
+                mod.ping()
+    assert os.getpid() > 0  # still here: the host is never terminated

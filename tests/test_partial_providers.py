@@ -1,0 +1,111 @@
+"""Partial mode under every provider available here: the worker runs inside the OS
+sandbox (its view of files and environment is the profile's), and calls, output,
+exceptions and async calls work the same as under the subprocess provider."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from pysb_core import sandboxes
+from pysb_core.remote.testkit import profile_text, write_module
+from pysb_core.testing import require_provider
+
+PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail"]
+OS_PROVIDERS = PROVIDERS[1:]
+
+FUNCTIONS = """
+import asyncio, os, sys
+from pysb_core import sandbox
+
+@sandbox
+def add(a, b):
+    print("adding", a, b)
+    print("to stderr", file=sys.stderr)
+    return a + b
+
+@sandbox
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+@sandbox
+def getenv(name):
+    return os.environ.get(name)
+
+@sandbox
+def fail(message):
+    raise ValueError(message)
+
+@sandbox
+async def aadd(a, b):
+    await asyncio.sleep(0)
+    return a + b
+"""
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request) -> str:
+    if request.param != "subprocess":
+        require_provider(request.param)
+    return request.param
+
+
+@pytest.fixture
+def setup(tmp_path: Path, provider: str):
+    project = tmp_path / "project"
+    project.mkdir()
+    mod = write_module(project, FUNCTIONS)
+    profile = project / ".pysb.yaml"
+    profile.write_text(profile_text(provider, project))
+    kwargs = {"profile": str(profile), "python_guards": False, "cwd": str(project)}
+    return mod, project, kwargs
+
+
+def test_calls_output_and_exceptions(setup, capsys):
+    mod, _, kwargs = setup
+    with sandboxes(**kwargs):
+        assert mod.add(2, 3) == 5
+        with pytest.raises(ValueError, match="from the sandbox"):
+            mod.fail("from the sandbox")
+    out, err = capsys.readouterr()
+    assert "adding 2 3" in out and "to stderr" in err
+
+
+def test_async_calls(setup):
+    mod, _, kwargs = setup
+
+    async def main():
+        async with sandboxes(**kwargs):
+            return await asyncio.gather(mod.aadd(1, 2), mod.aadd(3, 4))
+
+    assert asyncio.run(main()) == [3, 7]
+
+
+def test_the_host_environment_does_not_reach_the_worker(setup, monkeypatch):
+    mod, _, kwargs = setup
+    monkeypatch.setenv("PYSB_TEST_SECRET_API_KEY", "s3cret")
+    with sandboxes(**kwargs):
+        assert mod.getenv("PYSB_TEST_SECRET_API_KEY") is None
+    assert os.environ["PYSB_TEST_SECRET_API_KEY"] == "s3cret"  # the host keeps its secrets
+
+
+@pytest.mark.parametrize("os_provider", OS_PROVIDERS)
+def test_files_outside_the_profile_are_out_of_reach(tmp_path: Path, os_provider: str):
+    require_provider(os_provider)
+    project = tmp_path / "project"
+    project.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host only")
+    (project / "visible.txt").write_text("exposed")
+    mod = write_module(project, FUNCTIONS)
+    profile = project / ".pysb.yaml"
+    profile.write_text(profile_text(os_provider, project))
+    with sandboxes(profile=str(profile), python_guards=False, cwd=str(project)):
+        assert mod.read(str(project / "visible.txt")) == "exposed"
+        with pytest.raises(OSError):
+            mod.read(str(secret))
+    assert secret.read_text() == "host only"
