@@ -173,7 +173,9 @@ def test_duplicate_key_in_one_file(tmp_path: Path, env) -> None:
     ("text", "message"),
     [
         ("imports: {a: 1}\n", ".pysb.yaml:1: imports: expected a list, got a mapping"),
-        ("imports: [1]\n", ".pysb.yaml:1: imports: expected a string, got int '1'"),
+        ("imports: [1]\n", ".pysb.yaml:1: imports: '1' is not a module name"),
+        ("imports: [json, ~]\n", ".pysb.yaml:1: imports: expected a string, got null"),
+        ("imports: [[json]]\n", ".pysb.yaml:1: imports: expected a string, got a list"),
         ("provider: [a]\n", ".pysb.yaml:1: provider: expected a single value, got a list"),
         ("files: [a]\n", ".pysb.yaml:1: files: expected a mapping, got a list"),
         ("- a\n- b\n", ".pysb.yaml:1: a profile is a mapping of sections, got a list"),
@@ -212,6 +214,14 @@ def test_exposure_must_be_a_directory(tmp_path: Path, env) -> None:
         ".pysb.yaml:2: files.expose-rw: 'afile' is not a directory "
         "(expose the directory that holds it)"
     ]
+
+
+def test_non_string_list_items_keep_their_text(tmp_path: Path, env) -> None:
+    (tmp_path / "2024").mkdir()
+    write(tmp_path / ".pysb.yaml", "imports: [yes, off]\nfiles: {expose-ro: [2024]}\n")
+    p = load(tmp_path, env)
+    assert p.imports == ("yes", "off")
+    assert p.exposures[0].path == str(tmp_path / "2024")
 
 
 def test_empty_file_is_an_empty_policy(tmp_path: Path, env) -> None:
@@ -484,6 +494,15 @@ def test_validator_message_without_location_gets_section_location(tmp_path: Path
     schema.add_validator("providers.qemu", lambda v, loc: [] if "memory" in v else ["no memory"])
     write(tmp_path / ".pysb.yaml", "version: 1\nproviders:\n  qemu:\n    cpus: 2\n")
     assert errors_of(tmp_path, env, schema=schema) == [".pysb.yaml:4: no memory"]
+
+
+def test_validator_not_called_on_a_malformed_section(tmp_path: Path, env) -> None:
+    schema = ProfileSchema()
+    schema.add_validator("api", lambda v, loc: [f"called with {v!r}"])
+    write(tmp_path / ".pysb.yaml", "api: [os.system]\n")
+    assert errors_of(tmp_path, env, schema=schema) == [
+        ".pysb.yaml:1: api: expected a mapping, got a list"
+    ]
 
 
 def test_crashing_validator_fails_closed(tmp_path: Path, env) -> None:

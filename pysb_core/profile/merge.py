@@ -150,8 +150,9 @@ class _Merger:
             self.out.seen.add(name)
             if name == "include":
                 continue  # resolved (and checked) by the loader
+            before = len(self.errors)
             self.section(name, shape, key, value)
-            if self.schema.has_validators(name):
+            if self.schema.has_validators(name) and len(self.errors) == before:
                 plain = self.plain(value, [])
                 self.errors.extend(self.schema.validate(name, plain, pf.loc(key)))
 
@@ -199,10 +200,11 @@ class _Merger:
             self.err(node, f"{name}: expected a list, got {_describe(node)}")
             return
         for entry in entries:
-            if entry[0] != "s" or not isinstance(entry[2], str):
+            if entry[0] != "s" or entry[2] is None:
                 self.err(entry, f"{name}: expected a string, got {_describe(entry)}")
                 continue
-            text = self.text(entry, name)
+            # `imports: [yes]` or a directory named 2024: the text as written, not YAML's bool/int
+            text = self.text(entry, name) if isinstance(entry[2], str) else entry[3]
             if text is None:
                 continue
             if not text.strip():
