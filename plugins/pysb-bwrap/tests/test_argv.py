@@ -185,3 +185,13 @@ def test_sandbox_path_mapping():
     assert sandbox_path("/d", exps) == "/data"
     assert sandbox_path("/dd", exps) is None
     assert sandbox_path("/usr/lib/x", exps) == "/usr/lib/x"
+
+
+def test_host_private_keys_masked_when_an_exposure_shows_them():
+    layout = HostLayout(
+        always_hidden=frozenset({"/etc/ssl/private"}), dirs=frozenset({"/etc/ssl/private"})
+    )
+    argv = build_argv(plan(E("/etc/ssl")), layout).argv
+    i = argv.index("/etc/ssl/private")
+    assert argv[i - 1] == "--tmpfs" and argv[i - 2] == "0000"
+    assert "/etc/ssl/private" not in build_argv(plan(E("/p")), layout).argv

@@ -289,3 +289,80 @@ def test_allowed_host_loopback_port_is_reachable_others_not(run_plan, mkplan, mk
     finally:
         allowed.close()
         other.close()
+
+
+def _launch(plan):
+    import subprocess
+
+    return BwrapProvider(plan.provider_options).launch(
+        plan, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def _wait_for_line(proc, expected: bytes) -> None:
+    line = proc.stdout.readline()
+    assert line.strip() == expected, (line, proc.stderr.read() if proc.poll() is not None else "")
+
+
+def test_terminate_reaches_the_program_not_just_bwrap(mkplan, bwrap_available):
+    code = (
+        "import os, signal, sys, time\n"
+        "def bye(n, f):\n"
+        "    os.write(1, b'graceful %d\\n' % n); os._exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    plan = mkplan([os.path.realpath(sys.executable), "-c", code])
+    proc = _launch(plan)
+    try:
+        _wait_for_line(proc, b"ready")
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+        assert out.strip() == b"graceful 15"
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for fn in plan.cleanups:
+            fn()
+
+
+def test_interactive_bwrap_survives_sigint_program_gets_keyboardinterrupt(mkplan, bwrap_available):
+    import signal
+
+    provider = BwrapProvider()
+    plan = mkplan([sys.executable], interactive=True)
+    provider.pysb_contribute(plan.policy, plan)
+    (setup,) = plan.child_setups
+    assert setup.args["restore_sigint"] is True
+    src = os.path.dirname(os.path.dirname(os.path.realpath(child_module.__file__)))
+    code = (
+        f"import sys, time; sys.path.insert(0, {src!r})\n"
+        f"import {setup.module} as m; m.{setup.function}(**{setup.args!r})\n"
+        "try:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    plan.argv = [os.path.realpath(sys.executable), "-c", code]
+    argv = provider.prepare(plan).argv
+    assert "--new-session" not in argv
+    proc = _launch(plan)
+    try:
+        _wait_for_line(proc, b"ready")
+        os.kill(proc.pid, signal.SIGINT)  # what the terminal does to bwrap: ignored
+        program = proc.program_pid()
+        assert program is not None and proc.poll() is None
+        os.kill(program, signal.SIGINT)  # what the terminal does to the program
+        out, err = proc.communicate(timeout=30)
+        assert out.strip() == b"interrupted", err
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for fn in plan.cleanups:
+            fn()

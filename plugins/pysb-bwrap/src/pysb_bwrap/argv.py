@@ -210,7 +210,7 @@ def build_argv(
     # -- ignored paths: masked by an unreadable placeholder -----------------------------
     masked: list[str] = []
     needs_empty = False
-    for host in sorted(set(plan.hidden), key=depth):
+    for host in sorted({*plan.hidden, *layout.always_hidden}, key=depth):
         inside = sandbox_path(host, exposures)
         if inside is None:
             continue  # not visible anyway

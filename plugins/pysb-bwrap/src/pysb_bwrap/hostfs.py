@@ -35,6 +35,10 @@ ETC_BASE = (
 #: The plan's generated hosts file when there is one, else the host's.
 ETC_HOSTS = "/etc/hosts"
 
+#: Host secrets masked whenever an exposure makes them visible (an implicit exposure of
+#: the CA certificates may name the whole of /etc/ssl, private keys included).
+ALWAYS_HIDDEN = ("/etc/ssl/private",)
+
 #: Only when a network rule allows some traffic: the resolver's configuration.
 ETC_RESOLV = "/etc/resolv.conf"
 ETC_NETWORK = (ETC_RESOLV, "/etc/host.conf", "/etc/gai.conf")
@@ -54,6 +58,7 @@ class HostLayout:
     etc: frozenset[str] = frozenset()
     symlinks: dict[str, str] = field(default_factory=dict)
     dirs: frozenset[str] = frozenset()
+    always_hidden: frozenset[str] = frozenset()
 
     def is_dir(self, path: str) -> bool:
         return path in self.dirs
@@ -75,8 +80,11 @@ def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
             etc.add(path)
             if os.path.islink(path):
                 links[path] = os.readlink(path)
-    dirs = frozenset(p for p in (*ETC_BASE, *ETC_NETWORK, *extra_paths) if os.path.isdir(p))
-    return HostLayout(top, frozenset(etc), links, dirs)
+    hidden = frozenset(p for p in ALWAYS_HIDDEN if os.path.lexists(p))
+    dirs = frozenset(
+        p for p in (*ETC_BASE, *ETC_NETWORK, *hidden, *extra_paths) if os.path.isdir(p)
+    )
+    return HostLayout(top, frozenset(etc), links, dirs, hidden)
 
 
 def is_below(path: str, root: str) -> bool:

@@ -9,13 +9,15 @@ closed) instead of being run with no network at all or, worse, the host's.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import os
+import shutil
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import SandboxError
-from pysb_core.policy import NetworkRule, PortRange
 from pysb_core.provider import Capability
 
 if TYPE_CHECKING:
@@ -52,13 +54,21 @@ def layer_capabilities() -> frozenset[Capability]:
     return NETWORK_CAPABILITIES if found else frozenset()
 
 
+@functools.lru_cache(maxsize=1)
 def layer_usable() -> frozenset[Capability]:
-    """Network capabilities the layer can enforce on *this* machine (helpers present)."""
-    mod = netns_module()
-    if mod is None:
+    """Network capabilities the layer can enforce on *this* machine (its helpers present).
+
+    A quick look (no import of the layer: ``pysb check`` and every launch ask this) for the
+    programs ``NetnsNetwork.problems()`` requires; the layer's own ``check()`` stays the
+    authority and runs again, failing closed, when a plan with allow rules is launched.
+    """
+    if not layer_capabilities():
         return frozenset()
-    probe = mod.NetnsNetwork([_PROBE_RULE])
-    return frozenset() if probe.problems() else NETWORK_CAPABILITIES
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
+    have = lambda name: shutil.which(name, path=path) is not None  # noqa: E731
+    if have("nft") and have("nsenter") and (have("slirp4netns") or have("pasta")):
+        return NETWORK_CAPABILITIES
+    return frozenset()
 
 
 def needs_layer(plan: LaunchPlan) -> bool:
@@ -80,8 +90,3 @@ def network_for(plan: LaunchPlan) -> Any:
     net = mod.NetnsNetwork.from_plan(plan)
     net.check()
     return net
-
-
-_PROBE_RULE = NetworkRule(
-    action="allow", protocols=("tcp",), network="*", ports=(PortRange(0, 65535),), direction="out"
-)

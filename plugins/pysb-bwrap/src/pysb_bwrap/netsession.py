@@ -88,6 +88,7 @@ class NetworkLaunch:
         self.res.close(self.info_w)
         self.res.close(self.block_r)
         pid = self._read_child_pid(proc)
+        self._wait_for_id_maps(pid, proc)
         self.net.attach(pid)
         os.write(self.block_w, b"1")
         self.res.close(self.block_w)
@@ -113,6 +114,24 @@ class NetworkLaunch:
                     + "; the program was not started"
                 )
             data += chunk
+
+    @staticmethod
+    def _wait_for_id_maps(pid: int, proc: subprocess.Popen[bytes]) -> None:
+        """bwrap reports the PID right after ``clone``, possibly before the user namespace's
+        uid/gid maps are written; joining it earlier fails (``setgid: Invalid argument``)."""
+        deadline = time.monotonic() + INFO_TIMEOUT
+        while True:
+            try:
+                with open(f"/proc/{pid}/uid_map") as u, open(f"/proc/{pid}/gid_map") as g:
+                    if u.read().strip() and g.read().strip():
+                        return
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise SandboxError("bwrap exited before the sandbox was ready; not started")
+            if time.monotonic() > deadline:
+                raise SandboxError("bwrap's user namespace never got its id maps; not started")
+            time.sleep(0.0005)
 
     def close(self) -> None:
         self.net.close()

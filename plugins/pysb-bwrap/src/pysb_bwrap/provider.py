@@ -22,6 +22,7 @@ from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
+from pysb_bwrap.process import BwrapProcess
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
@@ -147,9 +148,10 @@ class BwrapProvider(Provider):
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        """Like :meth:`Provider.launch`, with two bwrap specifics: the returned process
+        routes ``send_signal``/``terminate`` to the program (:mod:`pysb_bwrap.process`), and
+        in an interactive run bwrap ignores SIGINT (see :mod:`pysb_bwrap.child`)."""
         if plan.interactive:
-            # bwrap 0.8 does not forward signals; in the terminal's process group it would
-            # die of Ctrl-C. It ignores SIGINT; the program gets it back (pysb_bwrap.child).
             previous = popen_kwargs.pop("preexec_fn", None)
 
             def ignore_sigint() -> None:
@@ -158,15 +160,28 @@ class BwrapProvider(Provider):
                     previous()
 
             popen_kwargs["preexec_fn"] = ignore_sigint
-        spec_cleanups_before = len(plan.cleanups)
+        spec = self.prepare(plan)
         try:
-            return super().launch(plan, **popen_kwargs)
+            proc = BwrapProcess(
+                spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                pass_fds=tuple(spec.pass_fds),
+                **popen_kwargs,
+            )
         except BaseException:
-            # The sandbox never ran the program: release its pipes and files now.
-            for fn in plan.cleanups[spec_cleanups_before:]:
-                fn()
-            del plan.cleanups[spec_cleanups_before:]
+            _run_all(spec.cleanups)
             raise
+        plan.cleanups.extend(spec.cleanups)
+        try:
+            for started in spec.on_started:
+                started(proc)
+        except BaseException:
+            # Fail closed: a sandbox whose set-up did not complete never runs the program.
+            proc.kill()
+            proc.wait()
+            raise
+        return proc
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
 
@@ -185,3 +200,11 @@ class BwrapProvider(Provider):
                 args={"unset": unset, "restore_sigint": plan.interactive},
             )
         )
+
+
+def _run_all(cleanups: list[Any]) -> None:
+    for fn in reversed(cleanups):
+        try:
+            fn()
+        except Exception:  # keep releasing the rest
+            pass
