@@ -471,22 +471,28 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._submit(call, deadline)
         get = sink.get
-        while True:
-            if deadline is None:
-                kind, data = get()
-            else:
-                try:
-                    kind, data = get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
-            if kind == transport.RESULT:
-                return unpickler.loads(data, self._allowed)
-            if kind == transport.OUT:
-                _write(sys.stdout, data)
-            elif kind == transport.ERR:
-                _write(sys.stderr, data)
-            else:
-                raise self._exception(kind, data)
+        try:
+            while True:
+                if deadline is None:
+                    kind, data = get()
+                else:
+                    try:
+                        kind, data = get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
+                if kind == transport.RESULT:
+                    return unpickler.loads(data, self._allowed)
+                if kind == transport.OUT:
+                    _write(sys.stdout, data)
+                elif kind == transport.ERR:
+                    _write(sys.stderr, data)
+                else:
+                    raise self._exception(kind, data)
+        except Exception:
+            raise
+        except BaseException:  # Ctrl-C in the caller: stop waiting, forget the answer
+            self._abandon(call)
+            raise
 
     async def call_async(
         self,
@@ -510,24 +516,37 @@ class Client:
             self._submit(call, deadline)
         else:  # restarting: wait in a thread, not on the loop
             await asyncio.to_thread(self._submit, call, deadline)
-        while True:
-            if deadline is None:
-                kind, data = await sink.get()
-            else:
-                try:
-                    kind, data = await asyncio.wait_for(
-                        sink.get(), max(0.0, deadline - time.monotonic())
-                    )
-                except TimeoutError:
-                    raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
-            if kind == transport.RESULT:
-                return unpickler.loads(data, self._allowed)
-            if kind == transport.OUT:
-                _write(sys.stdout, data)
-            elif kind == transport.ERR:
-                _write(sys.stderr, data)
-            else:
-                raise self._exception(kind, data)
+        try:
+            while True:
+                if deadline is None:
+                    kind, data = await sink.get()
+                else:
+                    try:
+                        kind, data = await asyncio.wait_for(
+                            sink.get(), max(0.0, deadline - time.monotonic())
+                        )
+                    except TimeoutError:
+                        raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
+                if kind == transport.RESULT:
+                    return unpickler.loads(data, self._allowed)
+                if kind == transport.OUT:
+                    _write(sys.stdout, data)
+                elif kind == transport.ERR:
+                    _write(sys.stderr, data)
+                else:
+                    raise self._exception(kind, data)
+        except Exception:
+            raise
+        except BaseException:  # cancelled: stop waiting, forget the answer
+            self._abandon(call)
+            raise
+
+    def _abandon(self, call: _Call) -> None:
+        """The caller stopped waiting; the call may still finish in the worker, unseen."""
+        with self._cond:
+            self._pending.pop(call.id, None)
+            if self._closing and not self._pending:
+                self._cond.notify_all()
 
     def _exception(self, kind: int, data: Any) -> BaseException:
         if kind == transport.EXCEPTION:
