@@ -83,6 +83,7 @@ def run_sandboxed(
     python: str = sys.executable,
     override: dict | None = None,
     timeout: float = 60,
+    stdin: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     spec = {"ro": list(ro), "rw": list(rw), "net": list(net), "override": override or {}}
     env = {
@@ -97,4 +98,5 @@ def run_sandboxed(
         env=env,
         timeout=timeout,
         cwd="/",
+        stdin=stdin,
     )

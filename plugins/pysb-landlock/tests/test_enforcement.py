@@ -361,7 +361,7 @@ for label, fn in [
     lines = r.stdout.splitlines()
     assert lines[0] == "eff 6 bnd 6", r.stderr  # CAP_DAC_OVERRIDE | CAP_DAC_READ_SEARCH
     assert lines[1:] == [
-        f"raw {errno.EPERM}",
+        f"raw {errno.EACCES}",  # seccomp refuses it even before the capability check
         f"packet {errno.EPERM}",
         f"chown {errno.EPERM}",
         "read-own-rw ok",
@@ -377,3 +377,82 @@ print(int(status["CapEff"], 16))
 """
     r = run_sandboxed(code, net=["allow tcp 127.0.0.1 80 in"])
     assert r.stdout.strip() == str(0b110 | 1 << 10), r.stderr
+
+
+NONTCP_CODE = r"""
+import ctypes, os, socket, sys
+def attempt(label, fn):
+    try:
+        fn()
+        print(label, "ok")
+    except OSError as e:
+        print(label, e.errno)
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"ping", ("127.0.0.1", int(sys.argv[1])))
+attempt("udp", udp)
+attempt("sctp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132))
+attempt("ping", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP))
+attempt("tcp", lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_CLOEXEC))
+attempt("unix", lambda: socket.socketpair())
+libc = ctypes.CDLL(None, use_errno=True)
+params = (ctypes.c_char * 120)()
+r = libc.syscall(425, 4, params)
+print("io_uring", "ok" if r >= 0 else ctypes.get_errno())
+"""
+
+
+@pytest.fixture
+def udp_server():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.settimeout(5)
+    yield srv
+    srv.close()
+
+
+def test_non_tcp_sockets_and_io_uring_refused(udp_server):
+    port = udp_server.getsockname()[1]
+    r = run_sandboxed(NONTCP_CODE, str(port))
+    got = dict(line.split() for line in r.stdout.splitlines())
+    denied = str(errno.EACCES)
+    assert got == {
+        "udp": denied,
+        "sctp": denied,
+        "ping": denied,
+        "tcp": "ok",
+        "unix": "ok",
+        "io_uring": denied,
+    }, r.stderr
+    udp_server.settimeout(0)
+    with pytest.raises(BlockingIOError):
+        udp_server.recv(16)  # nothing was sent
+
+
+def test_udp_rule_lets_udp_sockets_through(udp_server):
+    port = udp_server.getsockname()[1]
+    r = run_sandboxed(NONTCP_CODE, str(port), net=[f"allow udp 127.0.0.1 {port} out"])
+    got = dict(line.split() for line in r.stdout.splitlines())
+    assert got["udp"] == "ok", r.stderr
+    assert got["sctp"] == str(errno.EACCES)
+    assert udp_server.recv(16) == b"ping"
+
+
+def test_terminal_injection_refused():
+    leader, follower = os.openpty()
+    try:
+        code = r"""
+import fcntl, termios
+try:
+    fcntl.ioctl(0, termios.TIOCSTI, b"x")
+    print("injected")
+except OSError as e:
+    print("refused", e.errno)
+fcntl.ioctl(0, termios.TCGETS, bytes(64))  # ordinary terminal ioctls still work
+print("tcgets ok")
+"""
+        r = run_sandboxed(code, stdin=follower)
+        assert r.stdout.split("\n")[:2] == [f"refused {errno.EACCES}", "tcgets ok"], r.stderr
+    finally:
+        os.close(leader)
+        os.close(follower)

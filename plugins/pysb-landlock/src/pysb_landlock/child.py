@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pysb_core.errors import SandboxError
 from pysb_landlock import caps as _caps
 from pysb_landlock import ruleset as ll
+from pysb_landlock import seccomp as _seccomp
 
 # Bound before the guards patch ``os`` (see ruleset.py).
 _listdir = os.listdir
@@ -69,6 +70,7 @@ def restrict(
     scope: bool = True,
     terminal: bool = True,
     keep_caps: Sequence[int] = (_caps.CAP_DAC_OVERRIDE, _caps.CAP_DAC_READ_SEARCH),
+    udp: bool = False,
 ) -> int:
     """Restrict this process with Landlock; return the kernel's ABI version.
 
@@ -78,7 +80,9 @@ def restrict(
     ioctls. ``connect``/``bind`` are the allowed TCP port ranges; ``None`` leaves that
     operation unrestricted (a rule allowed every port). ``scope`` confines signals and
     abstract Unix sockets to the sandbox (ABI >= 6). Every capability but ``keep_caps``
-    is dropped first (see caps.py: root's capabilities would go around Landlock).
+    is dropped first (see caps.py: root's capabilities would go around Landlock), and a
+    seccomp filter refuses non-TCP IP sockets (UDP too unless ``udp``), io_uring and
+    terminal injection (see seccomp.py).
     """
     try:
         kernel_abi = ll.abi_version()
@@ -118,6 +122,8 @@ def restrict(
                 for port in _port_list(bind):
                     rs.add_port(port, ll.NET_BIND_TCP)
             _caps.drop_all_but(frozenset(keep_caps))
+            ll.no_new_privs()  # required by both seccomp and landlock_restrict_self
+            _seccomp.install(allow_udp=udp)
         except BaseException:
             rs.close()
             raise

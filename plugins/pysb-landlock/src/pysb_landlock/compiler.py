@@ -118,6 +118,10 @@ class Compiled:
     scope: bool = False
     #: Capabilities the sandbox keeps (everything else is dropped: see caps.py).
     keep_caps: list[int] = field(default_factory=lambda: [1, 2])
+    #: Whether some rule allows UDP (the seccomp filter then lets UDP sockets be created).
+    udp: bool = False
+    #: Whether this machine has a seccomp table (x86_64, aarch64).
+    seccomp: bool = True
     #: Rules the OS layer does not enforce; ``pysb check`` already sees them through the
     #: provider's capabilities (hosts, UDP, ignore, renames).
     gaps: list[str] = field(default_factory=list)
@@ -136,6 +140,7 @@ class Compiled:
             "bind": None if self.bind is None else [list(r) for r in self.bind],
             "scope": self.scope,
             "keep_caps": self.keep_caps,
+            "udp": self.udp,
         }
 
     def describe(self) -> list[str]:
@@ -148,7 +153,14 @@ class Compiled:
             lines.append(f"  tcp bind ports (any address): {format_ranges(self.bind)}")
         else:
             lines.append("  tcp: not restricted (needs ABI 4, Linux 6.7)")
-        lines.append("  udp, raw and other sockets: not restricted (landlock cannot filter them)")
+        if not self.seccomp:
+            lines.append("  udp, raw and other sockets: not restricted (no seccomp table here)")
+        elif self.udp:
+            lines.append("  udp: every host and port (a rule allows some udp; seccomp allows all)")
+        else:
+            lines.append("  udp, sctp, mptcp, icmp sockets: refused (seccomp)")
+        if self.seccomp:
+            lines.append("  io_uring, TIOCSTI/TIOCLINUX terminal injection: refused (seccomp)")
         if self.scope:
             lines.append("  scoped: signals and abstract unix sockets stay inside the sandbox")
         else:
@@ -255,6 +267,8 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
         c.connect = _tcp_ports(rules, ("out", "any"))
         c.bind = _tcp_ports(rules, ("in", "any"))
     c.gaps += _network_gaps(rules)
+    c.udp = any(r.action == "allow" and "udp" in r.protocols for r in rules)
+    c.seccomp = os.uname().machine in ("x86_64", "aarch64")
     if c.bind is None or (c.bind and c.bind[0][0] < 1024):
         c.keep_caps.append(10)  # CAP_NET_BIND_SERVICE: a bind rule allows a port < 1024
     return c
