@@ -26,7 +26,8 @@ from pysb_guards import network
 from pysb_core.builtin import dns as builtin_dns
 from pysb_core.check import CheckReport
 from pysb_core.events import Event
-from pysb_core.netrules import parse_rule, pin_hosts
+from pysb_core.learning import LearnedProfile
+from pysb_core.netrules import NetworkMatcher, parse_rule, pin_hosts
 from pysb_core.policy import Exposure, Policy
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
@@ -546,6 +547,8 @@ def test_unix_sockets_need_a_writable_exposure(tmp_path: Path) -> None:
 
 def test_learning_records_by_name_and_renders_rules(tmp_path: Path, server: Server) -> None:
     P = server.port
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
     code = f"""
     attempt('name', lambda: socket.create_connection(('localhost', {P}), timeout=5).close())
     attempt('ip', connect, '127.0.0.1', {P})
@@ -557,29 +560,43 @@ def test_learning_records_by_name_and_renders_rules(tmp_path: Path, server: Serv
             s.bind(('127.0.0.1', 0))
             s.listen()
     attempt('bind', serve)
+    attempt('unix', lambda: socket.socket(socket.AF_UNIX).bind({str(sockets / "app.sock")!r}))
     """
     results, events = run_child(tmp_path, Policy(learn=True), code)
     assert all("ok" in v for v in results.values()), results
-    assert all(e.action == "learn" for e in events)
+    assert events and all(e.action == "learn" for e in events)
     lines = network.learned_rules(events)
     assert f"allow tcp localhost {P} out" in lines
     assert f"allow udp localhost {P} out" in lines  # 127.0.0.1 was met as "localhost"
     assert "allow tcp localhost 0 in" in lines
     assert len([e for e in events if e.data.get("proto") == "udp"]) == 1  # deduplicated
 
-    class Profile:
-        def __init__(self) -> None:
-            self.added: list[tuple] = []
-
-        def add(self, *args) -> None:
-            self.added.append(args)
-
-    profile = Profile()
+    profile = LearnedProfile(cwd=str(tmp_path), environ={})
     network.pysb_learned(records=events, profile=profile)
-    assert ("network", None, f"allow tcp localhost {P} out") in profile.added
-    # Every learned line is a valid rule that allows what was recorded.
-    for line in lines:
-        parse_rule(line)
+    added = [(r.section, r.key, r.value) for r in profile]
+    assert ("network", None, f"allow tcp localhost {P} out") in added
+    assert ("files", "expose-rw", "./sockets") in added
+    # Every learned line is a valid rule, and it allows what was recorded.
+    learned = NetworkMatcher([parse_rule(x) for x in lines], {"localhost": ("127.0.0.1",)})
+    assert learned.check_host("tcp", "localhost", P, "out")[0]
+    assert learned.check("udp", "127.0.0.1", P, "out")[0]
+
+
+def test_cached_decisions_stay_exact(tmp_path: Path, server: Server) -> None:
+    P = server.port
+    code = f"""
+    for i in range(3):
+        attempt(f'ok{{i}}', connect, '127.0.0.1', {P})
+    attempt('other_port', connect, '127.0.0.1', {P + 1})
+    attempt('bytes_host', connect, b'127.0.0.2', {P})
+    attempt('after', connect, '127.0.0.1', {P})
+    """
+    results, _ = run_child(tmp_path, Policy(network=rules(f"allow tcp 127.0.0.1 {P} out")), code)
+    assert [results[f"ok{i}"] for i in range(3)] == [{"ok": "connected"}] * 3
+    assert results["other_port"]["error"] == "NetworkDeniedError"
+    assert results["bytes_host"]["error"] == "NetworkDeniedError"
+    assert results["after"] == {"ok": "connected"}
+    assert server.accepted == 4
 
 
 class FakeProvider(Provider):

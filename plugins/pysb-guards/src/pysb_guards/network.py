@@ -86,9 +86,15 @@ def _os_enforces(proto: str, network: str, enforced: set[Any]) -> bool:
 
 @hookimpl
 def pysb_learned(records: Sequence[Event], profile: Any) -> None:
-    """Render learned connections and binds as ``network:`` rules (ports merged per host)."""
+    """Render learned connections and binds as ``network:`` rules (ports merged per host),
+    and Unix socket paths as the read-write exposure of their directory."""
     for line in learned_rules(records):
         profile.add("network", None, line)
+    for event in records:
+        if event.guard == GUARD and event.action == "learn" and event.data.get("kind") == "unix":
+            directory = os.path.dirname(str(event.data["path"]))
+            form = getattr(profile, "path_form", None)
+            profile.add("files", "expose-rw", form(directory) if form else directory)
 
 
 def learned_rules(records: Sequence[Event]) -> list[str]:
@@ -127,8 +133,9 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         {os.path.normpath(p) for e in policy.exposures if e.writable for p in (e.path, e.target)}
     )
     seen_names: dict[str, str] = {}  # address -> name the program resolved it from
-    # (family, type, proto, host, port, direction) -> address, for literal addresses allowed
-    allowed_literals: dict[tuple[Any, ...], str] = {}
+    # (family, type, proto, address as given, direction) -> the checked address handed to C,
+    # for allowed literal addresses: the common case costs one dict lookup.
+    fast: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     raw = _socket.socket
     raw_connect = raw.connect
@@ -138,6 +145,10 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     raw_sendto = raw.sendto
     raw_sendmsg = raw.sendmsg
     raw_getsockname = raw.getsockname
+    # The C members, not socket.socket's properties (which build enum objects on each read).
+    family_of = raw.__dict__["family"].__get__
+    type_of = raw.__dict__["type"].__get__
+    proto_of = raw.__dict__["proto"].__get__
     raw_getaddrinfo = _socket.getaddrinfo
     raw_gethostbyname = _socket.gethostbyname
     raw_gethostbyname_ex = _socket.gethostbyname_ex
@@ -371,7 +382,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
     def inet_target(sock, address, direction: str, call: str):
         """Judge an AF_INET/AF_INET6 address; return the address to hand to the C call."""
-        family = sock.family
+        family = family_of(sock)
         if not isinstance(address, tuple):
             kind = "AF_INET" if family == AF_INET else "AF_INET6"
             raise TypeError(f"{kind} address must be a tuple, not {type(address).__name__}")
@@ -384,10 +395,6 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         if not 0 <= port <= 65535:
             raise OverflowError(f"{call}(): port must be 0-65535.")
         rest = [_index(x) for x in rest]
-        key = (family, sock.type, sock.proto, host, port, direction)
-        hit = allowed_literals.get(key) if isinstance(host, str) else None
-        if hit is not None:
-            return (hit, port, *rest)
         proto = sock_proto(sock, call)
         text = _host_text(host)
         if text is None:
@@ -420,10 +427,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                 allowed, rule = matcher.check_host(
                     proto, name, port, direction, [_canon(a) for a in every]
                 )
-            if allowed and name is None and isinstance(host, str):
-                if len(allowed_literals) >= 4096:
-                    allowed_literals.clear()
-                allowed_literals[key] = addresses[0]
+            if allowed and name is None and _plain(address):
+                if len(fast) >= 4096:
+                    fast.clear()
+                key = (family, type_of(sock), proto_of(sock), address, direction)
+                fast[key] = (addresses[0], port, *rest)
             if not allowed:
                 shown = name or _canon(addresses[0])
                 suggestion = matcher.suggest(proto, shown, port, direction)
@@ -440,7 +448,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         return (addresses[0], port, *rest)
 
     def sock_proto(sock, call: str) -> str:
-        type_, proto = sock.type, sock.proto
+        type_, proto = type_of(sock), proto_of(sock)
         if type_ == SOCK_STREAM and proto in TCP_PROTOS:
             return "tcp"
         if type_ == SOCK_DGRAM and proto in UDP_PROTOS:
@@ -489,7 +497,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         raise refuse(message, canonical, suggestion)
 
     def target(sock, address, direction: str, call: str):
-        family = sock.family
+        family = family_of(sock)
         if family in (AF_INET, AF_INET6):
             return inet_target(sock, address, direction, call)
         if family == AF_UNIX:
@@ -502,16 +510,24 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         )
 
     def connect(self, address):
-        return raw_connect(self, target(self, address, "out", "connect"))
+        try:
+            checked = fast[(family_of(self), type_of(self), proto_of(self), address, "out")]
+        except (KeyError, TypeError):
+            checked = target(self, address, "out", "connect")
+        return raw_connect(self, checked)
 
     def connect_ex(self, address):
-        return raw_connect_ex(self, target(self, address, "out", "connect"))
+        try:
+            checked = fast[(family_of(self), type_of(self), proto_of(self), address, "out")]
+        except (KeyError, TypeError):
+            checked = target(self, address, "out", "connect")
+        return raw_connect_ex(self, checked)
 
     def bind(self, address):
         return raw_bind(self, target(self, address, "in", "bind"))
 
     def listen(self, *args):
-        if self.family in (AF_INET, AF_INET6) and self.type == SOCK_STREAM:
+        if family_of(self) in (AF_INET, AF_INET6) and type_of(self) == SOCK_STREAM:
             # listen() on a never-bound socket binds it to the wildcard address and a port the
             # kernel picks: judge that implicit bind. A bound socket was judged at bind().
             here = raw_getsockname(self)
@@ -521,7 +537,12 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
     def sendto(self, data, *args):
         if len(args) in (1, 2):
-            args = (*args[:-1], target(self, args[-1], "out", "sendto"))
+            address = args[-1]
+            try:
+                checked = fast[(family_of(self), type_of(self), proto_of(self), address, "out")]
+            except (KeyError, TypeError):
+                checked = target(self, address, "out", "sendto")
+            args = (*args[:-1], checked)
         return raw_sendto(self, data, *args)
 
     def sendmsg(self, buffers, *args):
@@ -593,6 +614,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 # ---------------------------------------------------------------------------------------
 # Small helpers (pure; no guard state)
 # ---------------------------------------------------------------------------------------
+
+
+def _plain(address: tuple[Any, ...]) -> bool:
+    """An address of exact built-in types, safe to use as a cache key."""
+    return type(address[0]) is str and all(type(x) is int for x in address[1:])
 
 
 def _host_text(host: object) -> str | None:
