@@ -359,7 +359,7 @@ class _Merger:
         elif isinstance(node, yaml.MappingNode):
             self.into_mapping(node, rules, path, child_indent)
         elif isinstance(node, yaml.ScalarNode):  # `imports: json` or `imports: ~`
-            if any(isinstance(r.value, tuple) or r.key is not None for r in rules):
+            if any(isinstance(r.value, tuple) or r.path != path for r in rules):
                 raise self.fail(node, f"'{path}' holds a single value, not a mapping")
             old = (
                 []
