@@ -11,7 +11,7 @@ namespace + slirp4netns/pasta), loaded before the program is released.
 from __future__ import annotations
 
 import contextlib
-import json
+import marshal
 import os
 import select
 import shutil
@@ -234,8 +234,9 @@ class UnshareProvider(Provider):
             "hostname": "sandbox",
             "ctl_fd": fds["ctl"],
             "status_fd": fds["status"],
+            "trace": bool(os.environ.get("PYSB_UNSHARE_TRACE")),
         }
-        return json.dumps(cfg).encode()
+        return marshal.dumps(cfg)
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Start the namespaces, filter and attach the network, release the program.
