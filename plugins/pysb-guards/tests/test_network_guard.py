@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,7 +111,11 @@ def rules(*lines: str) -> tuple:
 
 
 class Server:
-    """TCP and UDP listeners on one loopback port; counts what reaches them."""
+    """TCP and UDP listeners on one loopback port; counts what reached them.
+
+    Nothing is accepted while the child runs: completed connections wait in the listen
+    backlog and are counted afterwards, so the count does not race with the child.
+    """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -120,24 +123,25 @@ class Server:
         self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.tcp.bind((host, 0))
         self.port = self.tcp.getsockname()[1]
-        self.tcp.listen(16)
+        self.tcp.listen(64)
+        self.tcp.setblocking(False)
         self.udp = socket.socket(family, socket.SOCK_DGRAM)
         self.udp.bind((host, self.port))
-        self.accepted = 0
+        self.udp.setblocking(False)
+        self._accepted = 0
         self.datagrams: list[bytes] = []
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
+    @property
+    def accepted(self) -> int:
         while True:
             try:
                 conn, _ = self.tcp.accept()
-            except OSError:
-                return
-            self.accepted += 1
+            except BlockingIOError:
+                return self._accepted
+            self._accepted += 1
             conn.close()
 
     def drain_udp(self) -> list[bytes]:
-        self.udp.setblocking(False)
         while True:
             try:
                 self.datagrams.append(self.udp.recv(4096))
