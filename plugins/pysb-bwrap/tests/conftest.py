@@ -18,6 +18,7 @@ from pysb_bwrap.probe import probe_bwrap
 
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure, NetworkRule, Policy, PortRange
+from pysb_core.testing import _note_provider, required_providers
 
 PYTHONS = {
     "3.11": sys.executable,
@@ -35,11 +36,14 @@ def interpreter_exposures(python: str) -> list[Exposure]:
 
 @pytest.fixture
 def bwrap_available() -> None:
+    """Skip unless bwrap can run here (a failure when CI requires it: PYSB_REQUIRE_PROVIDERS)."""
     status = probe_bwrap()
+    _note_provider("bwrap")
     if not status.available:
-        if "bwrap" in os.environ.get("PYSB_REQUIRE_PROVIDERS", ""):
-            pytest.fail(f"bwrap unavailable: {status.reason}")
-        pytest.skip(f"bwrap unavailable: {status.reason}")
+        message = f"provider bwrap unavailable: {status.reason} (fix: {status.fix})"
+        if "bwrap" in required_providers():
+            pytest.fail(message + " (required by PYSB_REQUIRE_PROVIDERS)")
+        pytest.skip(message)
 
 
 def make_plan(

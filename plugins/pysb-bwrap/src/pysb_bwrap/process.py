@@ -48,3 +48,9 @@ class BwrapProcess(subprocess.Popen[bytes]):
             os.kill(target, sig)
         except ProcessLookupError:
             super().send_signal(sig)
+
+
+def adopt(proc: subprocess.Popen[bytes]) -> None:
+    """``on_started`` hook: make the ``Popen`` the base launch created a :class:`BwrapProcess`
+    (same layout, no extra state), so its callers' ``send_signal`` reaches the program."""
+    proc.__class__ = BwrapProcess

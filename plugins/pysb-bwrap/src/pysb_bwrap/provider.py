@@ -22,7 +22,7 @@ from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
-from pysb_bwrap.process import BwrapProcess
+from pysb_bwrap.process import adopt
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
@@ -142,6 +142,7 @@ class BwrapProvider(Provider):
             pass_fds=[*plan.pass_fds, *(netlaunch.child_fds if netlaunch else ())],
             cleanups=[res.release],
         )
+        spec.on_started.append(adopt)
         if netlaunch is not None:
             spec.on_started.append(netlaunch.on_started)
             spec.cleanups.insert(0, netlaunch.close)
@@ -160,28 +161,7 @@ class BwrapProvider(Provider):
                     previous()
 
             popen_kwargs["preexec_fn"] = ignore_sigint
-        spec = self.prepare(plan)
-        try:
-            proc = BwrapProcess(
-                spec.argv,
-                env=spec.env,
-                cwd=spec.cwd,
-                pass_fds=tuple(spec.pass_fds),
-                **popen_kwargs,
-            )
-        except BaseException:
-            _run_all(spec.cleanups)
-            raise
-        plan.cleanups.extend(spec.cleanups)
-        try:
-            for started in spec.on_started:
-                started(proc)
-        except BaseException:
-            # Fail closed: a sandbox whose set-up did not complete never runs the program.
-            proc.kill()
-            proc.wait()
-            raise
-        return proc
+        return super().launch(plan, **popen_kwargs)
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
 
@@ -200,11 +180,3 @@ class BwrapProvider(Provider):
                 args={"unset": unset, "restore_sigint": plan.interactive},
             )
         )
-
-
-def _run_all(cleanups: list[Any]) -> None:
-    for fn in reversed(cleanups):
-        try:
-            fn()
-        except Exception:  # keep releasing the rest
-            pass
