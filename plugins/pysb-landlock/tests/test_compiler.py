@@ -226,3 +226,17 @@ def test_ruleset_abi_masks_and_struct_layout():
     assert ctypes.sizeof(ruleset._NetPortAttr) == 16
     assert ctypes.sizeof(ruleset._RulesetAttr) == 24
     assert pysb_landlock.LandlockProvider.name == "landlock"
+
+
+def test_private_keys_of_implicit_exposures_are_left_out(tmp_path):
+    ssl = tmp_path / "ssl"
+    for d in ("certs", "private"):
+        (ssl / d).mkdir(parents=True)
+    (ssl / "openssl.cnf").write_text("")
+    implicit = Exposure(str(ssl), str(ssl), False, "<ca-certificates>", True)
+    c = compile_plan(make_plan([implicit]), 7)
+    assert str(ssl / "certs") in c.read and str(ssl / "openssl.cnf") in c.read
+    assert str(ssl) not in c.read and str(ssl / "private") not in c.read
+    # an exposure the user wrote is granted as written
+    c = compile_plan(make_plan([ro(str(ssl))]), 7)
+    assert str(ssl) in c.read

@@ -456,3 +456,18 @@ print("tcgets ok")
     finally:
         os.close(leader)
         os.close(follower)
+
+
+@pytest.mark.skipif(not os.path.isdir("/etc/ssl/private"), reason="no /etc/ssl/private here")
+def test_tls_private_keys_stay_closed():
+    code = r"""
+import os
+try:
+    os.listdir("/etc/ssl/private")
+    print("listed")
+except OSError as e:
+    print("denied", e.errno)
+print(len(os.listdir("/etc/ssl/certs")) > 0)
+"""
+    r = run_sandboxed(code)
+    assert r.stdout.split() == ["denied", str(errno.EACCES), "True"], r.stderr

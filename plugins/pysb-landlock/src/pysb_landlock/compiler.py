@@ -101,6 +101,22 @@ def format_ranges(ranges: Ranges | None) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
+#: Subdirectories of an implicit exposure that are never granted (private TLS keys under
+#: ``/etc/ssl``): Landlock cannot carve a hole, so the parent's other entries are granted
+#: one by one instead.
+PRIVATE_NAMES = frozenset({"private"})
+
+
+def _without_private(path: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return [path]  # a file, or unreadable: granted (or skipped by the child) as is
+    if not PRIVATE_NAMES.intersection(names):
+        return [path]
+    return [os.path.join(path, n) for n in names if n not in PRIVATE_NAMES]
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -224,6 +240,10 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
             lst.append(path)
 
     for e in plan.exposures:
+        if e.implicit and not e.writable:
+            for path in _without_private(e.path):
+                add(c.read, path)
+            continue
         add(c.write if e.writable else c.read, e.path)
         if e.renamed:
             c.gaps.append(
