@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pysb_core.profile.variables import VariableError, expand, is_absent, lone_variable
 
@@ -64,3 +66,20 @@ def test_lone_variable_and_absence() -> None:
     assert not is_absent("${TERM}", {"TERM": ""})
     assert not is_absent("${TERM:-}", {})
     assert not is_absent("${PROFILE_DIR}", {}, "/d")
+
+
+_TEXT = st.text(alphabet="${}:-AB_x/ ", max_size=24)
+
+
+@given(text=_TEXT, a=_TEXT, b=_TEXT)
+def test_expand_is_total_and_single_pass(text: str, a: str, b: str) -> None:
+    env = {"A": a, "B": b}
+    try:
+        out = expand(text, env)
+    except VariableError:
+        return
+    # a text without variables is unchanged; host values are copied, never re-expanded
+    if "${" not in text:
+        assert out == text
+    if text in ("${A}", "${B}"):
+        assert out == env[text[2]]
