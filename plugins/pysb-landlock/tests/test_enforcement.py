@@ -108,9 +108,12 @@ attempt("rename-out", lambda: os.rename(os.path.join(ro, "data.txt"), os.path.jo
 """
 
 
-def test_writes_confined_to_expose_rw(dirs):
+@pytest.mark.parametrize("python", pythons(), ids=lambda p: p.split("/")[-3])
+def test_writes_confined_to_expose_rw(dirs, python):
     secret, ro, rw = dirs
-    r = run_sandboxed(WRITE_CODE, str(rw), str(ro), str(secret), ro=[str(ro)], rw=[str(rw)])
+    r = run_sandboxed(
+        WRITE_CODE, str(rw), str(ro), str(secret), ro=[str(ro)], rw=[str(rw)], python=python
+    )
     assert r.returncode == 0, r.stderr
     got = dict(line.split() for line in r.stdout.splitlines())
     assert got["create-rw"] == "ok"
@@ -213,9 +216,12 @@ def test_tcp_connect_without_rule_refused_by_kernel(server):
 
 
 @needs_abi[4]
-def test_tcp_connect_with_rule_succeeds(server):
+@pytest.mark.parametrize("python", pythons(), ids=lambda p: p.split("/")[-3])
+def test_tcp_connect_with_rule_succeeds(server, python):
     port = server.getsockname()[1]
-    r = run_sandboxed(CONNECT_CODE, str(port), net=[f"allow tcp 127.0.0.1 {port} out"])
+    r = run_sandboxed(
+        CONNECT_CODE, str(port), net=[f"allow tcp 127.0.0.1 {port} out"], python=python
+    )
     assert r.stdout.strip() == "connected", r.stderr
     assert _accepted(server) == 1
 
@@ -411,9 +417,10 @@ def udp_server():
     srv.close()
 
 
-def test_non_tcp_sockets_and_io_uring_refused(udp_server):
+@pytest.mark.parametrize("python", pythons(), ids=lambda p: p.split("/")[-3])
+def test_non_tcp_sockets_and_io_uring_refused(udp_server, python):
     port = udp_server.getsockname()[1]
-    r = run_sandboxed(NONTCP_CODE, str(port))
+    r = run_sandboxed(NONTCP_CODE, str(port), python=python)
     got = dict(line.split() for line in r.stdout.splitlines())
     denied = str(errno.EACCES)
     assert got == {
