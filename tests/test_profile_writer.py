@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pysb_core.errors import ProfileError
+from pysb_core.errors import SandboxError
 from pysb_core.learning import LearnedProfile
 from pysb_core.profile import load_policy
 from pysb_core.profile.writer import merge_learned, scalar_text
@@ -255,15 +255,27 @@ def test_crlf_file(cwd: Path) -> None:
     assert yaml.safe_load(raw)["imports"] == ["json", "os"]
 
 
-def test_invalid_existing_file_is_refused_and_untouched(cwd: Path) -> None:
+def test_invalid_existing_file_is_untouched_and_rules_go_beside(cwd: Path) -> None:
     target = cwd / "p.yaml"
     target.write_text("imports: [json\n")
     p = LearnedProfile()
     p.add("imports", None, "os")
-    with pytest.raises(ProfileError) as info:
-        merge_learned(str(target), p)
-    assert info.value.errors[0].startswith("p.yaml:")
+    summary = merge_learned(str(target), p)
+    assert summary.startswith("pysb: p.yaml:")
+    assert "cannot merge learned rules" in summary and "p.yaml.learned.yaml" in summary
     assert target.read_text() == "imports: [json\n"
+    assert yaml.safe_load((cwd / "p.yaml.learned.yaml").read_text())["imports"] == ["os"]
+
+
+def test_unmergeable_layout_falls_back_beside_the_file(cwd: Path) -> None:
+    target = cwd / "p.yaml"
+    original = "imports: {json: yes}  # not a list\n"
+    target.write_text(original)
+    p = LearnedProfile()
+    p.add("imports", None, "os")
+    summary = merge_learned(str(target), p)
+    assert target.read_text() == original
+    assert "p.yaml.learned.yaml" in summary
 
 
 def test_unmergeable_text_falls_back_beside_the_file(cwd: Path) -> None:
@@ -276,6 +288,18 @@ def test_unmergeable_text_falls_back_beside_the_file(cwd: Path) -> None:
     assert target.read_text() == original
     assert "p.yaml.learned.yaml" in summary
     assert yaml.safe_load((cwd / "p.yaml.learned.yaml").read_text())["imports"] == ["os"]
+
+
+def test_missing_directory_is_created(cwd: Path) -> None:
+    target = cwd / "a" / "b" / "p.yaml"
+    merge_learned(str(target), LearnedProfile())
+    assert target.exists()
+
+
+def test_unwritable_target_is_a_clear_error(cwd: Path) -> None:
+    (cwd / "isdir.yaml").mkdir()
+    with pytest.raises(SandboxError, match=r"cannot write the learned profile isdir\.yaml"):
+        merge_learned(str(cwd / "isdir.yaml"), LearnedProfile())
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pysb_core.errors import ProfileError
+from pysb_core.errors import ProfileError, SandboxError
 from pysb_core.learning import IMPORT_GROUPS, LearnedProfile, LearnedRule
 from pysb_core.profile.loader import display_path
 from pysb_core.profile.schema import BUILTIN_SECTIONS, SCALAR
@@ -521,65 +521,75 @@ def _write_atomic(path: str, text: str, mode: int | None) -> None:
         raise
 
 
+def _merge_text(original: str, rules: list[LearnedRule], display: str) -> tuple[str, list]:
+    """The merged text and the rules it adds; ProfileError when it cannot be done safely."""
+    import yaml
+
+    try:
+        root = yaml.compose(original, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        what = " ".join(str(exc).split())
+        raise ProfileError([f"{display}:{line}: cannot merge learned rules: {what}"]) from None
+    existing = _collect_existing(root)
+    added = [r for r in rules if not existing.has(r)]
+    if not added:
+        return original, added
+    merger = _Merger(original, root, display)
+    merger.merge(added)
+    text = merger.ed.result()
+    try:
+        ok = all(_present(yaml.safe_load(text), r) for r in added)
+    except yaml.YAMLError:
+        ok = False
+    if not ok:
+        raise ProfileError([f"{display}:1: cannot merge learned rules into this layout"])
+    return text, added
+
+
 def merge_learned(path: str, additions: LearnedProfile) -> str:
     """Merge ``additions`` into the profile at ``path`` (created when absent); return a summary.
 
     Always writes a new file (even with nothing learned, so that the next run enforces);
     an existing file is only rewritten when something was added, its previous version kept
-    as ``FILE.bak``. Raises :class:`ProfileError` when the existing file cannot be parsed.
+    as ``FILE.bak``. When the existing file cannot be merged into (invalid YAML, a layout
+    the text merge does not handle), it is left untouched and the learned rules are written
+    to ``FILE.learned.yaml``; the summary says so. Raises :class:`SandboxError` when the
+    file cannot be read or written.
     """
-    import yaml
-
     path = os.path.abspath(path)
     display = display_path(path, os.getcwd())
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     rules = list(additions)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            original: str | None = f.read()
-        mode: int | None = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        original, mode = None, None
-
-    fallback = None
-    if original is None or not original.strip():
-        added = rules
-        text = render_new(added, date=date)
-    else:
         try:
-            root = yaml.compose(original, Loader=yaml.SafeLoader)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = mark.line + 1 if mark is not None else 1
-            raise ProfileError([f"{display}:{line}: cannot merge learned rules: {exc}"]) from None
-        existing = _collect_existing(root)
-        added = [r for r in rules if not existing.has(r)]
-        if not added:
-            text = original
-        else:
-            merger = _Merger(original, root, display)
-            merger.merge(added)
-            text = merger.ed.result()
-            try:
-                data = yaml.safe_load(text)
-                ok = all(_present(data, r) for r in added)
-            except yaml.YAMLError:
-                ok = False
-            if not ok:  # never damage a person's file: put the rules beside it
-                fallback = path + ".learned.yaml"
-                _write_atomic(fallback, render_new(added, date=date), None)
-                text = original
+            with open(path, encoding="utf-8-sig", newline="") as f:
+                original: str | None = f.read()
+            mode: int | None = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            original, mode = None, None
+            os.makedirs(os.path.dirname(path), exist_ok=True)
 
-    if original is not None and text == original:
-        if fallback:
-            return (
-                f"pysb: learned {len(added)} rule(s) but could not merge them into {display}; "
-                f"they were written to {display_path(fallback, os.getcwd())}: review and copy them"
-            )
-        return f"pysb: nothing new learned; {display} already holds every rule of this run"
-    if original is not None:
-        _write_atomic(path + ".bak", original, mode)
-    _write_atomic(path, text, mode)
+        if original is None or not original.strip():
+            added, text = rules, render_new(rules, date=date)
+        else:
+            try:
+                text, added = _merge_text(original, rules, display)
+            except ProfileError as exc:  # never damage a person's file: put the rules beside it
+                fallback = path + ".learned.yaml"
+                _write_atomic(fallback, render_new(rules, date=date), None)
+                return (
+                    f"pysb: {exc.errors[0]}\npysb: the {len(rules)} learned rule(s) were written "
+                    f"to {display_path(fallback, os.getcwd())} instead: review and copy them"
+                )
+            if text == original:
+                return f"pysb: nothing new learned; {display} already holds every rule of this run"
+            _write_atomic(path + ".bak", original, mode)
+        _write_atomic(path, text, mode)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SandboxError(f"cannot write the learned profile {display}: {reason}") from None
     return _summary(display, added, created=original is None)
 
 
