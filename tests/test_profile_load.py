@@ -224,6 +224,34 @@ def test_non_string_list_items_keep_their_text(tmp_path: Path, env) -> None:
     assert p.exposures[0].path == str(tmp_path / "2024")
 
 
+def test_ignore_patterns(tmp_path: Path, env) -> None:
+    write(
+        tmp_path / ".pysb.yaml", "files:\n  ignore: [.env, '*.pem', ./secrets, ~/.ssh, /etc/x*]\n"
+    )
+    p = load(tmp_path, env)
+    assert [r.pattern for r in p.ignore] == [
+        ".env",
+        "*.pem",
+        str(tmp_path / "secrets"),
+        env["HOME"] + "/.ssh",
+        "/etc/x*",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("imports: *\n", 'quote a value that starts with "*"'),
+        ("files: {expose-rw: [${TMPDIR:-/tmp}]}\n", "quote values holding ${...}"),
+        ("imports:\n\t- json\n", "indent with spaces, not tabs"),
+    ],
+)
+def test_yaml_mistakes_get_a_hint(tmp_path: Path, env, text: str, hint: str) -> None:
+    write(tmp_path / ".pysb.yaml", text)
+    errors = errors_of(tmp_path, env)
+    assert len(errors) == 1 and hint in errors[0], errors
+
+
 def test_empty_file_is_an_empty_policy(tmp_path: Path, env) -> None:
     write(tmp_path / ".pysb.yaml", "# nothing but a comment\n")
     policy = load(tmp_path, env)

@@ -97,9 +97,11 @@ class _Compiler:
     def ignore(self) -> tuple[IgnoreRule, ...]:
         rules: list[IgnoreRule] = []
         for item in self.items("files.ignore"):
-            pattern = item.value
-            if pattern.startswith("~"):
-                pattern = expand_user(pattern, self.environ)
+            pattern = item.value.strip()
+            if pattern.startswith("~") or pattern.startswith(("./", "../")) or pattern == ".":
+                # a path spelled relative to the working directory means that path, not a
+                # component glob ("./secrets" must not also hide ./data/secrets)
+                pattern = self.abspath(pattern)
             rules.append(IgnoreRule(pattern=pattern, source=item.loc))
         return tuple(rules)
 

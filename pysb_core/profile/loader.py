@@ -79,13 +79,26 @@ def parse_text(text: str, display: str) -> tuple[Node | None, list[str]]:
         what = exc.problem or exc.context or "invalid YAML"
         if exc.context and exc.problem:
             what = f"{exc.context}, {exc.problem}"
-        return None, [f"{display}:{line}: invalid YAML: {what}"]
+        lines = text.splitlines()
+        source = lines[line - 1] if 0 < line <= len(lines) else ""
+        return None, [f"{display}:{line}: invalid YAML: {what}{_hint(what, source)}"]
     except yaml.YAMLError as exc:
         return None, [f"{display}:1: invalid YAML: {exc}"]
     except RecursionError:
         return None, [f"{display}:1: invalid YAML: structure nested too deeply"]
     finally:
         loader.dispose()
+
+
+def _hint(what: str, source: str) -> str:
+    """A short fix for the YAML mistakes profiles typically hold."""
+    if "alias" in what and "*" in source:
+        return ' (quote a value that starts with "*": "*" or "*_API_KEY")'
+    if "${" in source and ("flow" in what or "{" in source):
+        return ' (quote values holding ${...} inside [...] or {...}: "${TMPDIR:-/tmp}")'
+    if "\t" in source[: len(source) - len(source.lstrip())]:
+        return " (indent with spaces, not tabs)"
+    return ""
 
 
 def _convert(node: Any, loader: Any, active: set[int]) -> Node:
