@@ -301,3 +301,80 @@ def test_exposing_root_is_refused():
 
     with pytest.raises(SandboxError, match="whole file system"):
         run_plan(make_plan(["true"], ro=["/"]))
+
+
+PTY_LAUNCHER = textwrap.dedent(
+    """
+    import sys
+    sys.path[:0] = {paths!r}
+    from unshare_helpers import py
+    from pysb_unshare import UnshareProvider
+    from pysb_core.execute import wait
+    plan = py({code!r})
+    proc = UnshareProvider().launch(plan)
+    rc = wait(proc)
+    for fn in plan.cleanups:
+        fn()
+    print("rc", rc, flush=True)
+    """
+)
+PTY_PROGRAM = textwrap.dedent(
+    """
+    import errno, fcntl, sys, termios, time
+    try:
+        fcntl.ioctl(0, termios.TIOCSTI, b"x")
+        print("TIOCSTI-WORKED", flush=True)
+    except OSError as exc:
+        print("tiocsti", errno.errorcode[exc.errno], flush=True)
+    print("ready", flush=True)
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("INT", flush=True)
+        sys.exit(5)
+    """
+)
+
+
+def test_terminal_ctrl_c_reaches_program_once_and_tiocsti_is_refused():
+    """On a terminal: Ctrl-C reaches the program (exactly once), and the program cannot
+    inject input into the terminal (own session, no controlling terminal)."""
+    import pty
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = PTY_LAUNCHER.format(paths=[here, *sys.path], code=PTY_PROGRAM)
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.execv(sys.executable, [sys.executable, "-c", script])
+    out = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"ready" not in out and time.monotonic() < deadline:
+            out += os.read(fd, 1024)
+        os.write(fd, b"\x03")
+        while time.monotonic() < deadline:  # until the launcher exits (EOF / EIO)
+            try:
+                chunk = os.read(fd, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "TIOCSTI-WORKED" not in text
+    assert "tiocsti E" in text, text  # EPERM (not our terminal) or EIO (legacy TIOCSTI off)
+    assert text.count("INT") == 1, text
+    assert "rc 5" in text, text
+
+
+def test_global_sysctls_are_read_only():
+    """uid 0 inside may be the host's root (pysb run as root): /proc/sys must not be
+    writable. Non-destructive probe: write back the value just read."""
+    res = run_plan(
+        sh("v=$(cat /proc/sys/vm/swappiness); echo $v > /proc/sys/vm/swappiness; echo rc=$?")
+    )
+    assert "rc=1" in res.stdout, res
+    assert "Read-only file system" in res.stderr

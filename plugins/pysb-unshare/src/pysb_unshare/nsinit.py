@@ -17,8 +17,9 @@ few milliseconds and nothing from the host's ``sys.path`` is trusted. Three proc
         inherited fds pysb named, then ``execve(argv, env)`` of the program. Whether the
         exec worked travels back to pysb ("S" or "E<message>") before pysb returns.
 
-Signals a terminal sends to the whole foreground process group (si_code SI_KERNEL) reach
-the program directly and are not forwarded a second time.
+The program runs in its own session with no controlling terminal (so it cannot push input
+into the user's shell with TIOCSTI); signals the terminal sends to the foreground process
+group (Ctrl-C, window size) reach P0 and P1, and P1 alone forwards them to the program.
 """
 
 from __future__ import annotations
@@ -261,6 +262,45 @@ def run_ops(root: str, ops: list[list]) -> None:
             raise SetupError(f"unknown set-up step {kind!r}")
 
 
+#: /proc entries made read-only: the program runs as uid 0 of the user namespace, and when
+#: pysb itself runs as root that uid is the host's root, which the kernel's sysctl handlers
+#: judge by uid alone -- a writable /proc/sys would let it change global kernel settings.
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+#: /proc entries hidden (empty): kernel memory, keys and timers of the whole host.
+PROC_MASKED = (
+    "kcore",
+    "keys",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "acpi",
+    "scsi",
+    "asound",
+    "kmsg",
+    "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+)
+
+
+def harden_proc(proc: str) -> None:
+    for name in PROC_READONLY:
+        path = f"{proc}/{name}"
+        if os.path.lexists(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            set_readonly(path, nodev=False)
+    for name in PROC_MASKED:
+        path = f"{proc}/{name}"
+        if not os.path.lexists(path):
+            continue
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
+        else:
+            mount("/dev/null", path, None, MS_BIND)
+            set_readonly(path, recursive=False, nodev=False)
+
+
 def pivot(root: str) -> None:
     """Make ``root`` the root of this mount namespace and drop the host's tree."""
     nr = _SYS.get(os.uname().machine)
@@ -327,6 +367,9 @@ def _exec_program(cfg: dict, exec_w: int) -> None:
                 f"cannot enter the working directory {cfg['cwd']}: {exc.strerror}"
             ) from None
         drop_privileges()
+        # Its own session, without a controlling terminal: TIOCSTI on the user's terminal
+        # would otherwise let it type commands into the shell that started pysb.
+        os.setsid()
         keep = sorted({0, 1, 2, exec_w, *cfg["pass_fds"]})
         low = 3
         for fd in keep:
@@ -347,8 +390,13 @@ def _exec_program(cfg: dict, exec_w: int) -> None:
         os._exit(127)
 
 
-def _reap_loop(child: int, sigs: set[int], on_exit) -> None:
-    """Forward signals to ``child`` and reap every dead process until ``child`` is gone."""
+def _reap_loop(child: int, sigs: set[int], on_exit, *, from_terminal: bool) -> None:
+    """Forward signals to ``child`` and reap every dead process until ``child`` is gone.
+
+    ``from_terminal``: also forward what the terminal sent (si_code SI_KERNEL). P0 and P1
+    are both in the terminal's foreground process group and both receive such a signal; P1
+    alone passes it on, because the program, in its own session, does not receive it.
+    """
     while True:
         info = signal.sigwaitinfo(sigs)
         if info.si_signo == signal.SIGCHLD:
@@ -362,8 +410,8 @@ def _reap_loop(child: int, sigs: set[int], on_exit) -> None:
                 if pid == child:
                     on_exit(status)
             continue
-        if info.si_code == SI_KERNEL:
-            continue  # from the terminal: the program's process group has it already
+        if info.si_code == SI_KERNEL and not from_terminal:
+            continue  # from the terminal: P1 got it too and forwards it
         try:
             os.kill(child, info.si_signo)
         except ProcessLookupError:
@@ -404,6 +452,7 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
         trace(cfg, f"P1: {len(cfg['ops'])} root steps done")
         ensure(root, "/proc", is_dir=True)
         mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        harden_proc(root + "/proc")
         pivot(root)
         set_readonly("/", recursive=False)
         trace(cfg, "P1: pivoted")
@@ -430,7 +479,7 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
         _write(exit_w, struct.pack("i", status))
         os._exit(0)
 
-    _reap_loop(child, sigs, done)
+    _reap_loop(child, sigs, done, from_terminal=True)
 
 
 _T0 = 0.0
@@ -494,7 +543,7 @@ def main() -> None:
             os._exit(128 + sig)
         os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125)
 
-    _reap_loop(p1, sigs, finished)
+    _reap_loop(p1, sigs, finished, from_terminal=False)
 
 
 if __name__ == "__main__":
