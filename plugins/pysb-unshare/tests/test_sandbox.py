@@ -361,7 +361,7 @@ def test_terminal_ctrl_c_reaches_program_once_and_tiocsti_is_refused():
                 break
             out += chunk
     finally:
-        _, status = os.waitpid(pid, 0)
+        os.waitpid(pid, 0)
         os.close(fd)
     text = out.decode(errors="replace")
     assert "TIOCSTI-WORKED" not in text
