@@ -154,6 +154,24 @@ def test_ignore_is_python_layer_only(box):
     assert "ignore: *.pem' is not enforced by any active layer" in r.stderr
 
 
+def test_profile_inside_expose_rw_refused_without_python_layer(box):
+    # Landlock cannot keep one file of a writable tree read-only: fail closed.
+    profile = box / "rw" / ".pysb.yaml"
+    profile.write_text(f"version: 1\nfiles:\n  expose-rw: [{box / 'rw'}]\n")
+    code = f"open({str(profile)!r}, 'a').write('# changed from inside')"
+    r = subprocess.run(
+        [*PYSB, "run", "--provider", "landlock", "--no-python-guards", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=box / "rw",
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYSB_")},
+        timeout=60,
+    )
+    assert r.returncode == 125
+    assert "stays read-only" in r.stderr
+    assert "changed from inside" not in profile.read_text()
+
+
 @needs_abi[6]
 def test_signal_to_outside_process_refused(box):
     victim = subprocess.Popen(["sleep", "60"])

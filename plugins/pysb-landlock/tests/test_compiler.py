@@ -240,3 +240,24 @@ def test_private_keys_of_implicit_exposures_are_left_out(tmp_path):
     # an exposure the user wrote is granted as written
     c = compile_plan(make_plan([ro(str(ssl))]), 7)
     assert str(ssl) in c.read
+
+
+@pytest.mark.parametrize("families", [frozenset({"files"}), frozenset()])
+def test_check_reports_what_the_union_of_grants_hides(provider_with_abi, families):
+    from pysb_core.check import CheckReport
+
+    prov = provider_with_abi(7)
+    policy = Policy(
+        exposures=(rw("/srv/app"), ro("/srv/app/conf"), ro("/srv/other")),
+        profile_files=("/srv/app/.pysb.yaml", "/etc/pysb/global.yaml"),
+        provider="landlock",
+    )
+    report = CheckReport("landlock", python_guards=bool(families), python_families=families)
+    prov.pysb_check(policy=policy, provider=prov, report=report)
+    got = {r.rule: r.layers for r in report.rules}
+    layers = ("python",) if families else ()
+    assert got == {
+        "files: profile /srv/app/.pysb.yaml stays read-only (inside expose-rw /srv/app)": layers,
+        "files: expose-ro: /srv/app/conf stays read-only (inside expose-rw /srv/app)": layers,
+    }
+    assert bool(report.unenforced()) is not bool(families)

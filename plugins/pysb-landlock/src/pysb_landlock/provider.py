@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from pysb_core import hookimpl
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
 if TYPE_CHECKING:
+    from pysb_core.check import CheckReport
     from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
     from pysb_landlock.compiler import Compiled
 
 _FIX = (
@@ -95,6 +98,32 @@ class LandlockProvider(Provider):
             return self.compile(plan).describe()
         except ProviderUnavailableError as exc:
             return [f"landlock unavailable: {exc.reason}"]
+
+    @hookimpl
+    def pysb_check(self, policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+        """Report what no capability flag shows: Landlock grants the union of all rules on a
+        path, so a read-only exposure or a profile file inside an ``expose-rw`` directory
+        is writable at the OS layer. Only the Python file guard keeps it read-only (and
+        without it, ``pysb run`` refuses to start)."""
+        if provider is not self:
+            return
+        from pysb_landlock.compiler import _under
+
+        layers = ["python"] if "files" in report.python_families else []
+        writable = [e for e in policy.exposures if e.writable]
+        for p in policy.profile_files:
+            real = os.path.realpath(p)
+            w = next((e for e in writable if _under(real, e.path)), None)
+            if w is not None:
+                rule = f"files: profile {p} stays read-only (inside expose-rw {w.path})"
+                report.add(rule, w.source, layers, "files")
+        for e in policy.exposures:
+            if e.writable or e.implicit:
+                continue
+            w = next((x for x in writable if x.path != e.path and _under(e.path, x.path)), None)
+            if w is not None:
+                rule = f"files: expose-ro: {e.path} stays read-only (inside expose-rw {w.path})"
+                report.add(rule, e.source, layers, "files")
 
     def prepare(self, plan: LaunchPlan) -> LaunchSpec:
         compiled = self.compile(plan)
