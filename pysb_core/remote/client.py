@@ -5,10 +5,11 @@ One reader thread per sandbox reads every frame and hands it to the call it belo
 a task); callers send their own requests and decode their own answers, so the reader does
 no pickling and sync and async callers share one worker.
 
-Crash rules (SPEC §5): the worker sends STARTED before it runs a call. When the worker
-dies, a call whose STARTED arrived raises :class:`SandboxProtocolError` (or is sent again
-with ``retry_on_crash``); every other pending call is sent to the restarted worker, in
-order. The fifth death within 180 s fails the sandbox closed; the host is never touched.
+Crash rules (SPEC §5): the worker writes a call's id to its "started" pipe before it runs
+the call. When the worker dies, a call whose id is there raises
+:class:`SandboxProtocolError` (or is sent again with ``retry_on_crash``); every other
+pending call is sent to the restarted worker, in order. The fifth death within 180 s
+fails the sandbox closed; the host is never touched.
 """
 
 from __future__ import annotations
@@ -44,14 +45,16 @@ DEATH_WINDOW = 180.0
 class _Conn:
     """One running worker: its process and our end of its socket."""
 
-    __slots__ = ("pid", "proc", "reader", "sock", "writer")
+    __slots__ = ("pid", "proc", "reader", "sock", "started", "started_fd", "writer")
 
-    def __init__(self, proc: Any, sock: socket.socket) -> None:
+    def __init__(self, proc: Any, sock: socket.socket, started_fd: int) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.sock = sock
         self.reader = transport.FrameReader(sock.fileno())
         self.writer = transport.FrameWriter(sock.fileno())
+        self.started_fd = started_fd
+        self.started = transport.StartedLog(started_fd)
 
     def close(self) -> None:
         self.writer.close()
@@ -59,6 +62,12 @@ class _Conn:
             self.sock.close()
         except OSError:
             pass
+        if self.started_fd >= 0:
+            try:
+                os.close(self.started_fd)
+            except OSError:
+                pass
+            self.started_fd = -1
 
 
 class _Call:
@@ -141,21 +150,25 @@ class Client:
 
     def _launch(self) -> _Conn:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        started_r, started_w = transport.started_pipe()
         try:
             args = {
                 "fd": child.fileno(),
+                "started_fd": started_w,
                 "init_fn": self._init_fn,
                 "threads": self._threads,
                 "asyncio": self._asyncio,
                 "sys_path": _caller_sys_path(),
             }
-            proc = self._launcher.spawn(args, child.fileno())
+            proc = self._launcher.spawn(args, [child.fileno(), started_w])
         except BaseException:
             parent.close()
-            child.close()
+            os.close(started_r)
             raise
-        child.close()
-        conn = _Conn(proc, parent)
+        finally:
+            child.close()
+            os.close(started_w)
+        conn = _Conn(proc, parent, started_r)
         try:
             self._await_ready(conn)
         except BaseException:
@@ -277,31 +290,40 @@ class Client:
         read = conn.reader.read
         pending = self._pending
         deliver = self._deliver
+        answered = 0
         while True:
             try:
                 kind, cid, payload = read()
             except transport.ChannelClosed:
                 return
-            call = pending.get(cid)
+            call = pending.pop(cid, None) if kind >= transport.RESULT else pending.get(cid)
             if call is None:
                 continue
-            if kind == transport.STARTED:
-                call.started = True
-            elif kind == transport.RESULT or kind == transport.EXCEPTION:
-                pending.pop(cid, None)
-                deliver(call, (kind, payload))
+            deliver(call, (kind, payload))
+            if kind >= transport.RESULT:
+                answered += 1
+                if answered >= 256:  # keep the started pipe from filling up
+                    answered = 0
+                    self._note_started(conn)
                 if self._closing and not pending:
                     with self._cond:
                         self._cond.notify_all()
-            else:
-                deliver(call, (kind, payload))
+
+    def _note_started(self, conn: _Conn) -> None:
+        pending = self._pending
+        for cid in conn.started.drain():
+            call = pending.get(cid)
+            if call is not None and call.conn is conn:
+                call.started = True
 
     def _after_death(self, old: _Conn) -> _Conn | None:
         """The worker's socket closed: reap it, fail or keep its calls, maybe restart."""
         if self._closing:  # a graceful exit is expected: give it time before a kill
-            status = self._reap(old, kill=False, wait=self._stop_timeout)
+            status = self._reap(old, kill=False, wait=self._stop_timeout, close=False)
         else:
-            status = self._reap(old, kill=True, wait=5.0)
+            status = self._reap(old, kill=True, wait=5.0, close=False)
+        self._note_started(old)  # the worker is gone: everything it wrote is in the pipe
+        old.close()
         why = _describe_status(status)
         with self._cond:
             if self._closing:

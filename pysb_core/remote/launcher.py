@@ -21,16 +21,18 @@ class SessionLauncher:
     def __init__(self, **session_kwargs: Any) -> None:
         from pysb_core.pipeline import Session
 
+        # the caller's current stderr (warnings, the learning summary), not the one of import time
+        session_kwargs.setdefault("stderr", sys.stderr)
         self.session = Session.create(**session_kwargs)
         self.provider = self.session.policy.provider
 
-    def spawn(self, args: dict[str, Any], child_fd: int) -> subprocess.Popen[bytes]:
+    def spawn(self, args: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:
         from pysb_core.pipeline import Program
 
         program = Program(
             mode="entry", entry=ENTRY, args=args, argv=[sys.argv[0] if sys.argv else ""]
         )
-        return self.session.spawn(program, pass_fds=[child_fd], stdin=subprocess.DEVNULL)
+        return self.session.spawn(program, pass_fds=fds, stdin=subprocess.DEVNULL)
 
     def finish(self, returncode: int | None) -> None:
         self.session.finish(returncode)
@@ -47,7 +49,7 @@ class DirectLauncher:
         self.python = python or sys.executable
         self.finished: list[int | None] = []
 
-    def spawn(self, args: dict[str, Any], child_fd: int) -> subprocess.Popen[bytes]:
+    def spawn(self, args: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:
         import json
         import os
 
@@ -58,7 +60,7 @@ class DirectLauncher:
         )
         return subprocess.Popen(
             [self.python, "-I", "-c", code, json.dumps(args)],
-            pass_fds=[child_fd],
+            pass_fds=fds,
             stdin=subprocess.DEVNULL,
         )
 

@@ -29,7 +29,7 @@ CALL = 1  # payload: pickle((ref, args, kwargs))
 SHUTDOWN = 2  # no payload: finish and exit
 # child -> parent
 READY = 10  # payload: pickle(info dict); init_fn has run
-STARTED = 11  # the call is about to run: it must never be sent again
+STARTED = 11  # (unused on the socket: see StartedLog)
 OUT = 12  # utf-8 text written to sys.stdout by the call
 ERR = 13  # utf-8 text written to sys.stderr by the call
 RESULT = 14  # payload: pickle(return value)
@@ -158,3 +158,56 @@ class FrameReader:
                 raise ChannelClosed("end of stream")
             got += n
         return kind, call_id, out
+
+
+_STARTED = struct.Struct("<Q")
+_write = os.write
+_read = os.read
+
+
+class StartedLog:
+    """Which calls the worker began, on a pipe the host reads only when it needs to.
+
+    The worker writes a call's id here *before* running it, so after a crash the host
+    knows exactly which calls may have run (never send those again) and which never
+    started (send them to the next worker). Being a separate pipe, it wakes nobody: the
+    host drains it when the worker dies, and now and then to keep the pipe from filling.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def mark(self, call_id: int) -> None:
+        """Child side: one 8-byte write (atomic on a pipe)."""
+        _write(self._fd, _STARTED.pack(call_id))
+
+    def drain(self) -> list[int]:
+        """Host side: every id written so far (the read end is non-blocking)."""
+        data = bytearray()
+        while True:
+            try:
+                chunk = _read(self._fd, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        usable = len(data) - len(data) % 8
+        return [v for (v,) in _STARTED.iter_unpack(bytes(data[:usable]))]
+
+
+def started_pipe() -> tuple[int, int]:
+    """A (read, write) pipe for :class:`StartedLog`, as large as the kernel allows."""
+    import fcntl
+
+    r, w = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(r, False)
+    try:
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except OSError:
+        pass  # the default 64 KiB is enough: the host drains it regularly
+    return r, w

@@ -117,7 +117,8 @@ class _BinaryStream(io.RawIOBase):
 class _Server:
     """One worker process: reads frames, runs calls, sends answers."""
 
-    def __init__(self, fd: int, threads: int) -> None:
+    def __init__(self, fd: int, started_fd: int, threads: int) -> None:
+        self.started = transport.StartedLog(started_fd)
         self.writer = transport.FrameWriter(fd)
         self.reader = transport.FrameReader(fd)
         self.read_lock = threading.Lock()
@@ -150,7 +151,7 @@ class _Server:
 
     def _handle(self, cid: int, payload: bytes | bytearray) -> None:
         send = self.writer.send
-        send(transport.STARTED, cid)  # from here on the parent never sends this call again
+        self.started.mark(cid)  # from here on the host never sends this call again
         token = _current.set(cid)
         try:
             ref, args, kwargs = _loads(payload)
@@ -291,10 +292,12 @@ def _merge_sys_path(entries: list[str]) -> None:
 def serve(args: dict[str, Any], arm: Callable[[], None]) -> None:
     """Entry point called by the bootstrap; never returns (exits when the parent says so)."""
     mark_in_sandbox()
-    fd = int(args["fd"])
+    fd, started_fd = int(args["fd"]), int(args["started_fd"])
+    for own in (fd, started_fd):  # never inherited by processes the user's code starts
+        os.set_inheritable(own, False)
     if args.get("sys_path"):
         _merge_sys_path([str(p) for p in args["sys_path"]])
-    server = _Server(fd, int(args.get("threads") or DEFAULT_THREADS))
+    server = _Server(fd, started_fd, int(args.get("threads") or DEFAULT_THREADS))
     sys.stdout = _CallStream(transport.OUT, sys.stdout, server.writer)
     sys.stderr = _CallStream(transport.ERR, sys.stderr, server.writer)
     if args.get("asyncio"):

@@ -1,0 +1,149 @@
+"""Partial-mode benchmark: ``python -m pysb_core.remote.bench [--provider NAME] [--json]``.
+
+Measures what the performance budget names: ``with sandboxes()`` start and stop, a
+trivial call's p50/p99, calls per second from 1 and 8 threads, and a 10 MiB argument and
+a 10 MiB result. The sandboxed functions are defined in a module written to a temporary
+directory (they must be importable by the worker); the profile enables nothing but the
+chosen provider, so the numbers are the transport's, not a guard's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+MODULE = """
+from pysb_core import sandbox
+
+@sandbox
+def noop():
+    return None
+
+@sandbox
+def size(blob):
+    return len(blob)
+
+@sandbox
+def blob(n):
+    return bytes(n)
+"""
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def measure(
+    provider: str = "subprocess", calls: int = 5000, python_guards: bool = False
+) -> dict[str, Any]:
+    from pysb_core import sandboxes
+    from pysb_core.remote.testkit import profile_text, write_module
+
+    with tempfile.TemporaryDirectory(prefix="pysb-bench-") as tmp:
+        root = Path(tmp)
+        mod = write_module(root, MODULE, prefix="pysb_bench")
+        profile = root / ".pysb.yaml"
+        profile.write_text(profile_text(provider, root))
+        kwargs = {"profile": str(profile), "python_guards": python_guards, "cwd": tmp}
+
+        starts, stops = [], []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            box = sandboxes(**kwargs)
+            box.__enter__()
+            t1 = time.perf_counter()
+            mod.noop()
+            t2 = time.perf_counter()
+            box.__exit__(None, None, None)
+            starts.append(t1 - t0)
+            stops.append(time.perf_counter() - t2)
+
+        result: dict[str, Any] = {
+            "provider": provider,
+            "start_ms": statistics.median(starts) * 1e3,
+            "stop_ms": statistics.median(stops) * 1e3,
+        }
+        with sandboxes(**kwargs):
+            for _ in range(200):
+                mod.noop()
+            lat = []
+            for _ in range(calls):
+                t = time.perf_counter()
+                mod.noop()
+                lat.append(time.perf_counter() - t)
+            result["call_p50_us"] = _percentile(lat, 0.50) * 1e6
+            result["call_p99_us"] = _percentile(lat, 0.99) * 1e6
+
+            for threads in (1, 8):
+                per = max(1, calls // threads)
+
+                def work(n: int = per) -> None:
+                    for _ in range(n):
+                        mod.noop()
+
+                pool = [threading.Thread(target=work) for _ in range(threads)]
+                t = time.perf_counter()
+                for th in pool:
+                    th.start()
+                for th in pool:
+                    th.join()
+                result[f"calls_per_s_{threads}_threads"] = per * threads / (time.perf_counter() - t)
+
+            big = bytes(10 << 20)
+            args, results = [], []
+            for _ in range(5):
+                t = time.perf_counter()
+                mod.size(big)
+                args.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                mod.blob(10 << 20)
+                results.append(time.perf_counter() - t)
+            result["arg_10mib_ms"] = statistics.median(args) * 1e3
+            result["result_10mib_ms"] = statistics.median(results) * 1e3
+    return result
+
+
+TARGETS = {
+    "start_ms": ("<=", 150),
+    "stop_ms": ("<=", 50),
+    "call_p50_us": ("<=", 100),
+    "call_p99_us": ("<=", 500),
+    "calls_per_s_8_threads": (">=", 20000),
+    "arg_10mib_ms": ("<=", 50),
+    "result_10mib_ms": ("<=", 50),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--provider", default="subprocess")
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--python-guards", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_args(argv)
+    result = measure(ns.provider, ns.calls, ns.python_guards)
+    if ns.json:
+        print(json.dumps(result))
+        return 0
+    for key, value in result.items():
+        target = TARGETS.get(key)
+        note = ""
+        if target is not None:
+            op, limit = target
+            ok = value <= limit if op == "<=" else value >= limit
+            note = f"  (target {op} {limit}: {'ok' if ok else 'MISSED'})"
+        shown = f"{value:,.1f}" if isinstance(value, float) else value
+        print(f"{key:24} {shown}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
