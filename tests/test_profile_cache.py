@@ -117,3 +117,22 @@ def test_warm_start_does_not_import_yaml(tmp_path: Path) -> None:
     assert run() == "False bwrap"  # warm: served from the cache
     (tmp_path / "inc.yaml").write_text("imports: [re]\n#changed\n")
     assert run() == "True bwrap"  # edited: parsed again
+
+
+def test_c_and_python_loaders_agree() -> None:
+    from pysb_core.profile.loader import parse_text
+
+    samples = [
+        PROFILE,
+        "a: &x [1, 2.5, true, null, ~, '0x10', 0x10, 2024-01-01]\nb: *x\n"
+        "c:\n  <<: {k: v}\n  d: |\n    multi\n    line\n  e: >-\n    folded\n    text\n",
+        "# only a comment\n",
+        "\ufeffkey: 'bom'\nü: 'ünïcode'\n",
+    ]
+    for text in samples:
+        assert parse_text(text, "f") == parse_text(text, "f", pure=True), text
+    bad = "imports: [json\nprovider: x\n"
+    assert (
+        parse_text(bad, "f")[1][0].split(":")[:2]
+        == parse_text(bad, "f", pure=True)[1][0].split(":")[:2]
+    )

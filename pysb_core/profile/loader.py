@@ -62,11 +62,15 @@ def display_path(path: str, cwd: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def parse_text(text: str, display: str) -> tuple[Node | None, list[str]]:
-    """Compose ``text`` with PyYAML's safe loader; return the tree or located errors."""
+def parse_text(text: str, display: str, *, pure: bool = False) -> tuple[Node | None, list[str]]:
+    """Compose ``text`` with PyYAML's safe loader; return the tree or located errors.
+
+    The libyaml-based ``CSafeLoader`` is used when available (``pure`` forces the Python
+    one; both give the same tree).
+    """
     import yaml
 
-    loader_cls = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    loader_cls = (None if pure else getattr(yaml, "CSafeLoader", None)) or yaml.SafeLoader
     loader = loader_cls(text)
     try:
         node = loader.get_single_node()
