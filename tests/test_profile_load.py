@@ -371,6 +371,15 @@ def test_env_glob_forwarding_and_unenv(tmp_path: Path, env) -> None:
     assert p.env == {"A_API_KEY": "a", "B_API_KEY": "explicit", "LC_ALL": "fixed"}
 
 
+def test_env_value_with_nul_is_refused(tmp_path: Path, env) -> None:
+    write(tmp_path / ".pysb.yaml", 'env:\n  A: "x\\0y"\n  B: ${HOSTNUL}\n')
+    errors = errors_of(tmp_path, {**env, "HOSTNUL": "a\0b"})
+    assert errors == [
+        ".pysb.yaml:2: env: A: the value holds a NUL character",
+        ".pysb.yaml:3: env: B: the value holds a NUL character",
+    ]
+
+
 def test_env_glob_with_default(tmp_path: Path, env) -> None:
     write(tmp_path / ".pysb.yaml", 'env:\n  "K_*": "${K_*:-none}"\n')
     assert load(tmp_path, {**env, "K_1": "", "K_2": "v"}).env == {"K_1": "none", "K_2": "v"}

@@ -200,10 +200,14 @@ class _Compiler:
         try:
             if is_absent(text, self.environ, entry.directory):
                 return None
-            return expand(text, self.environ, entry.directory)
+            value = expand(text, self.environ, entry.directory)
         except VariableError as exc:
             self.err(entry.loc, f"env: {name}: {exc}")
             return None
+        if "\0" in value:  # execve cannot pass it: refuse rather than truncate
+            self.err(entry.loc, f"env: {name}: the value holds a NUL character")
+            return None
+        return value
 
     def env_glob(
         self, pattern: str, entry: EnvEntry, env: dict[str, str], sources: dict[str, str]
