@@ -167,7 +167,7 @@ class _Merger:
         elif shape == SCALAR:
             self.scalar(name, value)
         elif shape == LIST:
-            self.list(name, value)
+            self.list_section(name, value)
         elif shape == ENV:
             self.env(value)
         elif shape == PROVIDERS:
@@ -188,7 +188,7 @@ class _Merger:
                 return
         self.set_scalar(name, value, node)
 
-    def list(self, name: str, node: Node) -> None:
+    def list_section(self, name: str, node: Node) -> None:
         items = self.out.lists.setdefault(name, [])
         if node[0] == "s":
             if node[2] is None:

@@ -211,8 +211,8 @@ class _Existing:
                 for e in self.values.get(k, [])
             )
         if rule.section == "network":
-            words = value.split()
-            return any(e.split() == words for e in self.values.get("network", []))
+            words = value.lower().split()
+            return any(e.lower().split() == words for e in self.values.get("network", []))
         return value in self.values.get(path, [])
 
 
@@ -378,7 +378,7 @@ class _Merger:
         if "." in path:  # a sub-key: every rule is one of its items
             return _block_items(rules, indent)
         lines = _block_items([r for r in rules if r.key is None], indent)
-        keyed = {}
+        keyed: dict[str, list[LearnedRule]] = {}
         for r in rules:
             if r.key is not None:
                 keyed.setdefault(r.key, []).append(r)
