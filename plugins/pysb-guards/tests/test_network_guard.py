@@ -308,6 +308,54 @@ def test_c_level_socket_class_is_guarded(tmp_path: Path, server: Server) -> None
     assert server.accepted == 0
 
 
+def test_audit_backstop_catches_the_raw_c_paths(tmp_path: Path, server: Server) -> None:
+    P = server.port
+    setup = """
+    import _socket
+    kept_getaddrinfo = _socket.getaddrinfo      # originals kept before the guard
+    kept_gethostbyname = _socket.gethostbyname
+    kept_gethostbyaddr = _socket.gethostbyaddr
+    """
+    code = f"""
+    raw_class = socket.socket.__mro__[-2]
+    s = socket.socket()
+    attempt('mro_connect', raw_class.connect, s, ('127.0.0.2', {P}))
+    attempt('mro_connect_ex', raw_class.connect_ex, s, ('127.0.0.2', {P}))
+    attempt('mro_bind', raw_class.bind, socket.socket(), ('127.0.0.1', 0))
+    attempt('mro_name', raw_class.connect, socket.socket(), ('localhost', {P}))
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    attempt('mro_sendto', raw_class.sendto, u, b'x', ('127.0.0.2', {P}))
+    attempt('mro_sendmsg', raw_class.sendmsg, u, [b'x'], [], 0, ('127.0.0.2', {P}))
+    attempt('mro_abstract', raw_class.bind, socket.socket(socket.AF_UNIX), '\\0pysb-test')
+    attempt('kept_gai', kept_getaddrinfo, 'uncovered.pysb.test', 443)
+    attempt('kept_byname', kept_gethostbyname, 'uncovered.pysb.test')
+    attempt('kept_byaddr', kept_gethostbyaddr, '127.0.0.2')
+    attempt('kept_numeric', lambda: kept_getaddrinfo('127.0.0.1', 80)[0][4])
+    attempt('mro_allowed', raw_class.connect, socket.socket(), ('127.0.0.1', {P}))
+    """
+    policy = Policy(network=rules(f"allow tcp 127.0.0.1 {P} out"))
+    results, _ = run_child(tmp_path, policy, code, setup=setup)
+    for key in (
+        "mro_connect",
+        "mro_connect_ex",
+        "mro_bind",
+        "mro_name",
+        "mro_sendto",
+        "mro_sendmsg",
+        "mro_abstract",
+        "kept_gai",
+        "kept_byname",
+        "kept_byaddr",
+    ):
+        assert results[key]["error"] == "NetworkDeniedError", (key, results[key])
+    assert "abstract" in results["mro_abstract"]["message"]
+    assert "raw socket method" in results["mro_name"]["message"]
+    assert results["kept_numeric"] == {"ok": ["127.0.0.1", 80]}
+    assert results["mro_allowed"] == {"ok": None}
+    assert server.drain_udp() == []
+    assert server.accepted == 1
+
+
 def test_raw_and_other_families_are_refused(tmp_path: Path) -> None:
     code = """
     attempt('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
@@ -435,7 +483,7 @@ def test_uncovered_name_is_refused_without_a_wider_rule(tmp_path: Path, server: 
 
 NAMESERVER_SETUP = """
 import _socket, threading
-raw_sendto = _socket.socket.sendto  # the guard is installed below; the test's own server
+raw_sendto = _socket.socket.sendto  # the test's own server and marker (rules allow them)
 dns_server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 dns_server.bind(('127.0.0.1', 53))
 queries = []
@@ -485,8 +533,14 @@ def private_netns(tmp_path: Path) -> list[str]:
     return prefix
 
 
+# The test's own nameserver and marker talk over UDP on 127.0.0.1: allowed, and too narrow to
+# let unpinned names resolve.
+OWN_TRAFFIC = ("allow udp 127.0.0.1 * out",)
+
+
 def test_refused_name_sends_no_query(tmp_path: Path, private_netns: list[str]) -> None:
-    policy = Policy(network=rules("allow tcp 127.0.0.1 443 out"))
+    policy = Policy(network=rules("allow tcp 127.0.0.1 443 out", *OWN_TRAFFIC))
+    assert not NetworkMatcher(policy.network).resolves_any_name
     results, _ = run_child(
         tmp_path, policy, NAMESERVER_PROBE, setup=NAMESERVER_SETUP, wrap=private_netns
     )
@@ -497,7 +551,7 @@ def test_refused_name_sends_no_query(tmp_path: Path, private_netns: list[str]) -
 def test_wider_rule_lets_unpinned_names_query(tmp_path: Path, private_netns: list[str]) -> None:
     # The control for the test above: the same probe does see queries when a rule allows a
     # wider network, so a zero there means the guard stopped them.
-    policy = Policy(network=rules("allow tcp * 443 out"))
+    policy = Policy(network=rules("allow tcp * 443 out", *OWN_TRAFFIC))
     results, _ = run_child(
         tmp_path, policy, NAMESERVER_PROBE, setup=NAMESERVER_SETUP, wrap=private_netns
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -427,11 +428,14 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                 allowed, rule = matcher.check_host(
                     proto, name, port, direction, [_canon(a) for a in every]
                 )
-            if allowed and name is None and _plain(address):
+            if allowed:
                 if len(fast) >= 4096:
                     fast.clear()
-                key = (family, type_of(sock), proto_of(sock), address, direction)
-                fast[key] = (addresses[0], port, *rest)
+                checked = (addresses[0], port, *rest)
+                kind = (family, type_of(sock), proto_of(sock))
+                fast[(*kind, checked, direction)] = checked  # what the audit backstop sees
+                if name is None and _plain(address):
+                    fast[(*kind, address, direction)] = checked
             if not allowed:
                 shown = name or _canon(addresses[0])
                 suggestion = matcher.suggest(proto, shown, port, direction)
@@ -609,6 +613,74 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     _socket.SocketType = guarded
     socket.SocketType = guarded  # a copy of the raw class, made by "from _socket import *"
     _socket.socketpair = socketpair
+    if learning:
+        return  # nothing is refused in a learning run: no backstop
+
+    # -- the backstop: CPython's own audit events -----------------------------------------
+    # The C socket functions raise PEP 578 audit events before acting, whichever way they
+    # were reached (the raw class through the MRO, an original kept in a closure...). The
+    # hook judges those too; what the guarded methods already judged costs one lookup.
+
+    def audit_address(args, direction: str, call: str) -> None:
+        sock, address = args[0], args[1]
+        if address is None:
+            return  # sendmsg on a connected socket
+        try:
+            family = family_of(sock)
+        except TypeError:
+            return
+        if family in (AF_INET, AF_INET6) and type(address) is tuple and len(address) >= 2:
+            try:
+                if fast[(family, type_of(sock), proto_of(sock), address, direction)]:
+                    return
+            except (KeyError, TypeError):
+                pass
+            text = _host_text(address[0])
+            if text not in ("", "<broadcast>") and (text is None or numeric_host(text) is None):
+                # The C call would resolve the name itself: no pin, maybe a query.
+                what = f"network {call} to host name {address[0]!r} by a raw socket method"
+                raise refuse(
+                    f"{what} refused: names are resolved through socket.getaddrinfo, which "
+                    "answers pinned names; call the socket's own method",
+                    str(address[0]),
+                )
+        target(sock, address, direction, call)
+
+    def audit_name(args) -> None:
+        host = args[0]
+        if host is None or matcher.resolves_any_name:
+            return
+        text = _host_text(host)
+        if text is not None and numeric_host(text) is not None:
+            return
+        raise refuse_name(normalize_host(text) if text is not None else repr(host), None)
+
+    def audit_reverse(args) -> None:
+        if matcher.resolves_any_name:
+            return
+        message = (
+            f"reverse name resolution of {args[0]!r} refused before any query: only a rule "
+            "that allows a wider network (a CIDR or *) lets names outside the pins resolve"
+        )
+        raise refuse(message, str(args[0]))
+
+    audit_handlers: dict[str, Callable[[tuple], None]] = {
+        "socket.connect": lambda args: audit_address(args, "out", "connect"),
+        "socket.bind": lambda args: audit_address(args, "in", "bind"),
+        "socket.sendto": lambda args: audit_address(args, "out", "sendto"),
+        "socket.sendmsg": lambda args: audit_address(args, "out", "sendmsg"),
+        "socket.getaddrinfo": audit_name,
+        "socket.gethostbyname": audit_name,
+        "socket.gethostbyaddr": audit_reverse,
+    }
+    get_handler = audit_handlers.get
+
+    def network_audit_hook(event: str, args: tuple) -> None:
+        handler = get_handler(event)
+        if handler is not None:
+            handler(args)
+
+    sys.addaudithook(network_audit_hook)
 
 
 # ---------------------------------------------------------------------------------------
