@@ -22,6 +22,7 @@ from pysb_core import (
     RestrictedResultError,
     SandboxBaseExceptionError,
     SandboxError,
+    SandboxProtocolError,
     SandboxTimeoutError,
     is_in_sandbox,
     sandbox,
@@ -91,6 +92,18 @@ def hostile(marker):
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
     return [1, G()]
+
+@sandbox
+def forge_huge_frame():
+    import socket, stat, struct
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.write(fd, struct.pack("<QQB", 1 << 40, 1, 14))
+        except OSError:
+            pass
+    time.sleep(30)
 
 @sandbox
 async def adouble(x):
@@ -223,6 +236,15 @@ def test_a_hostile_result_never_executes_in_the_host(mod, box, tmp_path):
     with sandboxes(**box), pytest.raises(RestrictedResultError, match="system"):
         mod.hostile(str(marker))
     assert not marker.exists()
+
+
+def test_a_worker_that_forges_a_huge_frame_is_killed_not_obeyed(mod, box):
+    with sandboxes(**box) as s:
+        pid = s.pid
+        with pytest.raises(SandboxProtocolError, match="breaking the protocol"):
+            mod.forge_huge_frame()
+        assert mod.double(4) == 8  # restarted
+        assert s.pid != pid
 
 
 def test_large_arguments_and_results(mod, box):

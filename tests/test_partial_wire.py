@@ -91,6 +91,14 @@ def test_reader_reports_end_of_stream(pair):
         reader.read()
 
 
+def test_a_frame_above_the_limit_is_refused_before_any_allocation(pair):
+    a, b = pair
+    reader = transport.FrameReader(b.fileno(), max_size=1 << 20)
+    a.sendall(transport.HEADER.pack(1 << 40, 1, transport.RESULT))
+    with pytest.raises(transport.FrameTooLarge):
+        reader.read()
+
+
 def test_a_closed_writer_never_writes_to_a_reused_fd(pair):
     a, _ = pair
     writer = transport.FrameWriter(a.fileno())

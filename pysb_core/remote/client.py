@@ -39,6 +39,9 @@ STOPPING, STOPPED = "stopping", "stopped"
 _FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exception)
 
 MAX_DEATHS = 5
+#: The largest answer (or output chunk) a worker may send; above it the worker is killed,
+#: so a hostile worker cannot make the host allocate unbounded memory.
+MAX_FRAME = 1 << 30
 DEATH_WINDOW = 180.0
 
 
@@ -47,11 +50,13 @@ class _Conn:
 
     __slots__ = ("pid", "proc", "reader", "sock", "started", "started_fd", "writer")
 
-    def __init__(self, proc: Any, sock: socket.socket, started_fd: int) -> None:
+    def __init__(
+        self, proc: Any, sock: socket.socket, started_fd: int, max_size: int | None
+    ) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.sock = sock
-        self.reader = transport.FrameReader(sock.fileno())
+        self.reader = transport.FrameReader(sock.fileno(), max_size)
         self.writer = transport.FrameWriter(sock.fileno())
         self.started_fd = started_fd
         self.started = transport.StartedLog(started_fd)
@@ -107,8 +112,10 @@ class Client:
         use_asyncio: bool = False,
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
+        max_frame: int = MAX_FRAME,
     ) -> None:
         self._launcher = launcher
+        self._max_frame = max_frame
         self._init_fn = init_fn
         self._allowed = result_classes or {}
         self._threads = threads
@@ -126,6 +133,7 @@ class Client:
         self._closing = False
         self._fail_message = ""
         self._last_status: int | None = None
+        self._violation = ""
 
     # -- start / stop -------------------------------------------------------------------
 
@@ -168,7 +176,7 @@ class Client:
         finally:
             child.close()
             os.close(started_w)
-        conn = _Conn(proc, parent, started_r)
+        conn = _Conn(proc, parent, started_r, self._max_frame)
         try:
             self._await_ready(conn)
         except BaseException:
@@ -294,6 +302,9 @@ class Client:
         while True:
             try:
                 kind, cid, payload = read()
+            except transport.FrameTooLarge as exc:
+                self._violation = str(exc)
+                return  # the death handling kills the worker
             except transport.ChannelClosed:
                 return
             call = pending.pop(cid, None) if kind >= transport.RESULT else pending.get(cid)
@@ -325,6 +336,8 @@ class Client:
         self._note_started(old)  # the worker is gone: everything it wrote is in the pipe
         old.close()
         why = _describe_status(status)
+        if self._violation:
+            why, self._violation = f"was killed for breaking the protocol ({self._violation})", ""
         with self._cond:
             if self._closing:
                 doomed = list(self._pending.values())

@@ -47,6 +47,10 @@ class ChannelClosed(Exception):
     """The other end closed the socket (or died)."""
 
 
+class FrameTooLarge(ChannelClosed):
+    """The other end announced a frame above the limit: a protocol violation."""
+
+
 class FrameWriter:
     """Writes whole frames to one fd; safe to share between threads."""
 
@@ -95,10 +99,11 @@ class FrameReader:
     Not thread-safe: one reader at a time (the child's workers take turns under a lock).
     """
 
-    __slots__ = ("_buf", "_end", "_fd", "_start", "_view")
+    __slots__ = ("_buf", "_end", "_fd", "_max", "_start", "_view")
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, max_size: int | None = None) -> None:
         self._fd = fd
+        self._max = max_size
         self._buf = bytearray(_BUFFER_SIZE)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -125,6 +130,8 @@ class FrameReader:
         while self._end - self._start < HEADER_SIZE:
             self._fill()
         size, call_id, kind = _unpack(self._buf, self._start)
+        if self._max is not None and size > self._max:
+            raise FrameTooLarge(f"a frame of {size} bytes is above the limit of {self._max}")
         start = self._start + HEADER_SIZE
         if size == 0:
             self._start = start
