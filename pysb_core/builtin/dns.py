@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 from pysb_core.markers import hookimpl
 
 DEFAULT_HOSTS_FILE = "/etc/hosts"
-#: Per-name budget for the DNS queries (A and AAAA together), in seconds.
+#: Per-name budget for the DNS queries (A and AAAA together), in seconds. Names are asked as
+#: absolute names (no search domains): write the full name in the rule.
 DNS_LIFETIME = 5.0
 #: Names every system resolves locally, used when the hosts file does not list them.
 _LOOPBACK_NAMES = {
@@ -67,9 +69,11 @@ def _dns_lookup(name: str, resolver: Any) -> list[str]:
     import dns.resolver
 
     out: list[str] = []
+    deadline = time.monotonic() + DNS_LIFETIME
     for rdtype in ("A", "AAAA"):
+        lifetime = max(0.5, deadline - time.monotonic())
         try:
-            answer = resolver.resolve(name, rdtype, lifetime=DNS_LIFETIME, search=False)
+            answer = resolver.resolve(name, rdtype, lifetime=lifetime, search=False)
         except (dns.exception.DNSException, OSError, ValueError):
             continue
         # Sorted: an answer's order is the server's round robin; pins should not depend on it.
