@@ -221,6 +221,21 @@ def test_nested_mapping_shapes(cwd: Path) -> None:
     assert data["provider"] == "landlock"
 
 
+def test_provider_options_pairs(cwd: Path) -> None:
+    target = cwd / "p.yaml"
+    target.write_text("providers: {bwrap: {}}  # options\n")
+    p = LearnedProfile()
+    p.add("providers", "qemu", ("memory", "2048M"))
+    p.add("providers", "bwrap", ("share-net", "false"))
+    merge_learned(str(target), p)
+    text = target.read_text()
+    assert text.endswith("  # options\n")
+    assert yaml.safe_load(text)["providers"] == {
+        "bwrap": {"share-net": "false"},
+        "qemu": {"memory": "2048M"},
+    }
+
+
 def test_env_glob_in_file_covers_learned_name(cwd: Path) -> None:
     target = cwd / "p.yaml"
     target.write_text('env:\n  "*_API_KEY": ${*_API_KEY}\n')

@@ -294,6 +294,10 @@ class _Editor:
         return (dash if dash != -1 else item_index) - line_start
 
 
+def _flow_pair(name: str, value: str) -> str:
+    return f"{scalar_text(name, flow=True)}: {scalar_text(value, flow=True)}"
+
+
 def _last_end(node: Any) -> int:
     """Index just after the last character that belongs to ``node`` (comments excluded)."""
     import yaml
@@ -398,8 +402,7 @@ class _Merger:
             return
         first = node.value[0]
         indent = " " * self.ed.dash_column(first.start_mark.index)
-        last_group = None
-        lines = _block_items(rules, indent, last_group)
+        lines = _block_items(rules, indent)
         self.ed.insert_lines(self.ed.after_line(_last_end(node)), lines)
 
     def into_mapping(
@@ -429,15 +432,15 @@ class _Merger:
         if not pairs and not new_keys:
             return
         if node.flow_style:
-            parts = [
-                f"{scalar_text(r.value[0], flow=True)}: {scalar_text(r.value[1], flow=True)}"
-                for r in pairs
-            ]  # type: ignore[index]
+            parts = [_flow_pair(*r.value) for r in pairs]  # type: ignore[misc]
             for key, rs in new_keys.items():
                 if len(rs) == 1 and _is_scalar(rs[0]):
                     parts.append(
                         f"{scalar_text(key, flow=True)}: {scalar_text(str(rs[0].value), flow=True)}"
                     )
+                elif all(isinstance(r.value, tuple) for r in rs):
+                    entries = ", ".join(_flow_pair(*r.value) for r in rs)  # type: ignore[misc]
+                    parts.append(f"{scalar_text(key, flow=True)}: {{{entries}}}")
                 else:
                     items = ", ".join(
                         scalar_text(str(r.value), flow=True) for r in _sorted_for_output(rs)
