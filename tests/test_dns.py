@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 class FakeNameserver:
     """A tiny authoritative server on 127.0.0.1: answers from ``records``, else NXDOMAIN."""
 
-    def __init__(self, records: dict[tuple[str, str], list[str]]) -> None:
+    def __init__(self, records: dict[tuple[str, str], list[str]], port: int = 0) -> None:
         self.records = records
         self.queries: list[tuple[str, str]] = []
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind(("127.0.0.1", port))
         self.port = self.sock.getsockname()[1]
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -46,6 +46,8 @@ class FakeNameserver:
             try:
                 data, peer = self.sock.recvfrom(4096)
             except OSError:
+                return
+            if data == b"STOP":
                 return
             query = dns.message.from_wire(data)
             question = query.question[0]
@@ -69,7 +71,21 @@ class FakeNameserver:
         return r
 
     def close(self) -> None:
+        # Wake the server thread so that the port is really released when close() returns.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as waker:
+            waker.sendto(b"STOP", ("127.0.0.1", self.port))
+        self._thread.join(10)
         self.sock.close()
+
+
+@pytest.fixture(autouse=True)
+def loopback_resolv_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test here may reach the machine's real nameserver: the default resolver reads this
+    file, whose nameserver is loopback (nothing listens on port 53 unless a test does)."""
+    path = tmp_path / "resolv.conf"
+    path.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    monkeypatch.setenv("PYSB_RESOLV_CONF", str(path))
+    return path
 
 
 @pytest.fixture
@@ -186,3 +202,33 @@ def test_dnspython_imported_only_when_needed(hosts_file: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_default_resolver_reads_pysb_resolv_conf(hosts_file: Path) -> None:
+    # The system-configured path of the resolver, pointed at a nameserver on 127.0.0.1:53.
+    try:
+        server = FakeNameserver({("conf.test", "A"): ["127.0.0.33"]}, port=53)
+    except OSError as exc:
+        pytest.skip(f"cannot listen on 127.0.0.1:53 here: {exc}")
+    try:
+        result = builtin_dns.resolve(["conf.test"])
+    finally:
+        server.close()
+    assert result == {"conf.test": ["127.0.0.33"]}
+    assert ("conf.test", "A") in server.queries
+
+
+def test_unreachable_nameserver_means_unresolved(
+    hosts_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(builtin_dns, "DNS_LIFETIME", 1.0)
+    try:  # make sure nothing answers on 127.0.0.1:53 during this test
+        guard = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        guard.bind(("127.0.0.1", 53))
+        guard.close()
+    except OSError:
+        pytest.skip("something listens on 127.0.0.1:53 here")
+    assert builtin_dns.resolve(["nobody.test", "pinned.test"]) == {
+        "nobody.test": [],
+        "pinned.test": ["127.0.0.21", "::1"],
+    }

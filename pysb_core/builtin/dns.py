@@ -6,7 +6,8 @@ launch, and only when a profile names a host: dnspython is imported lazily, here
 runs whose rules are all addresses never pay for it.
 
 ``PYSB_HOSTS_FILE`` names an alternative hosts file (tests use it to map names to loopback
-addresses without touching the system file).
+addresses without touching the system file); ``PYSB_RESOLV_CONF`` an alternative
+``resolv.conf`` for the DNS step (tests point it at loopback so no query leaves the machine).
 """
 
 from __future__ import annotations
@@ -109,8 +110,10 @@ def resolve(
             import dns.resolver
 
             try:
-                resolver = dns.resolver.Resolver()
-            except Exception:  # no resolv.conf: nothing more can be resolved
+                resolver = dns.resolver.Resolver(
+                    filename=os.environ.get("PYSB_RESOLV_CONF") or "/etc/resolv.conf"
+                )
+            except Exception:  # no usable resolv.conf: nothing more can be resolved
                 resolver = None
         if resolver is None:
             result.update((n, []) for n in missing)
