@@ -399,6 +399,9 @@ def hosts_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "hosts"
     path.write_text("127.0.0.1 svc.pysb.test\n127.0.0.1 both.pysb.test\n::1 both.pysb.test\n")
     monkeypatch.setenv("PYSB_HOSTS_FILE", str(path))
+    resolv = tmp_path / "resolv.conf"  # a name missing from the file never reaches real DNS
+    resolv.write_text("nameserver 127.0.0.1\n")
+    monkeypatch.setenv("PYSB_RESOLV_CONF", str(resolv))
     return path
 
 
