@@ -109,3 +109,50 @@ def test_host_loopback_only_with_a_rule(project):
         assert res.stdout.strip() == "connected", res.stderr
     finally:
         server.close()
+
+
+def test_repl_ctrl_c_reaches_the_program_and_job_goes_on(project):
+    """A REPL on a terminal: Ctrl-C is a KeyboardInterrupt inside, the REPL continues."""
+    import os
+    import pty
+    import select
+    import time
+
+    from pysb_core.testing import BASE_ENV, pysb_command
+
+    root, _ = project
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(root)
+        cmd = [*pysb_command(), *RUN]
+        os.execve(cmd[0], cmd, {**BASE_ENV, "TERM": "dumb"})
+    out = b""
+
+    def read_until(marker: bytes, timeout: float = 30) -> None:
+        nonlocal out
+        end = time.monotonic() + timeout
+        while marker not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    try:
+        read_until(b">>> ")
+        os.write(fd, b"import time; time.sleep(60)\r")
+        read_until(b"time.sleep(60)")
+        time.sleep(0.5)
+        os.write(fd, b"\x03")
+        read_until(b"KeyboardInterrupt")
+        os.write(fd, b"print(6 * 7)\r")
+        read_until(b"42\r\n")
+        os.write(fd, b"raise SystemExit(5)\r")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "provider bwrap" in text
+    assert "KeyboardInterrupt" in text and "42" in text, text
+    assert os.waitstatus_to_exitcode(status) == 5

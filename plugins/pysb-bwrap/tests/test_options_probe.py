@@ -75,3 +75,13 @@ def test_prepare_unavailable_raises_with_fix(monkeypatch, mkplan):
     monkeypatch.setattr(mod, "probe_bwrap", lambda: probe_bwrap("pysb-no-such-bwrap"))
     with pytest.raises(ProviderUnavailableError, match="apt-get install bubblewrap"):
         BwrapProvider().prepare(mkplan(["/bin/true"]))
+
+
+def test_userns_failure_is_unavailable_with_the_sysctl_fix(tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    status = probe_bwrap(str(fake))
+    assert not status.available
+    assert "uid map: Permission denied" in status.reason
+    assert "sysctl" in status.fix

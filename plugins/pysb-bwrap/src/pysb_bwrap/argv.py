@@ -127,6 +127,7 @@ def build_argv(
     hosts_file: str | None = None,
     resolv_file: str | None = None,
     disable_userns: bool = True,
+    seccomp_fd: int | None = None,
 ) -> BwrapCommand:
     """Return the bwrap command that runs ``plan.argv`` under ``plan``'s view of the system.
 
@@ -161,6 +162,9 @@ def build_argv(
     if new_session:
         # setsid(): no controlling terminal, so no TIOCSTI injection into the user's shell.
         argv.append("--new-session")
+    if seccomp_fd is not None:
+        # No TIOCSTI/TIOCLINUX (pysb_bwrap.seccomp); also sets PR_SET_NO_NEW_PRIVS.
+        argv += ["--seccomp", str(seccomp_fd)]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +32,8 @@ class Resources:
 
     def file(self, name: str, data: bytes, mode: int) -> str:
         if self.tmpdir is None:
+            import tempfile  # only for launches that mask files or filter the network
+
             self.tmpdir = tempfile.mkdtemp(prefix="pysb-bwrap-")
         path = os.path.join(self.tmpdir, name)
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -58,6 +58,8 @@ class Resources:
         for fd in list(self.fds):
             self.close(fd)
         if self.tmpdir is not None:
+            import shutil
+
             shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
 

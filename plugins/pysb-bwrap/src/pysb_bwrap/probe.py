@@ -54,29 +54,22 @@ def probe_bwrap(binary: str = "bwrap") -> ProviderStatus:
     if path is None:
         return ProviderStatus.missing("bubblewrap (bwrap) is not installed", fix=INSTALL_FIX)
     try:
+        # One run answers both questions: can the namespaces be made, and which version
+        # (the sandbox runs bwrap itself with --version: no second exec from the host).
         done = subprocess.run(
-            [path, *PROBE_OPTIONS, "true"],
+            [path, *PROBE_OPTIONS, path, "--version"],
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ProviderStatus.missing(f"bwrap could not be run: {exc}", fix=INSTALL_FIX)
-    if done.returncode != 0:
-        message = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    out = done.stdout.strip()
+    if done.returncode != 0 or not out.startswith("bubblewrap "):
+        message = out.splitlines()[-1] if out else f"exit {done.returncode}"
         return ProviderStatus.missing(
-            f"bwrap cannot create its namespaces here: {message or f'exit {done.returncode}'}",
-            fix=_userns_fix(done.stderr),
+            f"bwrap cannot create its namespaces here: {message}", fix=_userns_fix(out)
         )
-    return ProviderStatus.ok(version=_version(path), binary=path)
-
-
-def _version(path: str) -> str | None:
-    try:
-        out = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=5
-        ).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out[-1] if out else None
+    return ProviderStatus.ok(version=out.split()[-1], binary=path)

@@ -23,6 +23,7 @@ from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
 from pysb_bwrap.process import adopt
+from pysb_bwrap.seccomp import filter_bytes
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
@@ -76,13 +77,19 @@ class BwrapProvider(Provider):
                 lines += netlayer.network_for(plan).describe()
             except SandboxError as exc:
                 lines.append(f"network: REFUSED: {exc}")
-        if plan.interactive:
+        if shares_terminal(plan):
             lines.append(
-                "session: shared with the terminal (interactive; --new-session would break "
-                "job control)"
+                "session: shared with the terminal (interactive: --new-session would break "
+                "job control); TIOCSTI/TIOCLINUX refused by a seccomp filter"
             )
         try:
-            cmd = self._command(plan, empty_file="<empty-file>", network=netlayer.needs_layer(plan))
+            cmd = self._command(
+                plan,
+                empty_file="<empty-file>",
+                network=netlayer.needs_layer(plan),
+                seccomp=filter_bytes() is not None,
+                seccomp_fd=-1 if filter_bytes() is not None else None,
+            )
         except SandboxError as exc:
             return [*lines, f"cannot build: {exc}"]
         lines.append("command: " + " ".join(cmd.argv))
@@ -90,7 +97,9 @@ class BwrapProvider(Provider):
 
     # -- launch ---------------------------------------------------------------------
 
-    def _command(self, plan: LaunchPlan, *, empty_file: str, **kwargs: Any) -> BwrapCommand:
+    def _command(
+        self, plan: LaunchPlan, *, empty_file: str, seccomp: bool = True, **kwargs: Any
+    ) -> BwrapCommand:
         problems = options.validate(plan.provider_options)
         if problems:
             raise SandboxError("\n".join(problems))
@@ -101,7 +110,8 @@ class BwrapProvider(Provider):
             layout,
             bwrap=str(status.details.get("binary", "bwrap")),
             hostname=str(plan.provider_options.get("hostname", DEFAULT_HOSTNAME)),
-            new_session=not plan.interactive,
+            # Without the TIOCSTI filter, even an interactive run gets its own session.
+            new_session=not (plan.interactive and seccomp),
             empty_file=empty_file,
             **kwargs,
         )
@@ -112,6 +122,7 @@ class BwrapProvider(Provider):
             raise ProviderUnavailableError(f"bwrap: {status.reason}", fix=status.fix)
         res = Resources()
         netlaunch: NetworkLaunch | None = None
+        child_fds: list[int] = []
         try:
             net = netlayer.network_for(plan) if netlayer.needs_layer(plan) else None
             empty = res.file("empty", b"", 0o000) if plan.hidden else "/nonexistent/pysb-empty"
@@ -129,7 +140,14 @@ class BwrapProvider(Provider):
                 }
                 if plan.hosts_file is None:
                     extra["hosts_file"] = res.file("hosts", net.hosts_text().encode(), 0o444)
-            cmd = self._command(plan, empty_file=empty, **extra)
+            bpf = filter_bytes()
+            if bpf is not None:
+                seccomp_r, seccomp_w = res.pipe()
+                os.write(seccomp_w, bpf)  # a few hundred bytes: fits the pipe buffer
+                res.close(seccomp_w)
+                extra["seccomp_fd"] = seccomp_r
+                child_fds.append(seccomp_r)
+            cmd = self._command(plan, empty_file=empty, seccomp=bpf is not None, **extra)
         except BaseException:
             res.release()
             raise
@@ -139,10 +157,12 @@ class BwrapProvider(Provider):
             argv=cmd.argv,
             env=dict(plan.env),
             cwd="/",
-            pass_fds=[*plan.pass_fds, *(netlaunch.child_fds if netlaunch else ())],
+            pass_fds=[*plan.pass_fds, *child_fds, *(netlaunch.child_fds if netlaunch else ())],
             cleanups=[res.release],
         )
         spec.on_started.append(adopt)
+        # bwrap has its own copies now; ours would only keep the pipes alive.
+        spec.on_started.append(lambda _proc: [res.close(fd) for fd in child_fds])
         if netlaunch is not None:
             spec.on_started.append(netlaunch.on_started)
             spec.cleanups.insert(0, netlaunch.close)
@@ -152,7 +172,7 @@ class BwrapProvider(Provider):
         """Like :meth:`Provider.launch`, with two bwrap specifics: the returned process
         routes ``send_signal``/``terminate`` to the program (:mod:`pysb_bwrap.process`), and
         in an interactive run bwrap ignores SIGINT (see :mod:`pysb_bwrap.child`)."""
-        if plan.interactive:
+        if shares_terminal(plan):
             previous = popen_kwargs.pop("preexec_fn", None)
 
             def ignore_sigint() -> None:
@@ -169,7 +189,7 @@ class BwrapProvider(Provider):
     def pysb_contribute(self, policy: Policy, plan: LaunchPlan) -> None:
         """Undo what bwrap adds to the program's start (see :mod:`pysb_bwrap.child`)."""
         unset = [] if "PWD" in policy.env else ["PWD"]
-        if not unset and not plan.interactive:
+        if not unset and not shares_terminal(plan):
             return
         here = os.path.dirname(os.path.realpath(__file__))
         plan.add_exposure(Exposure(path=here, target=here, writable=False, implicit=True))
@@ -177,6 +197,12 @@ class BwrapProvider(Provider):
             ChildSetup(
                 module="pysb_bwrap.child",
                 function="setup",
-                args={"unset": unset, "restore_sigint": plan.interactive},
+                args={"unset": unset, "restore_sigint": shares_terminal(plan)},
             )
         )
+
+
+def shares_terminal(plan: LaunchPlan) -> bool:
+    """An interactive run stays in the terminal's session and process group (job control,
+    Ctrl-C), which is safe only with the seccomp filter against terminal injection."""
+    return plan.interactive and filter_bytes() is not None
