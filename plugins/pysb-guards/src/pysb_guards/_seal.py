@@ -1,0 +1,306 @@
+"""Doors, faces and the audit hook: how the guards keep originals and state out of reach.
+
+A guarded function is split in two:
+
+- the **face** is what modules expose (``os.stat`` becomes a face). It is a plain closure
+  over its door; reading its closure, globals or ``__wrapped__`` (there is none) gives
+  nothing worth having. It turns a refusal into a raised exception, so that tracebacks
+  show the face, never the door.
+- the **door** holds the original and the judge as *code constants*, has no closure, no
+  defaults and an empty globals dictionary. Reading a code object (``f.__code__`` or
+  ``frame.f_code``) raises a PEP 578 audit event, and our audit hook refuses it for doors:
+  ``__closure__``, ``__globals__``, ``__wrapped__`` and ``__defaults__`` lead nowhere.
+
+Judges and everything they use are built by *sealed* factories: functions re-created with
+a private globals dictionary (a snapshot of the builtins taken at install), so that
+the program cannot swap a helper or a builtin under them through a module's globals. No
+guard keeps its state in module globals; there is no ``_armed`` flag to flip.
+
+The audit hook cannot be removed from Python. Besides protecting doors it carries the
+guards' *backstop* handlers: ``open``, ``os.*``, ``subprocess.Popen``, ``ctypes.dlopen``...
+are judged there too, so an original recovered some other way (a C type's ``__init__``,
+``type(f.raw)``) still meets the policy. Native code can undo all of this: the OS layer is
+the boundary (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+_FunctionType = types.FunctionType
+_FrameType = types.FrameType
+
+#: The globals of every door: empty, and no door code ever reads a global name.
+DOOR_NS: dict[str, Any] = {"__builtins__": {}}
+
+
+class Refusal:
+    """What a door returns instead of raising: the face raises ``exc`` (with ``tb``)."""
+
+    __slots__ = ("exc", "tb")
+
+    def __init__(self, exc: BaseException, tb: Any = None) -> None:
+        self.exc = exc
+        self.tb = tb
+
+
+class Value:
+    """What a judge returns to make the door answer ``value`` without calling the original
+    (``os.access`` answers False for a hidden path)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+# The door's body. Every name it uses is a string constant replaced below by the object
+# itself, so the compiled code loads them with LOAD_CONST: no global, no closure, no local
+# ever holds the original or the judge.
+_DOOR_SRC = """
+def door(*args, **kwargs):
+    try:
+        v = "@J"(args, kwargs)
+    except "@BE" as e:
+        return "@R"(e, None)
+    if v is not None:
+        if v.__class__ is not "@T":
+            return v
+        args, kwargs = v
+    try:
+        r = "@O"(*args, **kwargs)
+    except "@BE" as e:
+        return "@R"(e, e.__traceback__.tb_next)
+    return "@P"(r, args, kwargs)
+"""
+
+
+def _door_code(with_post: bool) -> types.CodeType:
+    src = _DOOR_SRC if with_post else _DOOR_SRC.replace('"@P"(r, args, kwargs)', "r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "'str' object is not callable": on purpose
+        module = compile(src, "<pysb-door>", "exec")
+    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
+
+
+_TEMPLATES = {True: _door_code(True), False: _door_code(False)}
+
+
+def make_door(
+    original: Callable[..., Any],
+    judge: Callable[[tuple, dict], Any],
+    post: Callable[[Any, tuple, dict], Any] | None = None,
+    name: str = "door",
+) -> Callable[..., Any]:
+    """A sealed function: ``judge(args, kwargs)`` then ``original(*args, **kwargs)``.
+
+    The judge returns None (go on), ``(args, kwargs)`` (call with these instead), a
+    :class:`Refusal` or a :class:`Value`. ``post(result, args, kwargs)`` may filter the
+    result. Exceptions of the original come back as a Refusal without the door's frame.
+    """
+    template = _TEMPLATES[post is not None]
+    subst = {
+        "@J": judge,
+        "@BE": BaseException,
+        "@R": Refusal,
+        "@T": tuple,
+        "@O": original,
+        "@P": post,
+    }
+    consts = tuple(subst.get(c, c) if isinstance(c, str) else c for c in template.co_consts)
+    code = template.replace(co_consts=consts, co_name=name, co_qualname=name)
+    return _FunctionType(code, DOOR_NS, name)
+
+
+def make_face(
+    door: Callable[..., Any],
+    like: Any = None,
+    prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
+) -> Callable[..., Any]:
+    """The public side of ``door``: raise refusals, answer values, look like ``like``."""
+    refusal, value = Refusal, Value
+
+    if prepare is None:
+
+        def face(*args, **kwargs):
+            r = door(*args, **kwargs)
+            c = r.__class__
+            if c is refusal:
+                raise r.exc.with_traceback(r.tb)
+            if c is value:
+                return r.value
+            return r
+
+    else:
+
+        def face(*args, **kwargs):
+            args, kwargs = prepare(args, kwargs)
+            r = door(*args, **kwargs)
+            c = r.__class__
+            if c is refusal:
+                raise r.exc.with_traceback(r.tb)
+            if c is value:
+                return r.value
+            return r
+
+    if like is not None:
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            try:
+                setattr(face, attr, getattr(like, attr))
+            except (AttributeError, TypeError):
+                pass
+    face.__pysb_face__ = True  # type: ignore[attr-defined]
+    return face
+
+
+def is_face(obj: Any) -> bool:
+    return type(obj) is _FunctionType and getattr(obj, "__pysb_face__", False) is True
+
+
+def guard(original: Callable[..., Any], judge: Callable[[tuple, dict], Any], **kw: Any) -> Any:
+    """Face and door in one call: the usual way to guard one function."""
+    prepare = kw.pop("prepare", None)
+    door = make_door(original, judge, kw.pop("post", None), getattr(original, "__name__", "door"))
+    return make_face(door, original, prepare)
+
+
+def _private_namespace() -> dict[str, Any]:
+    """Fresh globals for sealed code: a *copy* of the builtins as they are now.
+
+    Taken when a guard installs (before user code), it cannot be changed by the program
+    replacing ``builtins.len`` later. No module global keeps a copy.
+    """
+    snapshot = dict(vars(builtins))
+    ns: dict[str, Any] = dict(snapshot)
+    ns["__builtins__"] = snapshot
+    ns["__name__"] = "pysb_guards.<sealed>"
+    return ns
+
+
+def seal_group(functions: list[Callable[..., Any]], **values: Any) -> dict[str, Any]:
+    """Re-create ``functions`` in one private namespace (plus ``values``); return it.
+
+    The functions call each other by name as usual, but the names resolve in a dictionary
+    only they hold (with a snapshot of the original builtins), so the program can neither
+    read their state through a module's ``__dict__`` nor swap a helper under them. Callers
+    keep the entry points they need and drop the namespace.
+    """
+    ns = _private_namespace()
+    ns.update(values)
+    for fn in functions:
+        ns[fn.__name__] = _FunctionType(
+            fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+    return ns
+
+
+def sealed(factory: Callable[..., Any]) -> Callable[..., Any]:
+    """Re-create ``factory`` with private globals (a snapshot of the original builtins).
+
+    Every closure the factory creates inherits those globals: nothing the program can reach
+    through a module's ``__dict__`` or ``builtins`` can replace a name they use.
+    """
+    ns = _private_namespace()
+    return _FunctionType(
+        factory.__code__, ns, factory.__name__, factory.__defaults__, factory.__closure__
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The audit hook
+# ---------------------------------------------------------------------------------------
+
+
+_HOOK_SRC = """
+def audit_hook(event, args):
+    r = "@D"(event, args)
+    if r is not None:
+        raise r
+"""
+
+
+def _hook_factory(door_ns: dict, function_type: type, frame_type: type) -> tuple:
+    """Build the dispatcher of the single audit hook and the function adding handlers.
+
+    Handlers *return* the exception to raise (or None): the hook itself is a door, so a
+    traceback of a refusal shows only the door's frame, whose code is not readable.
+    """
+    handlers: dict[str, tuple] = {}
+    closed = [False]
+
+    def dispatch(event, args):
+        hs = handlers.get(event)
+        if hs is not None:
+            for h in hs:
+                r = h(args)
+                if r is not None:
+                    return r
+        if event == "object.__getattr__":
+            obj = args[0]
+            name = args[1]
+            door_code = name == "__code__" and type(obj) is function_type
+            door_code = door_code and obj.__globals__ is door_ns
+            door_frame = name == "f_code" and type(obj) is frame_type
+            if door_code or (door_frame and obj.f_globals is door_ns):
+                return AttributeError("pysb: the code of a guard door is not readable")
+        return None
+
+    def add(event, handler):
+        if closed[0]:
+            return PermissionError("pysb: audit handlers can only be added before user code")
+        handlers[event] = (*handlers.get(event, ()), handler)
+        return None
+
+    def close():
+        closed[0] = True
+
+    return dispatch, add, close
+
+
+def _make_hook(dispatch: Callable[[str, tuple], Any]) -> Callable[[str, tuple], None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = compile(_HOOK_SRC, "<pysb-door>", "exec")
+    template = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    consts = tuple(dispatch if c == "@D" else c for c in template.co_consts)
+    return _FunctionType(template.replace(co_consts=consts), DOOR_NS, "audit_hook")
+
+
+_installed: list[Any] = []  # holds the registration face; set once
+
+
+def audit_registry() -> tuple[Callable[[str, Callable[[tuple], None]], None], Callable[[], None]]:
+    """Install the audit hook once; return faces to add handlers and to close registration.
+
+    The faces only reach the hook's table through doors: after ``close()`` (called when the
+    guards are armed) nobody can add, remove or replace a handler from Python.
+    """
+    if not _installed:
+        dispatch, add, close = sealed(_hook_factory)(DOOR_NS, _FunctionType, _FrameType)
+        sys.addaudithook(_make_hook(dispatch))
+        allow = _allow_all
+        _installed.append((guard(_returning(add), allow), guard(close, allow)))
+    return _installed[0]
+
+
+def _returning(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn an engine function's returned exception into a Refusal for its face."""
+
+    def call(*args: Any) -> Any:
+        r = fn(*args)
+        return Refusal(r) if isinstance(r, BaseException) else r
+
+    return call
+
+
+def _allow_all(args: tuple, kwargs: dict) -> None:
+    return None
+
+
+def caller_is_door(frame: Any) -> bool:
+    return frame is not None and frame.f_globals is DOOR_NS
