@@ -139,6 +139,8 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     fast: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     raw = _socket.socket
+    while type(raw) is not type:  # installed twice: start from the C class, not our subclass
+        raw = raw.__mro__[1]
     raw_connect = raw.connect
     raw_connect_ex = raw.connect_ex
     raw_bind = raw.bind
@@ -479,7 +481,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                 return path
             raise refuse(f"{what} refused: abstract Unix sockets are never allowed", what)
         full = os.path.abspath(text)
-        canonical = os.path.join(os.path.realpath(os.path.dirname(full)), os.path.basename(full))
+        try:
+            parent = os.path.realpath(os.path.dirname(full))
+        except OSError:  # a path the files guard hides: judged as written, so refused below
+            parent = os.path.dirname(full)
+        canonical = os.path.join(parent, os.path.basename(full))
         if any(canonical == w or canonical.startswith(w.rstrip("/") + "/") for w in writable):
             return path
         directory = os.path.dirname(canonical)
