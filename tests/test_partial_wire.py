@@ -245,6 +245,16 @@ def test_exception_chain_crosses_with_class_denials_and_frames():
     assert "raise ValueError" in text  # the child's source line, found by file and line
 
 
+def test_os_errors_keep_errno_and_filename():
+    try:
+        open("/nonexistent/pysb-test-file")  # noqa: SIM115
+    except FileNotFoundError as exc:
+        rebuilt = rebuild_chain(describe_chain(exc, hide_file=""), {})
+    assert type(rebuilt) is FileNotFoundError
+    assert (rebuilt.errno, rebuilt.filename) == (2, "/nonexistent/pysb-test-file")
+    assert str(rebuilt) == "[Errno 2] No such file or directory: '/nonexistent/pysb-test-file'"
+
+
 def test_api_denial_keeps_its_attributes():
     exc = ApiDeniedError("os.system() is denied", qualname="os.system", category="process-exec")
     rebuilt = rebuild_chain(describe_chain(exc, hide_file=""), {})

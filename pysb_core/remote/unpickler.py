@@ -118,7 +118,7 @@ class _ExceptionFactory:
 
     def __call__(self, *args: Any) -> BaseException:
         cls = self.cls
-        exc = _solid_base(cls).__new__(cls)
+        exc = _solid_base(cls).__new__(cls, *args)  # OSError parses errno/filename here
         init = cls.__init__
         if isinstance(init, _C_FUNCTIONS):
             try:

@@ -17,10 +17,12 @@ task is serving), before its RESULT, so the caller sees them in order and unmixe
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import importlib
 import io
 import os
 import pickle
+import resource
 import sys
 import threading
 from collections.abc import Callable
@@ -43,6 +45,8 @@ _HERE = os.path.abspath(__file__)
 _current: contextvars.ContextVar[int | None] = contextvars.ContextVar("pysb_call", default=None)
 
 DEFAULT_THREADS = 16
+WORKER_STACK = 2 << 20  # bytes per worker thread (the main thread's default is 8 MiB)
+_M_ARENA_MAX = -8  # glibc mallopt parameter
 
 
 class _CallStream(io.TextIOBase):
@@ -289,6 +293,20 @@ def _merge_sys_path(entries: list[str]) -> None:
     sys.path[:] = [*entries, *rest]
 
 
+def _fit_memory_limit() -> None:
+    """Under a memory limit, keep glibc from reserving 64 MiB of address space per thread.
+
+    glibc gives each new thread its own malloc arena (up to 8 per core), and RLIMIT_AS
+    counts the reservation: a dozen idle threads would exhaust a 512 MiB limit.
+    """
+    try:
+        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+            return
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
+    except (OSError, AttributeError, ValueError):
+        pass  # not glibc: nothing to tune
+
+
 def serve(args: dict[str, Any], arm: Callable[[], None]) -> None:
     """Entry point called by the bootstrap; never returns (exits when the parent says so)."""
     mark_in_sandbox()
@@ -300,10 +318,16 @@ def serve(args: dict[str, Any], arm: Callable[[], None]) -> None:
     server = _Server(fd, started_fd, int(args.get("threads") or DEFAULT_THREADS))
     sys.stdout = _CallStream(transport.OUT, sys.stdout, server.writer)
     sys.stderr = _CallStream(transport.ERR, sys.stderr, server.writer)
-    if args.get("asyncio"):
-        server.start_loop()
-    for thread in server.threads:
-        thread.start()
+    # Modest stacks: a memory limit (RLIMIT_AS) counts every thread's reserved stack.
+    _fit_memory_limit()
+    previous = threading.stack_size(WORKER_STACK)
+    try:
+        if args.get("asyncio"):
+            server.start_loop()
+        for thread in server.threads:
+            thread.start()
+    finally:
+        threading.stack_size(previous)
     arm()
     try:
         server.run_init(args.get("init_fn"))
