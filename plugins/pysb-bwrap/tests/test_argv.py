@@ -195,3 +195,12 @@ def test_host_private_keys_masked_when_an_exposure_shows_them():
     i = argv.index("/etc/ssl/private")
     assert argv[i - 1] == "--tmpfs" and argv[i - 2] == "0000"
     assert "/etc/ssl/private" not in build_argv(plan(E("/p")), layout).argv
+
+
+def test_ignored_symlink_masks_its_visible_target_only():
+    layout = HostLayout(resolved={"/p/link.pem": "/p/real.pem", "/p/.env": "/etc/shadow"})
+    p = plan(E("/p"), hidden=["/p/link.pem", "/p/.env"])
+    cmd = build_argv(p, layout, empty_file="/e")
+    assert pairs(cmd.argv, "--ro-bind").count(("/e", "/p/real.pem")) == 1
+    assert "/p/.env" not in cmd.argv and "/etc/shadow" not in cmd.argv
+    assert cmd.masked == ["/p/real.pem"]

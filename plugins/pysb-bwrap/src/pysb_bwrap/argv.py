@@ -214,7 +214,12 @@ def build_argv(
     # -- ignored paths: masked by an unreadable placeholder -----------------------------
     masked: list[str] = []
     needs_empty = False
-    for host in sorted({*plan.hidden, *layout.always_hidden}, key=depth):
+    targets = set()
+    for host in {*plan.hidden, *layout.always_hidden}:
+        # An ignored symlink: what must not be read is its target (canonical path), and
+        # only if the sandbox can see it; a link to an unexposed path is dangling inside.
+        targets.add(layout.resolved.get(host, host))
+    for host in sorted(targets, key=lambda p: (depth(p), p)):
         inside = sandbox_path(host, exposures)
         if inside is None:
             continue  # not visible anyway
@@ -226,7 +231,7 @@ def build_argv(
         masked.append(host)
 
     # -- profile files: never writable inside ------------------------------------------
-    for host in sorted(set(plan.protected)):
+    for host in sorted({layout.resolved.get(p, p) for p in plan.protected}):
         cover = covering_exposure(host, exposures)
         if cover is None or not cover.writable:
             continue

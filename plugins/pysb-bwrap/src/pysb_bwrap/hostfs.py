@@ -59,6 +59,9 @@ class HostLayout:
     symlinks: dict[str, str] = field(default_factory=dict)
     dirs: frozenset[str] = frozenset()
     always_hidden: frozenset[str] = frozenset()
+    #: Hidden/protected paths that are symlinks, mapped to their canonical target (a
+    #: mount cannot sit on a symlink: bwrap would follow it inside the sandbox).
+    resolved: dict[str, str] = field(default_factory=dict)
 
     def is_dir(self, path: str) -> bool:
         return path in self.dirs
@@ -81,10 +84,13 @@ def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
             if os.path.islink(path):
                 links[path] = os.readlink(path)
     hidden = frozenset(p for p in ALWAYS_HIDDEN if os.path.lexists(p))
+    resolved = {p: os.path.realpath(p) for p in extra_paths if os.path.islink(p)}
     dirs = frozenset(
-        p for p in (*ETC_BASE, *ETC_NETWORK, *hidden, *extra_paths) if os.path.isdir(p)
+        p
+        for p in (*ETC_BASE, *ETC_NETWORK, *hidden, *extra_paths, *resolved.values())
+        if os.path.isdir(p)
     )
-    return HostLayout(top, frozenset(etc), links, dirs, hidden)
+    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved)
 
 
 def is_below(path: str, root: str) -> bool:
