@@ -677,6 +677,14 @@ class FakeProvider(Provider):
         raise NotImplementedError
 
 
+CHECKED_RULES = (
+    "allow tcp 127.0.0.1 80 out",
+    "allow tcp * 443 out",
+    "allow udp 127.0.0.1 53 out",
+    "deny any * 25 any",
+)
+
+
 @pytest.mark.parametrize(
     ("caps", "expected"),
     [
@@ -689,23 +697,28 @@ class FakeProvider(Provider):
          [["python", "os"], ["python", "os"], ["python", "os"], ["python", "os"]]),
     ],
 )  # fmt: skip
-def test_check_reports_layers(caps: set[Capability], expected: list[list[str]]) -> None:
-    policy = Policy(
-        network=rules(
-            "allow tcp 127.0.0.1 80 out",
-            "allow tcp * 443 out",
-            "allow udp 127.0.0.1 53 out",
-            "deny any * 25 any",
-        )
-    )
-    report = CheckReport(provider="fake")
+def test_check_merges_with_the_os_layer_report(
+    caps: set[Capability], expected: list[list[str]]
+) -> None:
+    from pysb_core.builtin import oslayer
+
+    policy = Policy(network=rules(*CHECKED_RULES), pins={"svc.test": ("127.0.0.7",)})
+    report = CheckReport(provider="fake", python_families=frozenset({"network"}))
     network.pysb_check(policy=policy, provider=FakeProvider(caps), report=report)
+    oslayer.pysb_check(policy=policy, provider=FakeProvider(caps), report=report)
+    assert [r.rule for r in report.rules] == [f"network: {x}" for x in CHECKED_RULES]
     assert [list(r.layers) for r in report.rules] == expected
     assert [r.source for r in report.rules] == [f"test.yaml:{i}" for i in range(1, 5)]
     assert all(r.family == "network" for r in report.rules)
-    no_python = CheckReport(provider="fake", python_guards=False)
-    network.pysb_check(policy=policy, provider=FakeProvider(caps), report=no_python)
-    assert all("python" not in r.layers for r in no_python.rules)
+    assert "network: svc.test pinned to 127.0.0.7" in report.notes
+
+
+def test_check_without_python_guards_needs_the_os_layer() -> None:
+    policy = Policy(network=rules(*CHECKED_RULES))
+    report = CheckReport(provider="fake", python_guards=False)
+    network.pysb_check(policy=policy, provider=None, report=report)
+    assert all(r.layers == () for r in report.rules)
+    assert len(report.unenforced()) == len(CHECKED_RULES)
 
 
 def test_resolver_only_mode_pins_but_does_not_judge(

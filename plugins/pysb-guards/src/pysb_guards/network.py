@@ -63,26 +63,17 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
 
 @hookimpl
 def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
-    """Each network rule is enforced by the Python layer, and by the OS layer when the
-    provider filters that protocol by host (or by port, for rules whose network is ``*``)."""
-    enforced = set(provider.enforced()) if provider is not None else set()
+    """Each network rule is enforced by this (Python) layer.
+
+    The ``os`` layer of the same rule is reported by the core's OS-layer plugin from the
+    provider's capabilities (``tcp-host``/``udp-host`` for any rule of that protocol, the port
+    capabilities only for rules on every address); reports of one rule merge, so the text
+    here must be the core's: ``network: RULE``.
+    """
     for rule in policy.network:
-        layers = ["python"]
-        if rule.protocols and all(
-            _os_enforces(proto, rule.network, enforced) for proto in rule.protocols
-        ):
-            layers.append("os")
-        report.add(str(rule), rule.source, layers, family=GUARD)
+        report.add(f"network: {rule}", rule.source, ["python"], family=GUARD)
     for name, addresses in sorted(policy.pins.items()):
         report.note(f"network: {name} pinned to {', '.join(addresses)}")
-
-
-def _os_enforces(proto: str, network: str, enforced: set[Any]) -> bool:
-    from pysb_core.provider import Capability
-
-    host_cap = Capability.TCP_HOST if proto == "tcp" else Capability.UDP_HOST
-    port_cap = Capability.TCP_PORT if proto == "tcp" else Capability.UDP_PORT
-    return host_cap in enforced or (port_cap in enforced and network == "*")
 
 
 @hookimpl
@@ -137,6 +128,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     # (family, type, proto, address as given, direction) -> the checked address handed to C,
     # for allowed literal addresses: the common case costs one dict lookup.
     fast: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    fast_get = fast.get
 
     raw = _socket.socket
     while type(raw) is not type:  # installed twice: start from the C class, not our subclass
@@ -519,18 +511,31 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             f"{what} refused: network rules cover only IPv4, IPv6 and Unix-path sockets", what
         )
 
+    # The hot methods look the address up first; a refusal is re-raised from the method's own
+    # frame with a fresh traceback, so the program's traceback ends at its call, not in ours.
+
     def connect(self, address):
         try:
-            checked = fast[(family_of(self), type_of(self), proto_of(self), address, "out")]
-        except (KeyError, TypeError):
-            checked = target(self, address, "out", "connect")
+            checked = fast_get((family_of(self), type_of(self), proto_of(self), address, "out"))
+        except TypeError:  # an unhashable address: the slow path explains what is wrong
+            checked = None
+        if checked is None:
+            try:
+                checked = target(self, address, "out", "connect")
+            except NetworkDeniedError as e:
+                raise e.with_traceback(None) from None
         return raw_connect(self, checked)
 
     def connect_ex(self, address):
         try:
-            checked = fast[(family_of(self), type_of(self), proto_of(self), address, "out")]
-        except (KeyError, TypeError):
-            checked = target(self, address, "out", "connect")
+            checked = fast_get((family_of(self), type_of(self), proto_of(self), address, "out"))
+        except TypeError:
+            checked = None
+        if checked is None:
+            try:
+                checked = target(self, address, "out", "connect")
+            except NetworkDeniedError as e:
+                raise e.with_traceback(None) from None
         return raw_connect_ex(self, checked)
 
     def bind(self, address):
@@ -549,9 +554,15 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         if len(args) in (1, 2):
             address = args[-1]
             try:
-                checked = fast[(family_of(self), type_of(self), proto_of(self), address, "out")]
-            except (KeyError, TypeError):
-                checked = target(self, address, "out", "sendto")
+                key = (family_of(self), type_of(self), proto_of(self), address, "out")
+                checked = fast_get(key)
+            except TypeError:
+                checked = None
+            if checked is None:
+                try:
+                    checked = target(self, address, "out", "sendto")
+                except NetworkDeniedError as e:
+                    raise e.with_traceback(None) from None
             args = (*args[:-1], checked)
         return raw_sendto(self, data, *args)
 
@@ -563,21 +574,21 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     methods: dict[str, Callable[..., Any]] = {
         "connect": connect,
         "connect_ex": connect_ex,
-        "bind": bind,
-        "listen": listen,
+        "bind": _trimmed(bind),
+        "listen": _trimmed(listen),
         "sendto": sendto,
-        "sendmsg": sendmsg,
+        "sendmsg": _trimmed(sendmsg),
     }
     for fn_name, fn in methods.items():
         fn.__name__ = fn.__qualname__ = fn_name
         fn.__doc__ = getattr(raw, fn_name).__doc__
 
     resolvers: dict[str, Callable[..., Any]] = {
-        "getaddrinfo": getaddrinfo,
-        "gethostbyname": gethostbyname,
-        "gethostbyname_ex": gethostbyname_ex,
-        "gethostbyaddr": gethostbyaddr,
-        "getnameinfo": getnameinfo,
+        "getaddrinfo": _trimmed(getaddrinfo),
+        "gethostbyname": _trimmed(gethostbyname),
+        "gethostbyname_ex": _trimmed(gethostbyname_ex),
+        "gethostbyaddr": _trimmed(gethostbyaddr),
+        "getnameinfo": _trimmed(getnameinfo),
     }
     for fn_name, fn in resolvers.items():
         fn.__name__ = fn.__qualname__ = fn_name
@@ -692,6 +703,18 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 # ---------------------------------------------------------------------------------------
 # Small helpers (pure; no guard state)
 # ---------------------------------------------------------------------------------------
+
+
+def _trimmed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose refusals surface from this one frame, without the guard's inner frames."""
+
+    def face(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NetworkDeniedError as e:
+            raise e.with_traceback(None) from None
+
+    return face
 
 
 def _plain(address: tuple[Any, ...]) -> bool:

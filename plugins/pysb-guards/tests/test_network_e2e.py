@@ -1,0 +1,136 @@
+"""``pysb run`` / ``pysb check`` end to end with network rules (subprocess provider).
+
+Real ``pysb`` processes, a real loopback server, real pinning through the built-in resolver
+(names come from a test hosts file; the DNS step is pointed at loopback so that no query
+ever leaves the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import run_pysb
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield s.getsockname()[1]
+    s.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 svc.pysb.test\n")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    return {"PYSB_HOSTS_FILE": str(hosts), "PYSB_RESOLV_CONF": str(resolv)}
+
+
+def write_profile(directory: Path, *rules: str) -> Path:
+    lines = ["imports: [socket, json]", "network:" if rules else "network: []"]
+    lines += [f"  - {r}" for r in rules]
+    path = directory / ".pysb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+CONNECT = (
+    "import socket, sys\n"
+    "socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)\n"
+    "print('connected')\n"
+)
+
+
+def test_allowed_and_refused_connections(tmp_path: Path, server: int, env) -> None:
+    write_profile(tmp_path, f"allow tcp 127.0.0.1 {server} out")
+    ok = run_pysb("run", "-c", CONNECT, "127.0.0.1", str(server), cwd=tmp_path, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "connected"
+    refused = run_pysb("run", "-c", CONNECT, "127.0.0.1", str(server + 1), cwd=tmp_path, env=env)
+    assert refused.returncode == 1
+    assert "NetworkDeniedError" in refused.stderr
+    assert f"allow tcp 127.0.0.1 {server + 1} out" in refused.stderr
+
+
+def test_net_option_adds_a_rule(tmp_path: Path, server: int, env) -> None:
+    write_profile(tmp_path)
+    rule = f"allow tcp 127.0.0.1 {server} out"
+    ok = run_pysb(
+        "run", "--net", rule, "-c", CONNECT, "127.0.0.1", str(server), cwd=tmp_path, env=env
+    )
+    assert ok.returncode == 0, ok.stderr
+    bad = run_pysb(
+        "run", "--net", "allow tcp 127.0.0.1 80,, out", "-c", "pass", cwd=tmp_path, env=env
+    )
+    assert bad.returncode == 125
+    assert "empty port" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_deny_beats_allow_end_to_end(tmp_path: Path, server: int, env) -> None:
+    write_profile(tmp_path, f"allow tcp 127.0.0.1 {server} out", "deny tcp 127.0.0.0/8 * out")
+    out = run_pysb("run", "-c", CONNECT, "127.0.0.1", str(server), cwd=tmp_path, env=env)
+    assert out.returncode == 1
+    assert "deny tcp 127.0.0.0/8 * out" in out.stderr
+    assert ".pysb.yaml:4" in out.stderr
+
+
+def test_pinned_name_inside_the_sandbox(tmp_path: Path, server: int, env) -> None:
+    write_profile(tmp_path, f"allow tcp svc.pysb.test {server} out")
+    code = (
+        "import json, socket, sys\n"
+        "port = int(sys.argv[1])\n"
+        "print(json.dumps(sorted({a[4][0] for a in socket.getaddrinfo('svc.pysb.test', port)})))\n"
+        "socket.create_connection(('svc.pysb.test', port), 5)\n"
+        "try:\n"
+        "    socket.getaddrinfo('uncovered.pysb.test', 443)\n"
+        "except ConnectionRefusedError as e:\n"
+        "    print(type(e).__name__)\n"
+    )
+    out = run_pysb("run", "-c", code, str(server), cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert json.loads(lines[0]) == ["127.0.0.1"]
+    assert lines[1] == "NetworkDeniedError"
+
+
+def test_unresolvable_hosts(tmp_path: Path, env) -> None:
+    write_profile(tmp_path, "allow tcp gone.pysb.test 443 out")
+    dropped = run_pysb("run", "-c", "print('ran')", cwd=tmp_path, env=env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert "gone.pysb.test" in dropped.stderr and "allows nothing" in dropped.stderr
+    write_profile(tmp_path, "deny tcp gone.pysb.test * out")
+    fatal = run_pysb("run", "-c", "print('ran')", cwd=tmp_path, env=env)
+    assert fatal.returncode == 125
+    assert "ran" not in fatal.stdout
+    assert ".pysb.yaml:3" in fatal.stderr and "gone.pysb.test" in fatal.stderr
+
+
+def test_check_reports_network_layers(tmp_path: Path, env) -> None:
+    write_profile(tmp_path, "allow tcp svc.pysb.test 443 out", "deny any * 25 any")
+    out = run_pysb("check", "--json", cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    rules = {r["rule"]: r for r in report["rules"]}
+    assert rules["allow tcp svc.pysb.test 443 out"]["layers"] == ["python"]
+    assert rules["allow tcp svc.pysb.test 443 out"]["source"].endswith(".pysb.yaml:3")
+    assert rules["deny any * 25 any"]["layers"] == ["python"]
+
+
+def test_learning_writes_network_rules_by_name(tmp_path: Path, server: int, env) -> None:
+    profile = tmp_path / "learned.yaml"
+    code = (
+        "import socket, sys\nsocket.create_connection(('localhost', int(sys.argv[1])), 5).close()\n"
+    )
+    out = run_pysb("run", f"--learn={profile}", "-c", code, str(server), cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"allow tcp localhost {server} out" in profile.read_text()
