@@ -191,6 +191,30 @@ def test_no_rule_is_refused_with_the_rule_to_add(tmp_path: Path, server: Server)
     assert events[0].suggested_rule == f"allow tcp 127.0.0.1 {P} out"
 
 
+def test_refusal_traceback_ends_at_the_callers_line(tmp_path: Path) -> None:
+    code = """
+    import traceback
+    for name, call in [
+        ("connect", lambda: socket.socket().connect(("127.0.0.1", 9))),
+        ("bind", lambda: socket.socket().bind(("127.0.0.1", 0))),
+        ("getaddrinfo", lambda: socket.getaddrinfo("uncovered.pysb.test", 443)),
+        ("sendto", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
+            b"x", ("127.0.0.1", 9))),
+    ]:
+        try:
+            call()
+        except ConnectionRefusedError as e:
+            results[name] = traceback.format_exception(e)
+    """
+    results, _ = run_child(tmp_path, Policy(), code)
+    assert set(results) == {"connect", "bind", "getaddrinfo", "sendto"}
+    for name, lines in results.items():
+        text = "".join(lines)
+        assert "During handling" not in text, text
+        assert text.count("pysb_guards/network.py") == 1, text
+        assert lines[-1].startswith("pysb_core.errors.NetworkDeniedError: "), name
+
+
 def test_deny_listed_after_allow_still_denies(tmp_path: Path, server: Server) -> None:
     P = server.port
     policy = Policy(network=rules(f"allow tcp 127.0.0.1 {P} out", "deny tcp 127.0.0.0/8 * out"))
