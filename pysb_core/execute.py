@@ -3,13 +3,13 @@
 The parent stays (it reads the report channel and enforces ``wall-time``) but is
 invisible: signals sent to it are forwarded to the sandbox by PID, Ctrl-C from the
 terminal reaches the program directly (the parent does not forward what the kernel
-already delivered to the whole foreground process group), and a death by signal N
-becomes exit status 128+N.
+already delivered to the whole foreground process group -- unless the provider put the
+program in a session of its own and says so with ``proc.pysb_own_session``), and a death
+by signal N becomes exit status 128+N.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -62,9 +62,15 @@ def wait(
             info = signal.sigtimedwait(watched, timeout)
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
-            if info.si_signo in (signal.SIGINT, signal.SIGQUIT) and info.si_code != _SI_USER:
+            if (
+                info.si_signo in (signal.SIGINT, signal.SIGQUIT)
+                and info.si_code != _SI_USER
+                and not getattr(proc, "pysb_own_session", False)
+            ):
                 continue  # from the terminal: the program's process group got it already
             if proc.poll() is None:
-                os.kill(proc.pid, info.si_signo)
+                # send_signal, not os.kill(proc.pid): a provider whose host process is a
+                # wrapper (bwrap) routes the signal to the program inside.
+                proc.send_signal(info.si_signo)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
