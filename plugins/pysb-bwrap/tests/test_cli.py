@@ -156,3 +156,51 @@ def test_repl_ctrl_c_reaches_the_program_and_job_goes_on(project):
     assert "provider bwrap" in text
     assert "KeyboardInterrupt" in text and "42" in text, text
     assert os.waitstatus_to_exitcode(status) == 5
+
+
+def test_ctrl_c_reaches_a_script_in_its_own_session(project):
+    """Not interactive (-c on a terminal): the program has its own session, pysb forwards the
+    terminal's SIGINT, the program sees KeyboardInterrupt and dies of it (130), as python."""
+    import os
+    import pty
+    import select
+    import time
+
+    from pysb_core.testing import BASE_ENV, pysb_command
+
+    root, _ = project
+    code = (
+        "import time\n"
+        "try:\n"
+        "    print('ready', flush=True); time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('caught', flush=True); raise\n"
+    )
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(root)
+        cmd = [*pysb_command(), *RUN, "-c", code]
+        os.execve(cmd[0], cmd, {**BASE_ENV, "TERM": "dumb"})
+    out = b""
+
+    def read_until(marker: bytes, timeout: float = 30) -> None:
+        nonlocal out
+        end = time.monotonic() + timeout
+        while marker not in out and time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    try:
+        read_until(b"ready")
+        time.sleep(1)  # let pysb reach its wait loop (it forwards from there)
+        os.write(fd, b"\x03")
+        read_until(b"KeyboardInterrupt")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert b"caught" in out, out
+    assert os.waitstatus_to_exitcode(status) == 130

@@ -50,7 +50,12 @@ class BwrapProcess(subprocess.Popen[bytes]):
             super().send_signal(sig)
 
 
-def adopt(proc: subprocess.Popen[bytes]) -> None:
+def adopt(proc: subprocess.Popen[bytes], *, own_session: bool = True) -> None:
     """``on_started`` hook: make the ``Popen`` the base launch created a :class:`BwrapProcess`
-    (same layout, no extra state), so its callers' ``send_signal`` reaches the program."""
+    (same layout), so its callers' ``send_signal`` reaches the program.
+
+    ``pysb_own_session`` tells pysb's waiter that the program is not in the terminal's
+    process group: Ctrl-C from the terminal must be forwarded, not assumed delivered.
+    """
     proc.__class__ = BwrapProcess
+    proc.pysb_own_session = own_session  # type: ignore[attr-defined]

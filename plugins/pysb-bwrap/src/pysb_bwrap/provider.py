@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pysb_bwrap import netlayer, options
@@ -160,7 +161,7 @@ class BwrapProvider(Provider):
             pass_fds=[*plan.pass_fds, *child_fds, *(netlaunch.child_fds if netlaunch else ())],
             cleanups=[res.release],
         )
-        spec.on_started.append(adopt)
+        spec.on_started.append(partial(adopt, own_session=not shares_terminal(plan)))
         # bwrap has its own copies now; ours would only keep the pipes alive.
         spec.on_started.append(lambda _proc: [res.close(fd) for fd in child_fds])
         if netlaunch is not None:
@@ -181,6 +182,12 @@ class BwrapProvider(Provider):
                     previous()
 
             popen_kwargs["preexec_fn"] = ignore_sigint
+        elif "start_new_session" not in popen_kwargs:
+            # The program is in a session of its own (--new-session); bwrap goes into a
+            # process group of its own too, so the terminal's Ctrl-C does not kill bwrap
+            # (and with it, the program) but reaches pysb, which forwards it to the
+            # program (proc.pysb_own_session, pysb_core.execute).
+            popen_kwargs.setdefault("process_group", 0)
         return super().launch(plan, **popen_kwargs)
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
