@@ -29,3 +29,36 @@ def test_learning_writes_the_profile_when_the_sandbox_stops(tmp_path: Path, caps
     # the written profile is then enforced (no longer a learning run) and the call works
     with sandboxes(profile=str(learned), cwd=str(tmp_path), provider="subprocess"):
         assert mod.compute(4) == [4, 4]
+
+
+def test_sigterm_stops_the_worker_writes_learned_rules_and_dies_by_the_signal(tmp_path: Path):
+    import signal
+    import subprocess
+    import sys
+
+    from pysb_core.remote.testkit import descendants, wait_for_file
+
+    write_module(tmp_path, FUNCTIONS, prefix="sigmod")
+    mod_name = next(p.stem for p in tmp_path.glob("sigmod_*.py"))
+    learned, ready = tmp_path / "learned.yaml", tmp_path / "ready"
+    (tmp_path / "app.py").write_text(
+        f"import sys, time\nsys.path.insert(0, {str(tmp_path)!r})\n"
+        f"import {mod_name} as m\nfrom pysb_core import sandboxes\n"
+        f"with sandboxes(learn={str(learned)!r}, cwd={str(tmp_path)!r}) as s:\n"
+        "    m.compute(1)\n"
+        f"    open({str(ready)!r}, 'w').write(str(s.pid))\n"
+        "    time.sleep(60)\n"
+    )
+    app = subprocess.Popen([sys.executable, str(tmp_path / "app.py")], stderr=subprocess.PIPE)
+    try:
+        worker = int(wait_for_file(ready, timeout=60))
+        assert worker in descendants(app.pid)
+        app.send_signal(signal.SIGTERM)  # our own child, by its PID
+        app.wait(timeout=60)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    assert app.returncode == -signal.SIGTERM
+    assert learned.exists()
+    assert not Path(f"/proc/{worker}").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -144,6 +145,50 @@ def sandbox(
     return wrapper
 
 
+# ------------------------------------------------------------------------------ SIGTERM
+
+
+class _Terminated(SystemExit):
+    """SIGTERM arrived while a sandbox ran: unwind to ``sandboxes()``'s exit, stop the
+    worker (clean-ups, learned rules), then die by SIGTERM as the default action would."""
+
+
+_sigterm_armed = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if _client is None:  # no sandbox to stop: behave as the default action
+        _die_by(signum)
+    raise _Terminated(128 + signum)
+
+
+def _die_by(signum: int) -> None:
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # this very process
+
+
+def _arm_sigterm() -> None:
+    """Only on the main thread, and only where the application left the default action."""
+    global _sigterm_armed
+    if _sigterm_armed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            _sigterm_armed = True
+    except (ValueError, OSError):
+        pass
+
+
+def _disarm_sigterm() -> None:
+    global _sigterm_armed
+    if not _sigterm_armed or threading.current_thread() is not threading.main_thread():
+        return  # elsewhere: the handler stays, and acts as the default when no sandbox runs
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _sigterm_armed = False
+
+
 # ---------------------------------------------------------------------------- sandboxes()
 
 
@@ -246,35 +291,50 @@ class Sandboxes:
             _client, _refs = client, 1
             self._entered += 1
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
+        """Leave; True when this exit stopped the worker."""
         global _client, _refs
         with _lock:
             if self._entered == 0:
-                return
+                return False
             self._entered -= 1
             _refs -= 1
             if _refs > 0 or _client is None:
-                return
+                return False
             client, _client = _client, None
-            client.stop()
+            try:
+                client.stop()
+            finally:
+                _disarm_sigterm()
+            return True
 
     def __enter__(self) -> Sandboxes:
         self._start(False)
+        if self._entered:
+            _arm_sigterm()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self._stop()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        stopped = self._stop()
+        if stopped and isinstance(exc, _Terminated):
+            _die_by(signal.SIGTERM)
 
     async def __aenter__(self) -> Sandboxes:
         import asyncio
 
         await asyncio.to_thread(self._start, True)
+        if self._entered:
+            _arm_sigterm()
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         import asyncio
 
-        await asyncio.to_thread(self._stop)
+        stopped = await asyncio.to_thread(self._stop)
+        if stopped:
+            _disarm_sigterm()
+            if isinstance(exc, _Terminated):
+                _die_by(signal.SIGTERM)
 
     @property
     def pid(self) -> int | None:
