@@ -9,7 +9,7 @@ import pysb_landlock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pysb_landlock import LandlockProvider, ruleset
+from pysb_landlock import LandlockProvider, compiler, ruleset
 from pysb_landlock.compiler import compile_plan, merge, subtract
 
 from pysb_core.netrules import parse_rule
@@ -228,12 +228,15 @@ def test_ruleset_abi_masks_and_struct_layout():
     assert pysb_landlock.LandlockProvider.name == "landlock"
 
 
-def test_private_keys_of_implicit_exposures_are_left_out(tmp_path):
+def test_private_keys_of_implicit_exposures_are_left_out(tmp_path, monkeypatch):
     ssl = tmp_path / "ssl"
     for d in ("certs", "private"):
         (ssl / d).mkdir(parents=True)
     (ssl / "openssl.cnf").write_text("")
     implicit = Exposure(str(ssl), str(ssl), False, "<ca-certificates>", True)
+    c = compile_plan(make_plan([implicit]), 7)
+    assert str(ssl) in c.read  # only system configuration (/etc) is split
+    monkeypatch.setattr(compiler, "SPLIT_ROOTS", (str(tmp_path),))
     c = compile_plan(make_plan([implicit]), 7)
     assert str(ssl / "certs") in c.read and str(ssl / "openssl.cnf") in c.read
     assert str(ssl) not in c.read and str(ssl / "private") not in c.read

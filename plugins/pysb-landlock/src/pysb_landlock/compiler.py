@@ -101,10 +101,11 @@ def format_ranges(ranges: Ranges | None) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
-#: Subdirectories of an implicit exposure that are never granted (private TLS keys under
-#: ``/etc/ssl``): Landlock cannot carve a hole, so the parent's other entries are granted
+#: Subdirectories of an implicit exposure under /etc that are never granted (private TLS
+#: keys under ``/etc/ssl``): Landlock cannot carve a hole, so the parent's other entries are granted
 #: one by one instead.
 PRIVATE_NAMES = frozenset({"private"})
+SPLIT_ROOTS = ("/etc",)
 
 
 def _without_private(path: str) -> list[str]:
@@ -240,7 +241,7 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
             lst.append(path)
 
     for e in plan.exposures:
-        if e.implicit and not e.writable:
+        if e.implicit and not e.writable and any(_under(e.path, r) for r in SPLIT_ROOTS):
             for path in _without_private(e.path):
                 add(c.read, path)
             continue
