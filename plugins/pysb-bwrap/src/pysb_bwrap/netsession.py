@@ -54,6 +54,10 @@ class Resources:
             self.fds.discard(fd)
             os.close(fd)
 
+    def close_all(self, fds: list[int]) -> None:
+        for fd in fds:
+            self.close(fd)
+
     def release(self) -> None:
         for fd in list(self.fds):
             self.close(fd)

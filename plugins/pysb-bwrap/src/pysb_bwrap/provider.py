@@ -93,7 +93,11 @@ class BwrapProvider(Provider):
             )
         except SandboxError as exc:
             return [*lines, f"cannot build: {exc}"]
-        lines.append("command: " + " ".join(cmd.argv))
+        shown = list(cmd.argv)
+        for i, arg in enumerate(shown[:-1]):
+            if arg == "--seccomp":
+                shown[i + 1] = "FD"  # the filter travels over a pipe made at launch
+        lines.append("command: " + " ".join(shown))
         return lines
 
     # -- launch ---------------------------------------------------------------------
@@ -163,7 +167,7 @@ class BwrapProvider(Provider):
         )
         spec.on_started.append(partial(adopt, own_session=not shares_terminal(plan)))
         # bwrap has its own copies now; ours would only keep the pipes alive.
-        spec.on_started.append(lambda _proc: [res.close(fd) for fd in child_fds])
+        spec.on_started.append(lambda _proc: res.close_all(child_fds))
         if netlaunch is not None:
             spec.on_started.append(netlaunch.on_started)
             spec.cleanups.insert(0, netlaunch.close)

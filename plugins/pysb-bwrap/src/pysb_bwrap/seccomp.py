@@ -41,19 +41,19 @@ def _assemble(abis: list[tuple[int, list[int]]]) -> list[tuple[int, int, int, in
     """Return ``(code, jt, jf, k)`` instructions; labels resolved to relative jumps."""
     prog: list[tuple[str | int, ...]] = [("ld", OFF_ARCH)]
     for i, (arch, _) in enumerate(abis):
-        prog.append(("jeq", arch, f"abi{i}", None))
+        prog.append(("jeq", arch, f"abi{i}"))
     prog.append(("ret", RET_ALLOW))
     for i, (_, numbers) in enumerate(abis):
         prog.append(("label", f"abi{i}"))
         prog.append(("ld", OFF_NR))
         for nr in numbers:
-            prog.append(("jeq", nr, "check", None))
+            prog.append(("jeq", nr, "check"))
         prog.append(("ret", RET_ALLOW))
     prog += [
         ("label", "check"),
         ("ld", OFF_ARG1),
-        ("jeq", TIOCSTI, "deny", None),
-        ("jeq", TIOCLINUX, "deny", None),
+        ("jeq", TIOCSTI, "deny"),
+        ("jeq", TIOCLINUX, "deny"),
         ("ret", RET_ALLOW),
         ("label", "deny"),
         ("ret", RET_EPERM),
