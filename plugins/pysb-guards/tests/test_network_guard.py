@@ -82,11 +82,13 @@ def run_child(
     setup: str = "",
     env: dict[str, str] | None = None,
     wrap: list[str] | None = None,
+    install: bool = True,
 ) -> tuple[dict[str, Any], list[Event]]:
     """Run ``code`` in a fresh interpreter with the guard installed; return results, events."""
     policy_file = tmp_path / f"policy-{os.urandom(4).hex()}.json"
     policy_file.write_text(policy.to_json())
-    script = PRELUDE + textwrap.dedent(setup) + INSTALL + textwrap.dedent(code) + EPILOGUE
+    hook = INSTALL if install else ""
+    script = PRELUDE + textwrap.dedent(setup) + hook + textwrap.dedent(code) + EPILOGUE
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-c", script, str(policy_file), str(write_fd)]
     try:
@@ -762,3 +764,42 @@ def test_resolver_only_mode_pins_but_does_not_judge(
     results, _ = run_child(tmp_path, off, code)
     assert results["gai"] == {"ok": [["127.0.0.1", P]]}
     assert results["connect"] == {"ok": "connected"}
+
+
+def test_without_python_guards_pins_still_answer(
+    tmp_path: Path, server: Server, hosts_file, private_netns: list[str]
+) -> None:
+    # In a private namespace: were the pins not installed, the lookup would go to a
+    # nameserver that does not exist there, never to a real one.
+    import dataclasses
+
+    from pysb_core.plan import LaunchPlan
+
+    P = server.port
+    policy = dataclasses.replace(
+        pinned_policy(f"allow tcp svc.pysb.test {P} out"), python_guards=False
+    )
+    plan = LaunchPlan(policy=policy, python=sys.executable, argv=[], env={}, cwd=str(tmp_path))
+    network.pysb_contribute(policy=policy, plan=plan)
+    assert len(plan.child_setups) == 1
+    setup = plan.child_setups[0]
+    assert json.loads(json.dumps(setup.args)) == {"pins": {"svc.pysb.test": ["127.0.0.1"]}}
+    # What the bootstrap does with it: import the module, call the function with the args.
+    code = f"""
+    import importlib
+    fn = getattr(importlib.import_module({setup.module!r}), {setup.function!r})
+    fn(**{setup.args!r})
+    attempt('gai', lambda: [a for *_, a in socket.getaddrinfo('svc.pysb.test', {P}, 0, 1)])
+    attempt('connect', connect, '127.0.0.1', {P})
+    attempt('numeric', lambda: socket.getaddrinfo('127.0.0.1', 80, 0, 1)[0][4])
+    """
+    results, events = run_child(tmp_path, policy, code, install=False, wrap=private_netns)
+    assert results["gai"] == {"ok": [["127.0.0.1", P]]}
+    # Nothing is judged (the OS layer's job): the kernel answers, nobody listens in there.
+    assert results["connect"]["error"] == "ConnectionRefusedError"
+    assert results["numeric"] == {"ok": ["127.0.0.1", 80]}
+    assert events == []
+    with_guards = dataclasses.replace(policy, python_guards=True)
+    plan2 = LaunchPlan(policy=with_guards, python=sys.executable, argv=[], env={}, cwd="/")
+    network.pysb_contribute(policy=with_guards, plan=plan2)
+    assert plan2.child_setups == []

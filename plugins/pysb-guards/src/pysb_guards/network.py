@@ -44,6 +44,7 @@ except ImportError:  # pysb_core without the public marker yet: the marker is ju
 if TYPE_CHECKING:
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
+    from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
     from pysb_core.provider import Provider
 
@@ -59,6 +60,27 @@ GUARD = "network"
 def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
     """Patch sockets and resolvers of this interpreter according to ``policy``."""
     install(policy, recorder)
+
+
+@hookimpl
+def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
+    """Without the Python guards the interpreter still answers pinned names from the pins
+    (SPEC §6): ask the bootstrap to install the resolver part alone."""
+    if policy.python_guards or not policy.pins:
+        return
+    from pysb_core.plan import ChildSetup
+
+    pins = {name: list(addresses) for name, addresses in policy.pins.items()}
+    plan.add_child_setup(ChildSetup(__name__, "pin_resolver", {"pins": pins}))
+
+
+def pin_resolver(pins: dict[str, list[str]]) -> None:
+    """Child set-up: pinned names answer with their pins, nothing is judged or refused."""
+    from pysb_core.events import Recorder
+    from pysb_core.policy import Policy
+
+    policy = Policy(pins={k: tuple(v) for k, v in pins.items()}, python_guards=False)
+    install(policy, Recorder(None, learning=False), enforce=False)
 
 
 @hookimpl
