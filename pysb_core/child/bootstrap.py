@@ -142,6 +142,9 @@ def _run_repl(program: dict, code) -> None:
 
 
 def main(fd: str) -> None:
+    from pysb_core.remote.state import mark_in_sandbox
+
+    mark_in_sandbox()  # @sandbox functions called here run directly (complete mode)
     payload = _read_payload(int(fd))
     program = payload["program"]
     for entry in payload.get("sys_path", ()):
@@ -208,12 +211,22 @@ def main(fd: str) -> None:
                 (getattr(importlib.import_module(s["module"]), s["function"]), s.get("args", {}))
                 for s in payload.get("child_setups", ())
             ]
-            allowed = program.get("module") or (
-                os.path.splitext(os.path.basename(program["path"]))[0] if mode == "script" else None
-            )
+            if mode == "entry":  # partial mode: the modules defining sandboxed functions
+                allowed_names = list(program.get("args", {}).get("program_modules", ()))
+            else:
+                allowed_names = [
+                    program.get("module")
+                    or (
+                        os.path.splitext(os.path.basename(program["path"]))[0]
+                        if mode == "script"
+                        else None
+                    )
+                ]
             for g in guards:
-                if allowed and hasattr(g, "allow_program_module"):
-                    g.allow_program_module(allowed.partition(".")[0])
+                if hasattr(g, "allow_program_module"):
+                    for allowed in allowed_names:
+                        if allowed:
+                            g.allow_program_module(allowed.partition(".")[0])
             for g in guards:
                 install = getattr(g, "pysb_child_install", None)
                 if install is not None:
