@@ -33,9 +33,19 @@ STUB = (
 
 def implicit(python: str = sys.executable) -> list[Exposure]:
     """The read-only exposures the pipeline adds (interpreter, stdlib, pysb itself)."""
-    from pysb_core.pyenv import implicit_exposures
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        from pysb_core.pyenv import implicit_exposures
 
-    out = list(implicit_exposures(python))
+        out = list(implicit_exposures(python))
+    else:  # another interpreter: ask it where it lives
+        probe = (
+            "import sys, sysconfig; print(sys.base_prefix); print(sysconfig.get_paths()['stdlib'])"
+        )
+        lines = subprocess.run([python, "-c", probe], capture_output=True, text=True).stdout
+        out = [
+            Exposure(os.path.realpath(p), os.path.realpath(p), False, "<python>", True)
+            for p in lines.split()
+        ]
     for extra in (ROOT, GUARDS_SRC):
         out.append(Exposure(str(extra), str(extra), False, "<pysb>", True))
     return out

@@ -35,8 +35,9 @@ from typing import Any
 _FunctionType = types.FunctionType
 _FrameType = types.FrameType
 
-#: The globals of every door: empty, and no door code ever reads a global name.
-DOOR_NS: dict[str, Any] = {"__builtins__": {}}
+#: The globals of every door. No door code reads a global name; the builtins are there for
+#: C functions that default to their caller's builtins (``exec`` of a module's code).
+DOOR_NS: dict[str, Any] = {"__builtins__": builtins}
 
 
 class Refusal:
@@ -296,6 +297,19 @@ def _returning(fn: Callable[..., Any]) -> Callable[..., Any]:
         return Refusal(r) if isinstance(r, BaseException) else r
 
     return call
+
+
+def clean_traceback(tb: Any, is_private: Callable[[Any], bool]) -> Any:
+    """The traceback ``tb`` without the entries of private frames (sealed code)."""
+    kept = []
+    while tb is not None:
+        if not is_private(tb.tb_frame):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for entry in reversed(kept):
+        out = types.TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return out
 
 
 def _allow_all(args: tuple, kwargs: dict) -> None:

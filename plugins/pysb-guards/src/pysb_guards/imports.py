@@ -293,6 +293,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         MAKE_FACE=_seal.make_face,
         MAKE_DOOR=_seal.make_door,
         ALLOW=_seal._allow_all,
+        CLEAN_TB=_seal.clean_traceback,
         IS_FACE=_seal.is_face,
         FACE_CODES=face_codes,
         BOOT_NS=(_frozen_importlib.__dict__, _frozen_importlib_external.__dict__),
@@ -419,6 +420,7 @@ REFUSAL: Any = None  # type: ignore[assignment]  # sealed
 SYS: Any = None  # type: ignore[assignment]  # sealed
 MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
 MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
+CLEAN_TB: Any = None  # type: ignore[assignment]  # sealed
 ALLOW: Any = None  # type: ignore[assignment]  # sealed
 IS_FACE: Any = None  # type: ignore[assignment]  # sealed
 FACE_CODES: Any = None  # type: ignore[assignment]  # sealed
@@ -432,7 +434,20 @@ IMP: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_face(fn):
-    return MAKE_FACE(MAKE_DOOR(fn, ALLOW, name=fn.__name__))
+    """A face for an engine function: its exceptions come out without engine frames."""
+
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as e:
+            return REFUSAL(e, CLEAN_TB(e.__traceback__, _e_private))
+
+    return MAKE_FACE(MAKE_DOOR(run, ALLOW, name=fn.__name__))
+
+
+def _e_private(frame):
+    g = frame.f_globals
+    return g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK
 
 
 def _e_top(name):

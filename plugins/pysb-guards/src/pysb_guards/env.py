@@ -1,0 +1,145 @@
+"""The environment guard: enforced by construction, learned by watching ``os.environ``.
+
+The pipeline starts the sandboxed interpreter with exactly ``Policy.env`` as its
+environment: a variable the profile does not name is simply absent (``KeyError``), whatever
+the program does. There is nothing to patch when enforcing.
+
+In a learning run the child sees the host's environment, and this module records which
+variables the program reads (``os.environ[...]``, ``.get``, ``in``, ``os.getenv``, and the
+bytes forms) after the guards are armed, so that the learned profile forwards each one with
+``env: NAME: ${NAME}``. Not counted: variables the program set or deleted itself, and a scan
+that reads back what it just listed (``dict(os.environ)``, ``for k in os.environ:
+os.environ[k]``), which says nothing about what the program needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+try:
+    from pysb_core.markers import hookimpl
+except ImportError:  # pragma: no cover - an older pysb_core
+    import pluggy
+
+    hookimpl = pluggy.HookimplMarker("pysb")
+
+if TYPE_CHECKING:
+    from pysb_core.check import CheckReport
+    from pysb_core.events import Event, Recorder
+    from pysb_core.policy import Policy
+    from pysb_core.provider import Provider
+
+GUARD = "env"
+
+_state: dict[str, Any] = {}
+
+
+@hookimpl
+def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
+    """In a learning run, start watching reads of the environment."""
+    if recorder.learning:
+        install(recorder)
+
+
+@hookimpl
+def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
+    """Reads count from here on (the framework's own start-up reads do not)."""
+    if _state:
+        _state["armed"] = True
+
+
+@hookimpl
+def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+    """The environment is built by the launcher: every provider that starts a fresh process
+    enforces it (``os``); the Python layer has nothing to add."""
+    from pysb_core.provider import Capability
+
+    enforced = provider is None or Capability.ENV in set(provider.enforced())
+    layers = ["os"] if enforced else []
+    for name in sorted(policy.env):
+        source = policy.env_sources.get(name, "<profile>")
+        report.add(f"env: {name}", source, layers, family=GUARD)
+
+
+@hookimpl
+def pysb_learned(records: Sequence[Event], profile: Any) -> None:
+    """``env: NAME: ${NAME}`` for each variable the program read."""
+    for name in learned_env(records):
+        profile.add("env", None, (name, "${" + name + "}"))
+
+
+def learned_env(records: Sequence[Event]) -> list[str]:
+    names = {r.target for r in records if r.guard == GUARD and r.action == "learn"}
+    return sorted(n for n in names if n and all(c.isalnum() or c == "_" for c in n))
+
+
+def install(recorder: Recorder) -> None:
+    """Wrap ``os.environ`` / ``os.environb`` reads (their class, ``os._Environ``)."""
+    import os
+
+    if _state:
+        return
+    _state.update(armed=False, own=set(), listed=set())
+    cls = type(os.environ)
+    own: set[str] = _state["own"]
+    listed: set[str] = _state["listed"]
+
+    def text(key: Any) -> str | None:
+        if isinstance(key, bytes):
+            return key.decode("utf-8", "surrogateescape")
+        return key if isinstance(key, str) else None
+
+    def note(key: Any) -> None:
+        name = text(key)
+        if name is None or not _state["armed"] or name in own:
+            return
+        if name in listed:
+            listed.discard(name)
+            return
+        recorder.learn(GUARD, name, "read", f"env: {name}: ${{{name}}}")
+
+    original_getitem = cls.__getitem__
+    original_setitem = cls.__setitem__
+    original_delitem = cls.__delitem__
+    original_iter = cls.__iter__
+
+    def __getitem__(self: Any, key: Any) -> Any:
+        try:
+            return original_getitem(self, key)
+        finally:
+            note(key)
+
+    def __setitem__(self: Any, key: Any, value: Any) -> None:
+        name = text(key)
+        if name is not None:
+            own.add(name)
+        original_setitem(self, key, value)
+
+    def __delitem__(self: Any, key: Any) -> None:
+        name = text(key)
+        if name is not None:
+            own.add(name)
+        original_delitem(self, key)
+
+    def __iter__(self: Any) -> Any:
+        for key in original_iter(self):
+            name = text(key)
+            if name is not None:
+                listed.add(name)
+            yield key
+
+    def __contains__(self: Any, key: Any) -> bool:
+        try:
+            original_getitem(self, key)
+        except KeyError:
+            note(key)
+            return False
+        note(key)
+        return True
+
+    cls.__getitem__ = __getitem__  # type: ignore[method-assign]
+    cls.__setitem__ = __setitem__  # type: ignore[method-assign]
+    cls.__delitem__ = __delitem__  # type: ignore[method-assign]
+    cls.__iter__ = __iter__  # type: ignore[method-assign]
+    cls.__contains__ = __contains__  # type: ignore[method-assign]
