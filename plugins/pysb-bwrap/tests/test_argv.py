@@ -204,3 +204,19 @@ def test_ignored_symlink_masks_its_visible_target_only():
     assert pairs(cmd.argv, "--ro-bind").count(("/e", "/p/real.pem")) == 1
     assert "/p/.env" not in cmd.argv and "/etc/shadow" not in cmd.argv
     assert cmd.masked == ["/p/real.pem"]
+
+
+def test_interpreter_link_chain_recreated_or_left_to_its_directory():
+    layout = HostLayout(
+        exposure_links={
+            "/repo/.venv/bin/python3": "/opt/py/bin/python3",
+            "/opt/py/bin/python3": "python3.11",
+        }
+    )
+    p = plan(E("/repo"), E("/repo/.venv/bin/python3"), E("/opt/py/bin/python3"), E(PY))
+    argv = build_argv(p, layout).argv
+    # inside a bound directory the link is already there: no mount on top of it
+    assert "/repo/.venv/bin/python3" not in argv
+    # elsewhere it is recreated as the same link, and its target is bound
+    assert ("python3.11", "/opt/py/bin/python3") in pairs(argv, "--symlink")
+    assert (PY, PY) in pairs(argv, "--ro-bind")

@@ -206,10 +206,21 @@ def build_argv(
         argv += ["--perms", "1777", "--tmpfs", "/tmp"]
 
     # -- exposures: shallowest first; read-write after read-only at equal target -------
+    bound: list[str] = [*SYSTEM_RO, *(e.target for e in root_exposed)]
     for e in sorted(
         (e for e in exposures if e.target != "/"), key=lambda e: (depth(e.target), e.writable)
     ):
+        link = layout.exposure_links.get(e.path)
+        if link is not None and not e.renamed:
+            # A link of the interpreter's chain: recreate it (its target is exposed on its
+            # own), unless a directory bound above already shows it -- a mount there would
+            # follow the link inside the sandbox.
+            if not any(is_below(e.target, b) and b != e.target for b in bound):
+                argv += ["--symlink", link, e.target]
+                bound.append(e.target)
+            continue
         argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
+        bound.append(e.target)
 
     # -- ignored paths: masked by an unreadable placeholder -----------------------------
     masked: list[str] = []

@@ -62,14 +62,20 @@ class HostLayout:
     #: Hidden/protected paths that are symlinks, mapped to their canonical target (a
     #: mount cannot sit on a symlink: bwrap would follow it inside the sandbox).
     resolved: dict[str, str] = field(default_factory=dict)
+    #: Exposure paths that are symlinks (the interpreter's link chain), mapped to their
+    #: link text: they are recreated as the same links, not bound.
+    exposure_links: dict[str, str] = field(default_factory=dict)
 
     def is_dir(self, path: str) -> bool:
         return path in self.dirs
 
 
-def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
-    """Look at the real host: the system entries, the /etc files and ``extra_paths``
-    (hidden and protected paths, whose kind decides how they are masked)."""
+def scan_host(
+    extra_paths: tuple[str, ...] = (), exposure_paths: tuple[str, ...] = ()
+) -> HostLayout:
+    """Look at the real host: the system entries, the /etc files, ``extra_paths`` (hidden
+    and protected paths, whose kind decides how they are masked) and which
+    ``exposure_paths`` are symlinks."""
     top: dict[str, str] = {}
     for path in TOP_LEVEL_SYSTEM:
         if os.path.islink(path):
@@ -90,7 +96,8 @@ def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
         for p in (*ETC_BASE, *ETC_NETWORK, *hidden, *extra_paths, *resolved.values())
         if os.path.isdir(p)
     )
-    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved)
+    exp_links = {p: os.readlink(p) for p in exposure_paths if os.path.islink(p)}
+    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved, exp_links)
 
 
 def is_below(path: str, root: str) -> bool:

@@ -109,7 +109,7 @@ class BwrapProvider(Provider):
         if problems:
             raise SandboxError("\n".join(problems))
         status = probe_bwrap()
-        layout = scan_host((*plan.hidden, *plan.protected))
+        layout = scan_host((*plan.hidden, *plan.protected), tuple(e.path for e in plan.exposures))
         return build_argv(
             plan,
             layout,
