@@ -92,7 +92,7 @@ def test_pinned_name_inside_the_sandbox(tmp_path: Path, server: int, env) -> Non
         "print(json.dumps(sorted({a[4][0] for a in socket.getaddrinfo('svc.pysb.test', port)})))\n"
         "socket.create_connection(('svc.pysb.test', port), 5)\n"
         "try:\n"
-        "    socket.getaddrinfo('uncovered.pysb.test', 443)\n"
+        "    socket.getaddrinfo('svc.pysb.test', port + 1)\n"
         "except ConnectionRefusedError as e:\n"
         "    print(type(e).__name__)\n"
     )

@@ -336,12 +336,6 @@ def test_c_level_socket_class_is_guarded(tmp_path: Path, server: Server) -> None
 
 def test_audit_backstop_catches_the_raw_c_paths(tmp_path: Path, server: Server) -> None:
     P = server.port
-    setup = """
-    import _socket
-    kept_getaddrinfo = _socket.getaddrinfo      # originals kept before the guard
-    kept_gethostbyname = _socket.gethostbyname
-    kept_gethostbyaddr = _socket.gethostbyaddr
-    """
     code = f"""
     raw_class = socket.socket.__mro__[-2]
     s = socket.socket()
@@ -353,14 +347,10 @@ def test_audit_backstop_catches_the_raw_c_paths(tmp_path: Path, server: Server) 
     attempt('mro_sendto', raw_class.sendto, u, b'x', ('127.0.0.2', {P}))
     attempt('mro_sendmsg', raw_class.sendmsg, u, [b'x'], [], 0, ('127.0.0.2', {P}))
     attempt('mro_abstract', raw_class.bind, socket.socket(socket.AF_UNIX), '\\0pysb-test')
-    attempt('kept_gai', kept_getaddrinfo, 'uncovered.pysb.test', 443)
-    attempt('kept_byname', kept_gethostbyname, 'uncovered.pysb.test')
-    attempt('kept_byaddr', kept_gethostbyaddr, '127.0.0.2')
-    attempt('kept_numeric', lambda: kept_getaddrinfo('127.0.0.1', 80)[0][4])
     attempt('mro_allowed', raw_class.connect, socket.socket(), ('127.0.0.1', {P}))
     """
     policy = Policy(network=rules(f"allow tcp 127.0.0.1 {P} out"))
-    results, _ = run_child(tmp_path, policy, code, setup=setup)
+    results, _ = run_child(tmp_path, policy, code)
     for key in (
         "mro_connect",
         "mro_connect_ex",
@@ -369,17 +359,33 @@ def test_audit_backstop_catches_the_raw_c_paths(tmp_path: Path, server: Server) 
         "mro_sendto",
         "mro_sendmsg",
         "mro_abstract",
-        "kept_gai",
-        "kept_byname",
-        "kept_byaddr",
     ):
         assert results[key]["error"] == "NetworkDeniedError", (key, results[key])
     assert "abstract" in results["mro_abstract"]["message"]
     assert "raw socket method" in results["mro_name"]["message"]
-    assert results["kept_numeric"] == {"ok": ["127.0.0.1", 80]}
     assert results["mro_allowed"] == {"ok": None}
     assert server.drain_udp() == []
     assert server.accepted == 1
+
+
+def test_audit_backstop_catches_kept_resolvers(tmp_path: Path, private_netns: list[str]) -> None:
+    setup = """
+    import _socket
+    kept_getaddrinfo = _socket.getaddrinfo      # originals kept before the guard
+    kept_gethostbyname = _socket.gethostbyname
+    kept_gethostbyaddr = _socket.gethostbyaddr
+    """
+    code = """
+    attempt('kept_gai', kept_getaddrinfo, 'uncovered.pysb.test', 443)
+    attempt('kept_byname', kept_gethostbyname, 'uncovered.pysb.test')
+    attempt('kept_byaddr', kept_gethostbyaddr, '127.0.0.2')
+    attempt('kept_numeric', lambda: kept_getaddrinfo('127.0.0.1', 80)[0][4])
+    """
+    policy = Policy(network=rules("allow tcp 127.0.0.1 8000 out"))
+    results, _ = run_child(tmp_path, policy, code, setup=setup, wrap=private_netns)
+    for key in ("kept_gai", "kept_byname", "kept_byaddr"):
+        assert results[key]["error"] == "NetworkDeniedError", (key, results[key])
+    assert results["kept_numeric"] == {"ok": ["127.0.0.1", 80]}
 
 
 def test_raw_and_other_families_are_refused(tmp_path: Path) -> None:
@@ -486,9 +492,11 @@ def test_name_allowed_only_if_every_address_is(tmp_path: Path, server: Server, h
     assert server.accepted == 1
 
 
-def test_uncovered_name_is_refused_without_a_wider_rule(tmp_path: Path, server: Server) -> None:
-    P = server.port
-    policy = Policy(network=rules(f"allow tcp 127.0.0.1 {P} out", "allow udp 127.0.0.1/32 53 out"))
+def test_uncovered_name_is_refused_without_a_wider_rule(
+    tmp_path: Path, private_netns: list[str]
+) -> None:
+    # In a private namespace, so that a regression could not send a query anywhere real.
+    policy = Policy(network=rules("allow tcp 127.0.0.1 8000 out", "allow udp 127.0.0.1/32 53 out"))
     code = """
     attempt('gai', socket.getaddrinfo, 'uncovered.pysb.test', 443)
     attempt('byname', socket.gethostbyname, 'uncovered.pysb.test')
@@ -500,7 +508,7 @@ def test_uncovered_name_is_refused_without_a_wider_rule(tmp_path: Path, server: 
     attempt('reverse', socket.gethostbyaddr, '127.0.0.2')
     attempt('nameinfo', socket.getnameinfo, ('127.0.0.2', 80), 0)
     """
-    results, events = run_child(tmp_path, policy, code)
+    results, events = run_child(tmp_path, policy, code, wrap=private_netns)
     for key in ("gai", "byname", "byname_ex", "connect", "raw_gai", "reverse"):
         assert results[key]["error"] == "NetworkDeniedError", key
     assert "before any query" in results["gai"]["message"]
