@@ -26,6 +26,20 @@ _lock = threading.Lock()
 _client: Any = None
 _refs = 0
 _async_functions = False  # an async @sandbox function exists: workers start an event loop
+#: Top-level names of the modules that define sandboxed functions: like the program's own
+#: script in complete mode, the worker's import guard allows them (and pysb_core itself,
+#: which those modules import to decorate their functions).
+_program_modules: set[str] = {"pysb_core"}
+
+
+def _note_module(fn: Any) -> None:
+    module = getattr(fn, "__module__", None) or ""
+    if module == "__main__":
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = getattr(spec, "name", None) or ""
+    top = module.partition(".")[0]
+    if top and top != "__main__":
+        _program_modules.add(top)
 
 
 def _running_client(name: str) -> Any:
@@ -110,6 +124,7 @@ def sandbox(
         )
     name = getattr(fn, "__qualname__", repr(fn))
     ref: list[str] = []
+    _note_module(fn)
 
     def resolve(wrapper: Any) -> str:
         if not ref:
@@ -263,6 +278,8 @@ class Sandboxes:
             if init_ref is not None and not isinstance(init_ref, str):
                 target = getattr(init_ref, "__pysb_wrapped__", init_ref)
                 init_ref = reference(target, (init_ref,))
+            if isinstance(init_ref, str):
+                _program_modules.add(init_ref.partition(":")[0].partition(".")[0])
             allowed = allowlist(self.result_classes)
             launcher = SessionLauncher(
                 profile=self.profile,
@@ -280,6 +297,7 @@ class Sandboxes:
                 result_classes=allowed,
                 threads=self.threads,
                 use_asyncio=use_asyncio or _async_functions,
+                program_modules=sorted(_program_modules),
                 start_timeout=self.start_timeout,
                 stop_timeout=self.stop_timeout,
             )

@@ -113,8 +113,10 @@ class Client:
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         max_frame: int = MAX_FRAME,
+        program_modules: list[str] | None = None,
     ) -> None:
         self._launcher = launcher
+        self._program_modules = list(program_modules or [])
         self._max_frame = max_frame
         self._init_fn = init_fn
         self._allowed = result_classes or {}
@@ -167,6 +169,7 @@ class Client:
                 "threads": self._threads,
                 "asyncio": self._asyncio,
                 "sys_path": _caller_sys_path(),
+                "program_modules": self._program_modules,
             }
             proc = self._launcher.spawn(args, [child.fileno(), started_w])
         except BaseException:
