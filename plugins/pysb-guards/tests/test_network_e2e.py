@@ -121,9 +121,9 @@ def test_check_reports_network_layers(tmp_path: Path, env) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
     rules = {r["rule"]: r for r in report["rules"]}
-    assert rules["allow tcp svc.pysb.test 443 out"]["layers"] == ["python"]
-    assert rules["allow tcp svc.pysb.test 443 out"]["source"].endswith(".pysb.yaml:3")
-    assert rules["deny any * 25 any"]["layers"] == ["python"]
+    assert rules["network: allow tcp svc.pysb.test 443 out"]["layers"] == ["python"]
+    assert rules["network: allow tcp svc.pysb.test 443 out"]["source"].endswith(".pysb.yaml:3")
+    assert rules["network: deny any * 25 any"]["layers"] == ["python"]
 
 
 def test_learning_writes_network_rules_by_name(tmp_path: Path, server: int, env) -> None:
