@@ -150,3 +150,27 @@ def outcome(result: Result) -> Any:
     lines = [line for line in result.stdout.splitlines() if line.strip()]
     assert lines, f"no output; stderr:\n{result.stderr}"
     return json.loads(lines[-1])
+
+
+PRELUDE = """
+import sys as __sys
+__res = {}
+def t(name, fn):
+    try:
+        __res[name] = ("ok", repr(fn()))
+    except BaseException as e:
+        __res[name] = (type(e).__name__, str(e))
+"""
+EPILOGUE = "\n__sys.stdout.write('\\n' + repr(__res) + '\\n')\n"
+
+
+def probe(body: str, **kwargs: Any) -> dict[str, tuple[str, str]]:
+    """Run ``body`` (which calls ``t(name, lambda: ...)``) and return name -> (kind, text):
+    kind is ``"ok"`` or the exception class name. Needs no import in the child."""
+    import ast
+    import textwrap
+
+    result = run(PRELUDE + textwrap.dedent(body) + EPILOGUE, **kwargs)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    return ast.literal_eval(lines[-1])

@@ -170,17 +170,28 @@ def guard(original: Callable[..., Any], judge: Callable[[tuple, dict], Any], **k
     return make_face(door, original, prepare)
 
 
-def _private_namespace() -> dict[str, Any]:
-    """Fresh globals for sealed code: a *copy* of the builtins as they are now.
+def _namespaces() -> tuple[Callable[[], dict[str, Any]], Callable[[], object]]:
+    mark = object()
 
-    Taken when a guard installs (before user code), it cannot be changed by the program
-    replacing ``builtins.len`` later. No module global keeps a copy.
-    """
-    snapshot = dict(vars(builtins))
-    ns: dict[str, Any] = dict(snapshot)
-    ns["__builtins__"] = snapshot
-    ns["__name__"] = "pysb_guards.<sealed>"
-    return ns
+    def private_namespace() -> dict[str, Any]:
+        """Fresh globals for sealed code: a *copy* of the builtins as they are now.
+
+        Taken when a guard installs (before user code), it cannot be changed by the program
+        replacing ``builtins.len`` later. ``__pysb_sealed__`` tells the guards' frame walks
+        which frames are theirs. No module global keeps a copy.
+        """
+        snapshot = dict(vars(builtins))
+        ns: dict[str, Any] = dict(snapshot)
+        ns["__builtins__"] = snapshot
+        ns["__name__"] = "pysb_guards.<sealed>"
+        ns["__pysb_sealed__"] = mark
+        return ns
+
+    return private_namespace, lambda: mark
+
+
+_private_namespace, sealed_mark = _namespaces()
+del _namespaces
 
 
 def seal_group(functions: list[Callable[..., Any]], **values: Any) -> dict[str, Any]:

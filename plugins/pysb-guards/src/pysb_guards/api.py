@@ -176,7 +176,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
         for p in (None, _seal._allow_all)
     )
-    mark = object()
+    mark = _seal.sealed_mark()
     ns = _seal.seal_group(
         [fn for name, fn in globals().items() if name.startswith("_a_") and callable(fn)],
         ST={
@@ -206,7 +206,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
         SYS=sys,
         FRAME_ARGS=_caller_namespaces,
     )
-    ns["__pysb_sealed__"] = mark
 
     modules: dict[str, list[registry.Entry]] = {}
     for e in entries:
@@ -230,16 +229,17 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
 
 def _caller_namespaces(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """``eval(src)`` / ``exec(src)`` without namespaces use the *caller's*: pass them
+    """``eval(src)`` / ``exec(src)`` without globals use the *caller's* namespaces: pass them
     explicitly, since the original is called from the guard's own frame."""
-    if len(args) >= 2 or "globals" in kwargs:
-        if (len(args) >= 3 or "locals" in kwargs) or not (len(args) >= 2 and args[1] is None):
-            return args, kwargs
+    given = args[1] if len(args) > 1 else kwargs.get("globals")
+    if given is not None or not args:
+        return args, kwargs
+    local = args[2] if len(args) > 2 else kwargs.get("locals")
     frame = sys._getframe(2)
-    if len(args) >= 2 and args[1] is None:
-        args = (args[0], *args[2:])
-    kwargs = {k: v for k, v in kwargs.items() if k not in ("globals", "locals")}
-    return (args[0], frame.f_globals, frame.f_locals, *args[1:]), kwargs
+    if local is None:
+        local = frame.f_locals
+    rest = {k: v for k, v in kwargs.items() if k not in ("globals", "locals")}
+    return (args[0], frame.f_globals, local, *args[3:]), rest
 
 
 # ---------------------------------------------------------------------------------------

@@ -264,7 +264,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
         for p in (None, _prepare_import)
     )
-    mark = object()
+    mark = _seal.sealed_mark()
     ns = _seal.seal_group(
         [fn for name, fn in globals().items() if name.startswith("_e_") and callable(fn)],
         STATE={
@@ -307,7 +307,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
             for k in ("create_builtin", "create_dynamic", "exec_builtin", "exec_dynamic")
         },
     )
-    ns["__pysb_sealed__"] = mark
     state = ns["STATE"]
 
     state["find_face"] = ns["_e_face"](ns["_e_find_spec"])

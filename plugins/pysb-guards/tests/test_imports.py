@@ -1,0 +1,143 @@
+"""The import guard, in real child interpreters."""
+
+from __future__ import annotations
+
+import guarded
+import pytest
+
+
+def test_absent_imports_allow_only_the_interpreters_own(python: str) -> None:
+    r = guarded.probe(
+        """
+        t("json", lambda: __import__("json"))
+        t("os", lambda: __import__("os"))
+        t("sys", lambda: __import__("sys").platform)
+        t("encodings", lambda: "x".encode("cp1252"))
+        """,
+        imports=None,
+        python=python,
+    )
+    assert r["json"][0] == "ImportDeniedError"
+    assert "`imports: [json]`" in r["json"][1]
+    assert r["os"][0] == "ImportDeniedError"
+    assert r["sys"][0] == "ok" and r["encodings"][0] == "ok"
+
+
+def test_listed_names_submodules_and_library_imports(python: str) -> None:
+    r = guarded.probe(
+        """
+        import json.decoder
+        t("json", lambda: __import__("json").dumps([1]))
+        t("decoder", lambda: json.decoder.JSONDecoder().decode("[2]"))
+        t("re", lambda: __import__("re"))
+        t("email_sub", lambda: __import__("email.message"))
+        """,
+        imports=("json", "email"),
+        python=python,
+    )
+    assert r["json"] == ("ok", "'[1]'")
+    assert r["decoder"] == ("ok", "[2]")
+    # json imports re for itself; the program may not.
+    assert r["re"][0] == "ImportDeniedError"
+    assert r["email_sub"][0] == "ok"
+
+
+def test_denial_is_a_module_not_found_error_and_an_event() -> None:
+    res = guarded.run(
+        "try:\n import socket\nexcept ModuleNotFoundError as e:\n print(type(e).__name__, e.name)",
+        imports=("json",),
+    )
+    assert res.stdout.strip() == "ImportDeniedError socket"
+    deny = res.denials("imports")
+    assert deny and deny[0].target == "socket" and deny[0].suggested_rule == "imports: [socket]"
+
+
+def test_star_allows_everything_but_the_guards_themselves() -> None:
+    r = guarded.probe(
+        """
+        t("socket", lambda: __import__("socket").AF_INET > 0)
+        t("guards", lambda: __import__("pysb_guards.files"))
+        """,
+        imports=("*",),
+    )
+    assert r["socket"] == ("ok", "True")
+    assert r["guards"][0] == "ImportDeniedError"
+
+
+def test_import_module_and_dunder_import_are_judged() -> None:
+    r = guarded.probe(
+        """
+        import importlib
+        t("import_module", lambda: importlib.import_module("csv"))
+        t("dunder", lambda: __import__("csv"))
+        t("importlib_dunder", lambda: importlib.__import__("csv"))
+        t("relative_ok", lambda: importlib.import_module(".decoder", "json"))
+        """,
+        imports=("importlib", "json"),
+    )
+    for key in ("import_module", "dunder", "importlib_dunder"):
+        assert r[key][0] == "ImportDeniedError", key
+    assert r["relative_ok"][0] == "ok"
+
+
+def test_framework_modules_are_taken_out_of_sys_modules() -> None:
+    r = guarded.probe(
+        """
+        t("json_in_modules", lambda: "json" in __sys.modules)
+        t("guards_in_modules", lambda: [m for m in __sys.modules if m.startswith("pysb_guards")])
+        """,
+        imports=None,
+    )
+    # The bootstrap imported json to read its payload: it is set aside, not reachable.
+    assert r["json_in_modules"] == ("ok", "False")
+
+
+def test_program_module_is_always_allowed(tmp_path) -> None:
+    (tmp_path / "helper.py").write_text("VALUE = 42\n")
+    script = tmp_path / "main.py"
+    script.write_text(
+        "import sys\nsys.path.insert(0, %r)\nimport main\nprint('ok', main.__name__)\n"
+        % str(tmp_path)
+    )
+    res = guarded.run(
+        "", script=script, imports=None, cwd=tmp_path, exposures=[guarded.expose(tmp_path)]
+    )
+    assert "ok main" in res.stdout, res.stderr
+    script.write_text("import helper\n")
+    res = guarded.run(
+        "", script=script, imports=None, cwd=tmp_path, exposures=[guarded.expose(tmp_path)]
+    )
+    assert "ImportDeniedError" in res.stderr and "imports: [helper]" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        # the loader of an unlisted module, found and run by hand
+        "import importlib.util as u, sys\n"
+        "spec = u.find_spec('csv') or sys.meta_path[-1].find_spec('csv', None)\n"
+        "m = u.module_from_spec(spec); spec.loader.exec_module(m)",
+        # importlib._bootstrap's own entry point, with the guard finder removed first
+        "import importlib._bootstrap as b, sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != 'GuardFinder']\n"
+        "b._gcd_import('csv')",
+        # a file loader built by hand
+        "import importlib.machinery as m, os\n"
+        "path = os.path.join(os.path.dirname(os.__file__), 'csv.py')\n"
+        "m.SourceFileLoader('csv', path).load_module()",
+        # a second instance of a guarded C module
+        "import importlib.machinery as m, sys\n"
+        "spec = m.BuiltinImporter.find_spec('posix')\n"
+        "m.BuiltinImporter.create_module(spec)",
+    ],
+)
+def test_loader_level_imports_are_refused(attack: str, python: str) -> None:
+    code = (
+        f"try:\n    exec({attack!r})\n    print('ESCAPED')\nexcept Exception as e:\n"
+        "    print('refused', type(e).__name__, e)\n"
+    )
+    res = guarded.run(
+        code, imports=("importlib", "os"), python=python, api=(("allow", "dynamic-code"),)
+    )
+    assert "refused" in res.stdout, res.stdout + res.stderr
+    assert "ESCAPED" not in res.stdout
