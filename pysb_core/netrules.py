@@ -204,11 +204,14 @@ def _parse_network(text: str) -> str:
     bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
     if "/" in bare:
         try:
-            return str(ipaddress.ip_network(bare, strict=False))
+            net = ipaddress.ip_network(bare, strict=False)
         except ValueError:
             raise ValueError(f"'{text}' is not a valid CIDR network") from None
+        if net.version == 6 and net.subnet_of(_MAPPED):  # IPv4 written as IPv6 is IPv4
+            return str(_mapped_to_v4(net))
+        return str(net)
     try:
-        return str(ipaddress.ip_address(bare))
+        return str(canonical_ip(ipaddress.ip_address(bare)))
     except ValueError:
         pass
     if numeric_host(bare) is not None:
@@ -276,14 +279,15 @@ def _rule_networks(rule: NetworkRule, pins: Mapping[str, Sequence[str]]) -> tupl
             ipaddress.ip_network(canonical_ip(a))
             for a in pins.get(normalize_host(rule.network), ())
         ]
-    out: list[IPNetwork] = []
-    for net in nets:
-        if net.version == 6 and net.subnet_of(_MAPPED):  # type: ignore[arg-type]
-            v4 = ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
-            out.append(v4)
-        else:
-            out.append(net)
-    return tuple(out)
+    return tuple(
+        _mapped_to_v4(n) if n.version == 6 and n.subnet_of(_MAPPED) else n  # type: ignore[arg-type]
+        for n in nets
+    )
+
+
+def _mapped_to_v4(net: ipaddress.IPv6Network) -> ipaddress.IPv4Network:
+    """``::ffff:a.b.c.d/N`` (N >= 96) as the IPv4 network it means."""
+    return ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
 
 
 class _Compiled:

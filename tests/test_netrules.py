@@ -77,6 +77,9 @@ def test_ports(ports: str, expected: list[tuple[int, int]]) -> None:
         ("[::1]", "::1"),
         ("2001:db8::/32", "2001:db8::/32"),
         ("LocalHost.", "localhost"),
+        ("::ffff:127.0.0.1", "127.0.0.1"),  # IPv4 written as IPv6 is IPv4
+        ("::ffff:127.0.0.0/104", "127.0.0.0/8"),
+        ("::ffff:0:0/96", "0.0.0.0/0"),
     ],
 )
 def test_networks(network: str, expected: str) -> None:
