@@ -301,7 +301,9 @@ NAMES = ("a.test", "b.test", "c.test")
 
 v4_addresses = st.integers(0, 1023).map(lambda n: str(ipaddress.IPv4Address(V4_BASE + n)))
 v6_addresses = st.integers(0, 1023).map(lambda n: str(ipaddress.IPv6Address(V6_BASE + n)))
+mapped_addresses = v4_addresses.map(lambda a: f"::ffff:{a}")
 addresses = st.one_of(v4_addresses, v6_addresses)
+checked_addresses = st.one_of(v4_addresses, v6_addresses, mapped_addresses)
 
 
 @st.composite
@@ -360,8 +362,11 @@ pin_maps = st.fixed_dictionaries(
 
 def reference_decision(rules: list[str], pins: dict[str, list[str]], proto: str, ip: str,
                        port: int, direction: str) -> tuple[bool, str | None]:  # fmt: skip
-    """The spec read literally, with no precomputation: default deny, any matching deny wins."""
+    """The spec read literally, with no precomputation: default deny, any matching deny wins,
+    IPv4 written as IPv6 is IPv4."""
     addr = ipaddress.ip_address(ip)
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
     matched_allow = False
     for text in rules:
         action, protos, network, ports, rdir = text.split()
@@ -399,7 +404,7 @@ def reference_decision(rules: list[str], pins: dict[str, list[str]], proto: str,
     rules=st.lists(rule_texts(), max_size=6),
     pins=pin_maps,
     proto=st.sampled_from(["tcp", "udp"]),
-    ip=addresses,
+    ip=checked_addresses,
     port=port_numbers,
     direction=st.sampled_from(["in", "out"]),
 )
