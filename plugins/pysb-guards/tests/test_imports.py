@@ -96,8 +96,8 @@ def test_program_module_is_always_allowed(tmp_path) -> None:
     (tmp_path / "helper.py").write_text("VALUE = 42\n")
     script = tmp_path / "main.py"
     script.write_text(
-        "import sys\nsys.path.insert(0, %r)\nimport main\nprint('ok', main.__name__)\n"
-        % str(tmp_path)
+        f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
+        "import main\nprint('ok', main.__name__)\n"
     )
     res = guarded.run(
         "", script=script, imports=None, cwd=tmp_path, exposures=[guarded.expose(tmp_path)]

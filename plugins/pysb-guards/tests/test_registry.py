@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from pysb_guards import registry
 from pysb_guards.api import learned_api, validate_api_section
 

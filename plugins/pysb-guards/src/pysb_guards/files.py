@@ -371,7 +371,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     if renames:
         opener = ns["_f_make_face"](
             io.open,
-            ((_param(0, "file", None, "mode", True, "read"),),),
+            (_param(0, "file", None, "mode", True, "read"),),
             {"io": True},
             _make_prepare(((0, "file"),)),
         )

@@ -1,0 +1,207 @@
+"""The file guard, in real child interpreters: what exists, what can be written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import guarded
+
+
+def _run(project: Path, body: str, **kw):
+    kw.setdefault("exposures", [guarded.expose(project), guarded.expose(project / "out", rw=True)])
+    kw.setdefault("ignore", (".env", "*.pem"))
+    return guarded.probe(body, cwd=project, **kw)
+
+
+def test_not_exposed_paths_do_not_exist_by_every_door(project: Path, python: str) -> None:
+    secret = str(project.parent / "outside" / "secret.txt")
+    r = _run(
+        project,
+        f"""
+        import os, io, _io, pathlib, shutil, glob
+        S = {secret!r}
+        t("open", lambda: open(S).read())
+        t("io.open", lambda: io.open(S).read())
+        t("FileIO", lambda: _io.FileIO(S).read())
+        t("type_of_raw", lambda: type(__sys.stdin.buffer.raw)(S).read())
+        t("os.open", lambda: os.open(S, os.O_RDONLY))
+        t("posix.open", lambda: __import__("posix").open(S, os.O_RDONLY))
+        t("stat", lambda: os.stat(S))
+        t("lstat", lambda: os.lstat(S))
+        t("exists", lambda: os.path.exists(S))
+        t("access", lambda: os.access(S, os.R_OK))
+        t("pathlib", lambda: pathlib.Path(S).read_text())
+        t("listdir", lambda: os.listdir(os.path.dirname(S)))
+        t("scandir", lambda: list(os.scandir(os.path.dirname(S))))
+        t("glob", lambda: glob.glob(os.path.dirname(S) + "/*"))
+        t("shutil", lambda: shutil.copy(S, "out/stolen"))
+        t("open_code", lambda: io.open_code(S).read())
+        t("sqlite", lambda: __import__("sqlite3").connect(S))
+        """,
+        python=python,
+    )
+    for key in ("open", "io.open", "FileIO", "type_of_raw", "os.open", "posix.open", "stat",
+                "lstat", "pathlib", "listdir", "scandir", "shutil", "open_code", "sqlite"):
+        assert r[key][0] == "FileDeniedError", (key, r[key])
+    assert "files: expose-ro: [" in r["open"][1] and "outside" in r["open"][1]
+    assert r["exists"] == ("ok", "False") and r["access"] == ("ok", "False")
+    assert r["glob"] == ("ok", "[]")
+    assert not (project / "out" / "stolen").exists()
+
+
+def test_read_only_and_read_write_exposures(project: Path) -> None:
+    r = _run(
+        project,
+        """
+        import os, pathlib
+        t("read", lambda: open("data/x.txt").read())
+        t("write_ro", lambda: open("data/x.txt", "a"))
+        t("create_ro", lambda: pathlib.Path("data/new").write_text("x"))
+        t("mkdir_ro", lambda: os.mkdir("data/d"))
+        t("unlink_ro", lambda: os.unlink("data/x.txt"))
+        t("chmod_ro", lambda: os.chmod("data/x.txt", 0o777))
+        t("utime_ro", lambda: os.utime("data/x.txt"))
+        t("rename_out", lambda: os.rename("data/x.txt", "out/x.txt"))
+        t("write_rw", lambda: pathlib.Path("out/y.txt").write_text("y"))
+        t("rename_rw", lambda: os.replace("out/y.txt", "out/z.txt"))
+        t("mkfifo_ro", lambda: os.mkfifo("data/fifo"))
+        t("os_open_trunc", lambda: os.open("data/x.txt", os.O_WRONLY | os.O_TRUNC))
+        """,
+    )
+    assert r["read"] == ("ok", "'data'")
+    for key in ("write_ro", "create_ro", "mkdir_ro", "unlink_ro", "chmod_ro", "utime_ro",
+                "rename_out", "mkfifo_ro", "os_open_trunc"):
+        assert r[key][0] == "WriteDeniedError", (key, r[key])
+    assert "`files: expose-rw: [./data]`" in r["write_ro"][1]
+    assert r["write_rw"][0] == "ok" and r["rename_rw"][0] == "ok"
+    assert (project / "out" / "z.txt").read_text() == "y"
+    assert (project / "data" / "x.txt").read_text() == "data"
+
+
+def test_ignore_hides_names_everywhere(project: Path) -> None:
+    r = _run(
+        project,
+        """
+        import os, glob
+        t("open_env", lambda: open(".env").read())
+        t("open_pem", lambda: open("data/key.pem").read())
+        t("listdir", lambda: sorted(os.listdir(".")))
+        t("listdir_data", lambda: sorted(os.listdir("data")))
+        t("scandir", lambda: sorted(e.name for e in os.scandir("data")))
+        t("glob", lambda: sorted(glob.glob("data/*")))
+        t("walk", lambda: sorted(f for _, _, fs in os.walk(".") for f in fs))
+        t("access", lambda: os.access(".env", os.R_OK))
+        """,
+    )
+    assert r["open_env"][0] == "FileDeniedError" and "ignore: [.env]" in r["open_env"][1]
+    assert r["open_pem"][0] == "FileDeniedError"
+    assert ".env" not in r["listdir"][1] and "app.py" in r["listdir"][1]
+    assert r["listdir_data"] == ("ok", "['x.txt']")
+    assert r["scandir"] == ("ok", "['x.txt']")
+    assert "key.pem" not in r["glob"][1]
+    assert ".env" not in r["walk"][1] and "key.pem" not in r["walk"][1]
+    assert r["access"] == ("ok", "False")
+
+
+def test_symlinks_cannot_escape(project: Path) -> None:
+    outside = project.parent / "outside"
+    os.symlink(outside / "secret.txt", project / "data" / "link")
+    os.symlink(outside, project / "out" / "dirlink")
+    r = _run(
+        project,
+        """
+        import os
+        t("via_link", lambda: open("data/link").read())
+        t("via_dirlink", lambda: open("out/dirlink/secret.txt").read())
+        t("lstat_link", lambda: os.lstat("data/link").st_size > 0)
+        t("readlink", lambda: os.readlink("data/link"))
+        t("new_link_out", lambda: os.symlink("/etc/passwd", "out/p"))
+        t("new_link_in", lambda: os.symlink("../data/x.txt", "out/ok"))
+        t("hardlink_ro", lambda: os.link("data/x.txt", "out/hard"))
+        t("unlink_link", lambda: os.unlink("out/dirlink"))
+        """,
+    )
+    assert r["via_link"][0] == "FileDeniedError"
+    assert r["via_dirlink"][0] == "FileDeniedError"
+    assert r["lstat_link"] == ("ok", "True")  # the link itself lives in an exposure
+    assert r["readlink"][0] == "FileDeniedError"  # but where it points is not shown
+    assert r["new_link_out"][0] == "FileDeniedError"
+    assert r["new_link_in"][0] == "ok"
+    assert r["hardlink_ro"][0] == "WriteDeniedError"  # a writable name for a read-only file
+    assert r["unlink_link"][0] == "ok"  # judged on its directory, not on its target
+    assert (outside / "secret.txt").exists()
+
+
+def test_dir_fd_forms_are_resolved(project: Path) -> None:
+    r = _run(
+        project,
+        """
+        import os
+        d = os.open("data", os.O_RDONLY)
+        o = os.open("out", os.O_RDONLY)
+        t("read_in", lambda: os.read(os.open("x.txt", os.O_RDONLY, dir_fd=d), 9))
+        t("escape", lambda: os.open("../../outside/secret.txt", os.O_RDONLY, dir_fd=d))
+        t("stat_escape", lambda: os.stat("../../outside/secret.txt", dir_fd=d))
+        t("write_ro", lambda: os.open("new", os.O_WRONLY | os.O_CREAT, dir_fd=d))
+        t("write_rw", lambda: os.close(os.open("new", os.O_WRONLY | os.O_CREAT, dir_fd=o)))
+        t("unlink_ro", lambda: os.unlink("x.txt", dir_fd=d))
+        t("rename_escape", lambda: os.rename("new", "../data/stolen", src_dir_fd=o, dst_dir_fd=o))
+        """,
+    )
+    assert r["read_in"] == ("ok", "b'data'")
+    assert r["escape"][0] == "FileDeniedError" and r["stat_escape"][0] == "FileDeniedError"
+    assert r["write_ro"][0] == "WriteDeniedError" and r["unlink_ro"][0] == "WriteDeniedError"
+    assert r["write_rw"][0] == "ok"
+    assert r["rename_escape"][0] == "WriteDeniedError"
+
+
+def test_profile_files_are_never_writable(project: Path) -> None:
+    profile = project / "out" / ".pysb.yaml"
+    profile.write_text("version: 1\n")
+    r = _run(
+        project,
+        """
+        t("write", lambda: open("out/.pysb.yaml", "w"))
+        t("read", lambda: open("out/.pysb.yaml").read())
+        t("replace", lambda: __import__("os").replace("out/.pysb.yaml", "out/moved"))
+        """,
+        profile_files=(str(profile),),
+    )
+    assert r["write"][0] == "WriteDeniedError" and "profile file" in r["write"][1]
+    assert r["read"] == ("ok", "'version: 1\\n'")
+    assert r["replace"][0] == "WriteDeniedError"
+    assert profile.read_text() == "version: 1\n"
+
+
+def test_renamed_exposure_is_a_path_translation(project: Path) -> None:
+    r = _run(
+        project,
+        """
+        import os, pathlib
+        t("read", lambda: open("/sandbox-data/x.txt").read())
+        t("listdir", lambda: os.listdir("/sandbox-data"))
+        t("pathlib", lambda: pathlib.Path("/sandbox-data/x.txt").read_text())
+        t("write", lambda: open("/sandbox-data/y", "w"))
+        """,
+        exposures=[guarded.expose(project / "data", target="/sandbox-data")],
+    )
+    assert r["read"] == ("ok", "'data'")
+    assert "x.txt" in r["listdir"][1] and r["pathlib"] == ("ok", "'data'")
+    assert r["write"][0] == "WriteDeniedError"
+
+
+def test_tempfile_without_exposure_fails_cleanly(project: Path) -> None:
+    r = _run(project, 't("tmp", lambda: __import__("tempfile").mkstemp())')
+    assert r["tmp"][0] == "FileNotFoundError" and "temporary directory" in r["tmp"][1]
+
+
+def test_denial_sets_errno_and_is_reported(project: Path) -> None:
+    res = guarded.run(
+        "import errno\ntry:\n open('/etc/shadow')\nexcept FileNotFoundError as e:\n"
+        " print(e.errno == errno.ENOENT, e.filename)",
+        cwd=project,
+    )
+    assert res.stdout.strip() == "True /etc/shadow"
+    [event] = [e for e in res.denials("files") if e.target == "/etc/shadow"]
+    assert event.target == "/etc/shadow" and event.suggested_rule == "files: expose-ro: [/etc]"
