@@ -220,3 +220,18 @@ def test_interpreter_link_chain_recreated_or_left_to_its_directory():
     # elsewhere it is recreated as the same link, and its target is bound
     assert ("python3.11", "/opt/py/bin/python3") in pairs(argv, "--symlink")
     assert (PY, PY) in pairs(argv, "--ro-bind")
+
+
+def test_paths_inside_a_masked_directory_are_not_masked_again():
+    layout = HostLayout(dirs=frozenset({"/p/.git"}))
+    p = plan(E("/p"), hidden=["/p/.git", "/p/.git/key.pem"])
+    cmd = build_argv(p, layout, empty_file="/e")
+    assert "/p/.git/key.pem" not in cmd.argv
+    assert cmd.masked == ["/p/.git"]
+
+
+def test_protected_file_that_is_also_ignored_stays_masked():
+    p = plan(E("/p", rw=True), hidden=["/p/.pysb.yaml"], protected=["/p/.pysb.yaml"])
+    argv = build_argv(p, MERGED, empty_file="/e").argv
+    assert ("/e", "/p/.pysb.yaml") in pairs(argv, "--ro-bind")
+    assert pairs(argv, "--ro-bind-try") == []

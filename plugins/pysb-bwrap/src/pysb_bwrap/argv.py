@@ -230,11 +230,15 @@ def build_argv(
         # An ignored symlink: what must not be read is its target (canonical path), and
         # only if the sandbox can see it; a link to an unexposed path is dangling inside.
         targets.add(layout.resolved.get(host, host))
+    masked_dirs: list[str] = []
+    masked_inside: list[str] = []
     for host in sorted(targets, key=lambda p: (depth(p), p)):
         inside = sandbox_path(host, exposures)
-        if inside is None:
-            continue  # not visible anyway
+        if inside is None or any(is_below(inside, d) for d in masked_dirs):
+            continue  # not visible anyway, or inside a directory already masked
+        masked_inside.append(inside)
         if layout.is_dir(host):
+            masked_dirs.append(inside)
             argv += ["--perms", "0000", "--tmpfs", inside, "--remount-ro", inside]
         else:
             argv += ["--ro-bind", empty_file, inside]
@@ -247,7 +251,7 @@ def build_argv(
         if cover is None or not cover.writable:
             continue
         inside = sandbox_path(host, exposures)
-        if inside is not None:
+        if inside is not None and not any(is_below(inside, m) for m in masked_inside):
             argv += ["--ro-bind-try", host, inside]
 
     # -- working directory, then a read-only root ---------------------------------------
