@@ -413,6 +413,8 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             raise OverflowError(f"{call}(): port must be 0-65535.")
         rest = [_index(x) for x in rest]
         proto = sock_proto(sock, call)
+        if proto is None:
+            return address
         text = _host_text(host)
         if text is None:
             raise TypeError(f"str, bytes or bytearray expected, not {type(host).__name__}")
@@ -467,7 +469,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             learn_inet(proto, shown, port, direction, call)
         return (addresses[0], port, *rest)
 
-    def sock_proto(sock, call: str) -> str:
+    def sock_proto(sock, call: str) -> str | None:
         type_, proto = type_of(sock), proto_of(sock)
         if type_ == SOCK_STREAM and proto in TCP_PROTOS:
             return "tcp"
@@ -475,7 +477,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             return "udp"
         what = f"{call} on a socket of type {int(type_)} protocol {proto}"
         if learning:
-            return "tcp" if type_ == SOCK_STREAM else "udp"
+            return None  # no rule can express it: nothing to learn
         raise refuse(
             f"{what} refused: network rules cover only TCP and UDP (raw, ICMP and other "
             "protocols are never allowed)",
