@@ -1,0 +1,345 @@
+"""The guest's view of the host: which directories are shared, and the per-run archive.
+
+The guest runs the host's own interpreter, so it sees the host's ``/usr`` (read-only), the
+interpreter's prefix and symlink chain, and exactly the plan's exposures, each at its own
+path (or at ``Exposure.target`` for renames). Read-only shares are read-only *on the host*
+(``readonly=on``), not just mounted read-only in the guest. The host's ``/etc`` is never
+shared: ``passwd``, ``group``, ``hosts`` and ``resolv.conf`` are synthesized.
+
+Everything that changes from run to run goes into a small second cpio archive appended to
+the cached base initramfs; ``/init`` (guest_init.sh) reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import stat
+from dataclasses import dataclass, field
+
+from pysb_core.errors import SandboxError
+from pysb_core.plan import LaunchPlan
+from pysb_qemu.cpio import CpioWriter
+
+#: Root directories that are symlinks into /usr on a merged-/usr host (else shared as is).
+ROOT_LINK_CANDIDATES = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Capabilities the program keeps (it runs as uid 0 of the guest, like the host user maps to).
+#: Everything that could undo the guest's own set-up (mounts, packet filter, modules, raw
+#: ports, ptrace of PID 1) is dropped from the bounding set, with no-new-privs.
+KEPT_CAPS = (
+    "chown",
+    "dac_override",
+    "dac_read_search",
+    "fowner",
+    "fsetid",
+    "kill",
+    "setgid",
+    "setuid",
+    "net_bind_service",
+)
+#: First guest fd /init uses for the ports (pass_fds must stay below it).
+PORT_FD_BASE = 200
+#: Largest exposed *file* copied into the initramfs (9p shares directories only).
+MAX_FILE_SNAPSHOT = 8 << 20
+SETPRIV = "/usr/bin/setpriv"
+
+
+@dataclass(frozen=True)
+class Share:
+    """One 9p share: host directory, where the guest mounts it, and how."""
+
+    tag: str
+    host: str
+    guest: str
+    writable: bool
+    reason: str = ""
+
+    @property
+    def cache(self) -> str:
+        # Read-only trees do not change during a run: cache them (``none`` costs ~0.4 s
+        # per cold Python start). Writable ones must show the host's view at once.
+        return "mmap" if self.writable else "loose"
+
+
+@dataclass(frozen=True)
+class Port:
+    """A virtio-serial port standing for one file descriptor of the program.
+
+    ``direction``: ``in`` (host to guest), ``out`` (guest to host) or ``both``; ``ctl`` is
+    pysb's own control port (exit status, signals).
+    """
+
+    name: str
+    guest_fd: int | None
+    direction: str
+    host_fd: int | None
+
+
+@dataclass
+class GuestLayout:
+    """What the guest sees, computed from a plan before anything is started."""
+
+    shares: list[Share] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (target, guest path)
+    files: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # guest path -> data
+    hide: list[tuple[str, str]] = field(default_factory=list)  # (dir|file, guest path)
+    protect: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def guest_path(self, host_path: str) -> str | None:
+        """Where a host path appears in the guest (deepest share wins), or None."""
+        best: Share | None = None
+        for share in self.shares:
+            if _is_under(host_path, share.host) and (
+                best is None or len(share.host) > len(best.host)
+            ):
+                best = share
+        if best is None:
+            return None
+        rel = os.path.relpath(host_path, best.host)
+        return best.guest if rel == "." else os.path.join(best.guest, rel)
+
+    def covered_readonly(self, host: str, guest: str) -> bool:
+        """True if a read-only share already shows ``host`` at ``guest``."""
+        shown = self.guest_path(host)
+        share = self._deepest(host)
+        return shown == guest and share is not None and not share.writable
+
+    def _deepest(self, host_path: str) -> Share | None:
+        found = [s for s in self.shares if _is_under(host_path, s.host)]
+        return max(found, key=lambda s: len(s.host)) if found else None
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _check_path(path: str) -> str:
+    if "\n" in path or path != path.strip() or not os.path.isabs(path):
+        raise SandboxError(
+            f"qemu: cannot share the path {path!r} (absolute, no newline or surrounding blanks)"
+        )
+    return os.path.normpath(path)
+
+
+def interpreter_dirs(python: str) -> list[tuple[str, str]]:
+    """Directories the interpreter needs: every link of its symlink chain and its prefix.
+
+    A pyenv build has an absolute RUNPATH to ``<prefix>/lib`` and a venv names its base
+    interpreter by absolute path, so both are shared at their own host paths.
+    """
+    out: list[tuple[str, str]] = []
+    path = os.path.abspath(python)
+    for _ in range(40):
+        parent = os.path.dirname(path)
+        venv = os.path.dirname(parent)
+        if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+            out.append((venv, f"virtual environment of {python}"))
+        else:
+            out.append((os.path.realpath(parent), f"symlink chain of {python}"))
+        if not os.path.islink(path):
+            break
+        path = os.path.join(parent, os.readlink(path))
+    real = os.path.realpath(python)
+    out.append((os.path.dirname(os.path.dirname(real)), f"prefix of {real}"))
+    return out
+
+
+def plan_layout(plan: LaunchPlan) -> GuestLayout:
+    """Compute the shares, links, masks and synthesized files for a plan."""
+    layout = GuestLayout()
+    counter = iter(range(1000))
+
+    def share(host: str, guest: str, writable: bool, reason: str) -> None:
+        host, guest = _check_path(host), _check_path(guest)
+        for i, s in enumerate(layout.shares):
+            if s.guest == guest:
+                if s.host == host and writable and not s.writable:
+                    layout.shares[i] = Share(s.tag, host, guest, True, reason)
+                return
+        if not writable and host == guest and layout.covered_readonly(host, guest):
+            return
+        layout.shares.append(Share(f"p{next(counter)}", host, guest, writable, reason))
+
+    share("/usr", "/usr", False, "system programs and libraries")
+    for root in ROOT_LINK_CANDIDATES:
+        if os.path.islink(root):
+            layout.links.append((os.readlink(root), root))
+        elif os.path.isdir(root):
+            share(root, root, False, "system libraries (not merged into /usr)")
+    for host, reason in interpreter_dirs(plan.argv[0] if plan.argv else plan.python):
+        if not _is_under(host, "/usr"):
+            share(host, host, False, reason)
+    for e in sorted(plan.exposures, key=lambda e: (e.target.count("/"), e.target)):
+        if not os.path.exists(e.path):
+            layout.notes.append(f"qemu: exposure {e.path} does not exist; not shared")
+        elif os.path.isdir(e.path):
+            share(e.path, e.target, e.writable, f"exposure ({e.source})")
+        else:
+            _snapshot_file(layout, e.path, e.target, e.writable)
+    layout.shares.sort(key=lambda s: (s.guest.count("/"), s.guest))
+    for path in plan.hidden:
+        guest = layout.guest_path(path)
+        if guest is not None and os.path.lexists(path):
+            kind = "dir" if os.path.isdir(path) and not os.path.islink(path) else "file"
+            layout.hide.append((kind, _check_path(guest)))
+    for path in plan.protected:
+        guest = layout.guest_path(path)
+        share = layout._deepest(path)
+        if guest is not None and share is not None and share.writable and os.path.exists(path):
+            layout.protect.append(_check_path(guest))
+    return layout
+
+
+def _snapshot_file(layout: GuestLayout, host: str, guest: str, writable: bool) -> None:
+    """9p shares directories; an exposed file (a CA bundle) is copied in, read-only."""
+    if writable:
+        raise SandboxError(
+            f"qemu: cannot expose the file {host} read-write (expose its directory instead)"
+        )
+    st = os.stat(host)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_SNAPSHOT:
+        layout.notes.append(f"qemu: {host} is not a directory or small file; not shared")
+        return
+    with open(host, "rb") as f:
+        layout.files[_check_path(guest)] = (f.read(), 0o444)
+
+
+# -- the per-run archive -------------------------------------------------------------
+
+
+def etc_files(plan: LaunchPlan) -> dict[str, bytes]:
+    """Synthesized /etc: never the host's (qemu may run as root and 9p would read shadow)."""
+    uid = os.getuid()
+    passwd = ["root:x:0:0:root:/root:/bin/sh"]
+    group = ["root:x:0:"]
+    if uid != 0:
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = "user"
+        passwd.append(f"{name}:x:{uid}:{os.getgid()}:{name}:/tmp:/bin/sh")
+        group.append(f"{name}:x:{os.getgid()}:")
+    passwd.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+    group.append("nogroup:x:65534:")
+    hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    if plan.hosts_file:
+        with open(plan.hosts_file, encoding="utf-8") as f:
+            hosts = f.read()
+    return {
+        "/etc/passwd": ("\n".join(passwd) + "\n").encode(),
+        "/etc/group": ("\n".join(group) + "\n").encode(),
+        "/etc/hosts": hosts.encode(),
+        "/etc/resolv.conf": b"nameserver 10.0.2.3\n",
+        "/etc/hostname": b"pysb\n",
+    }
+
+
+def run_script(plan: LaunchPlan, ports: list[Port], payload_fds: list[int]) -> str:
+    """The guest's ``/pysb/run``: fds, working directory, capabilities, environment, exec."""
+    argv = plan.argv
+    if not argv or not os.path.isabs(argv[0]) or "=" in argv[0]:
+        raise SandboxError(f"qemu: the command must start with an absolute path: {argv!r}")
+    redirs = []
+    mapped = {p.guest_fd for p in ports if p.guest_fd is not None}
+    for k, port in enumerate(ports):
+        if port.guest_fd is not None:
+            op = "<&" if port.direction == "in" else ">&"
+            redirs.append(f"{port.guest_fd}{op}{PORT_FD_BASE + k}")
+    for fd in payload_fds:
+        redirs.append(f"{fd}</pysb/fd/{fd}")
+    for fd in (0, 1, 2):
+        if fd not in mapped:
+            redirs.append(f"{fd}{'<' if fd == 0 else '>'}/dev/null")
+    redirs += [f"{PORT_FD_BASE + k}>&-" for k in range(len(ports))]
+    redirs.append("250>&-")
+    for name, value in plan.env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise SandboxError(f"qemu: invalid environment variable {name!r}")
+    caps = ",".join(f"+{c}" for c in KEPT_CAPS)
+    cmd = [
+        SETPRIV,
+        "--no-new-privs",
+        "--bounding-set",
+        f"-all,{caps}",
+        "--inh-caps",
+        f"-all,{caps}",
+        "/bb/env",
+        "-i",
+        *(f"{k}={v}" for k, v in plan.env.items()),
+        *argv,
+    ]
+    cwd = shlex.quote(plan.cwd)
+    return "\n".join(
+        [
+            "echo $$ > /run/pysb.pid",
+            "exec " + " ".join(redirs),
+            f'cd -- {cwd} || {{ echo "pysb: cannot enter the working directory" {cwd} >&2; '
+            "exit 125; }",
+            "exec " + " ".join(shlex.quote(a) for a in cmd),
+            "",
+        ]
+    )
+
+
+def build_run_archive(
+    plan: LaunchPlan,
+    layout: GuestLayout,
+    ports: list[Port],
+    payloads: dict[int, bytes],
+    marker: str,
+    nft_rules: str | None,
+) -> bytes:
+    """The second initramfs archive: per-run configuration, /etc, payload snapshots."""
+    w = CpioWriter()
+    made = {"", "/", "/pysb", "/etc", "/usr", "/tmp", "/run", "/root", "/var", "/mnt"}
+
+    def parents(path: str) -> None:
+        parent = os.path.dirname(path)
+        if parent not in made:
+            parents(parent)
+            w.add_dir(parent)
+            made.add(parent)
+
+    def lines(rows: list[str]) -> bytes:
+        return "".join(f"{r}\n" for r in rows).encode()
+
+    w.add_file(
+        "pysb/ports",
+        lines(
+            [
+                f"{p.name} {p.guest_fd if p.guest_fd is not None else '-'} {p.direction}"
+                for p in ports
+                if p.name != "ctl"
+            ]
+        ),
+    )
+    w.add_file("pysb/links", lines([f"{t} {p}" for t, p in layout.links]))
+    w.add_file(
+        "pysb/mounts",
+        lines(
+            [f"{s.tag} {'rw' if s.writable else 'ro'} {s.cache} {s.guest}" for s in layout.shares]
+        ),
+    )
+    w.add_file("pysb/hide", lines([f"{k} {p}" for k, p in layout.hide]))
+    w.add_file("pysb/protect", lines(layout.protect))
+    w.add_file("pysb/marker", lines([marker]), 0o400)
+    w.add_file(
+        "pysb/run",
+        run_script(plan, [p for p in ports if p.name != "ctl"], sorted(payloads)).encode(),
+        0o500,
+    )
+    if nft_rules is not None:
+        w.add_file("pysb/net", b"")
+        w.add_file("pysb/nft.rules", nft_rules.encode(), 0o400)
+    if payloads:
+        w.add_dir("pysb/fd", 0o500)
+        for fd, data in sorted(payloads.items()):
+            w.add_file(f"pysb/fd/{fd}", data, 0o400)
+    for path, data in etc_files(plan).items():
+        w.add_file(path, data)
+    for path, (data, mode) in sorted(layout.files.items()):
+        parents(path)
+        w.add_file(path, data, mode)
+    return w.finish()

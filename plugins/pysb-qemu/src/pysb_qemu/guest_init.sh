@@ -1,0 +1,114 @@
+#!/bb/sh
+# pysb qemu guest /init (PID 1 inside the VM). Part of the base initramfs; the per-run
+# settings come from a second archive the host appends (files under /pysb):
+#   ports    NAME GUESTFD in|out|both   virtio-serial ports, opened here on fds 200, 201...
+#   links    TARGET PATH                symlinks (merged-/usr hosts: /bin -> usr/bin)
+#   mounts   TAG ro|rw CACHE PATH       9p shares (read-only ones are also read-only on the host)
+#   hide     dir|file PATH              ignored paths, masked after the shares are mounted
+#   protect  PATH                       files made read-only (profile files)
+#   net      present when a rule allows network; nft.rules is loaded before the program
+#   marker   end-of-stream marker written on every output port once the program has exited
+#   run      the program: fd set-up, cwd, dropped capabilities, exact environment, exec
+# Every failure before the program starts powers the VM off: the host reports it (fail closed).
+export PATH=/bb
+CTL=
+
+fail() {
+  echo "pysb-guest: $*" > /dev/ttyS0
+  [ -n "$CTL" ] && echo "fail $*" >&250
+  sync
+  poweroff -f
+}
+
+find_port() {
+  for d in /sys/class/virtio-ports/*; do
+    [ -r "$d/name" ] && [ "$(cat "$d/name")" = "$1" ] && { echo "/dev/${d##*/}"; return 0; }
+  done
+  return 1
+}
+
+wait_port() {
+  i=0
+  until find_port "$1"; do
+    i=$((i + 1))
+    [ $i -gt 1000 ] && return 1
+    usleep 5000
+  done
+}
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+while read -r m; do
+  insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
+done < /modules/core.order
+
+dev=$(wait_port ctl) || fail "the control port did not appear"
+exec 250<>"$dev"
+CTL=1
+k=200
+while read -r name gfd dir; do
+  dev=$(wait_port "$name") || fail "port $name did not appear"
+  eval "exec $k<>\"\$dev\""
+  k=$((k + 1))
+done < /pysb/ports
+
+while read -r target path; do
+  ln -s "$target" "$path" || fail "cannot link $path"
+done < /pysb/links
+while read -r tag mode cache path; do
+  [ -d "$path" ] || mkdir -p "$path" || fail "cannot create the mount point $path"
+  mount -t 9p -o "trans=virtio,version=9p2000.L,msize=512000,cache=$cache,$mode" "$tag" "$path" \
+    || fail "cannot mount $path"
+done < /pysb/mounts
+while read -r kind path; do
+  if [ "$kind" = dir ]; then
+    mount -t tmpfs -o ro,mode=0555,size=4k pysb-hidden "$path" || fail "cannot hide $path"
+  else
+    { mount --bind /pysb/empty "$path" && mount -o remount,bind,ro "$path"; } \
+      || fail "cannot hide $path"
+  fi
+done < /pysb/hide
+while read -r path; do
+  { mount --bind "$path" "$path" && mount -o remount,bind,ro "$path"; } \
+    || fail "cannot protect $path"
+done < /pysb/protect
+
+ip link set lo up
+if [ -f /pysb/net ]; then
+  while read -r m; do
+    insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
+  done < /modules/net.order
+  { ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 \
+      && ip route add default via 10.0.2.2; } || fail "cannot configure the network"
+  [ -x /usr/sbin/nft ] || fail "network rules need /usr/sbin/nft on the host (apt-get install nftables)"
+  /usr/sbin/nft -f /pysb/nft.rules || fail "cannot load the packet filter; refusing to run unfiltered"
+fi
+
+read -r MARKER < /pysb/marker
+rm -f /pysb/marker
+(
+  while read -r cmd arg; do
+    case "$cmd" in
+      sig) [ -s /run/pysb.pid ] && kill "-$arg" "$(cat /run/pysb.pid)" 2>/dev/null ;;
+    esac
+  done
+) <&250 &
+READER=$!
+/bb/sh /pysb/run
+rc=$?
+kill $READER 2>/dev/null
+sync
+k=200
+while read -r name gfd dir; do
+  [ "$dir" = in ] || eval "printf '%s' \"\$MARKER\" >&$k"
+  k=$((k + 1))
+done < /pysb/ports
+echo "rc $rc" >&250
+# The host stops the VM as soon as it has the status and the end of every output stream.
+read -r -t 30 _ <&250
+poweroff -f

@@ -1,0 +1,279 @@
+"""The ``qemu`` provider: the sandboxed interpreter runs in its own kernel, in a micro-VM.
+
+The boundary is the VM: the guest sees only what is shared over virtio-9p (read-only
+shares are read-only on the host), has no network device unless a rule allows traffic,
+and talks to the host only through virtio-serial ports pysb created. See docs/qemu.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.plan import LaunchPlan, LaunchSpec
+from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_qemu import assets as assets_mod
+from pysb_qemu import guest, netfilter, vm
+
+OPTION_KEYS = ("memory", "accel", "cpus")
+ACCELS = ("auto", "kvm", "tcg")
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
+
+
+class QemuProvider(Provider):
+    name = "qemu"
+    description = "a QEMU micro-VM running its own kernel (host interpreter over virtio-9p)"
+    capabilities = frozenset(
+        {
+            Capability.FILES,
+            Capability.FILES_WRITE,
+            Capability.IGNORE,
+            Capability.RENAME,
+            Capability.TCP_PORT,
+            Capability.TCP_HOST,
+            Capability.UDP_PORT,
+            Capability.UDP_HOST,
+            Capability.ENV,
+            Capability.LIMITS,
+        }
+    )
+    install_hint = assets_mod.APT_FIX
+
+    # -- configuration -----------------------------------------------------------------
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> list[str]:
+        problems = []
+        for key, value in options.items():
+            if key not in OPTION_KEYS:
+                problems.append(
+                    f"unknown option '{key}' for provider 'qemu' (known: {', '.join(OPTION_KEYS)})"
+                )
+            elif key == "memory":
+                try:
+                    mib = vm.parse_size_mib(value)
+                except ValueError as exc:
+                    problems.append(f"memory: {exc}")
+                else:
+                    if mib < vm.MIN_MEMORY_MIB:
+                        problems.append(f"memory: at least {vm.MIN_MEMORY_MIB}M is needed")
+            elif key == "accel" and value not in ACCELS:
+                problems.append(f"accel: must be one of {', '.join(ACCELS)}, not {value!r}")
+            elif key == "cpus" and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64
+            ):
+                problems.append(f"cpus: must be an integer from 1 to 64, not {value!r}")
+        return problems
+
+    # -- discovery ---------------------------------------------------------------------
+
+    def probe(self) -> ProviderStatus:
+        try:
+            qemu = assets_mod.find_qemu()
+            kernel = assets_mod.find_kernel()
+            assets_mod.find_busybox()
+        except ProviderUnavailableError as exc:
+            return ProviderStatus.missing(exc.reason, fix=exc.fix)
+        if not os.access(guest.SETPRIV, os.X_OK):
+            return ProviderStatus.missing(
+                f"qemu: {guest.SETPRIV} is missing", fix="apt-get install util-linux"
+            )
+        accel = vm.choose_accel(self._accel_option())
+        return ProviderStatus.ok(
+            _qemu_version(qemu),
+            kernel=kernel.version,
+            accel=accel.name,
+            accel_reason=accel.reason,
+        )
+
+    def _accel_option(self) -> str:
+        return str(self.options.get("accel", "auto"))
+
+    def describe(self, plan: LaunchPlan) -> list[str]:
+        try:
+            kernel = assets_mod.find_kernel()
+            accel = vm.choose_accel(self._accel_option())
+        except ProviderUnavailableError as exc:
+            return [f"qemu: unavailable: {exc.reason}"]
+        layout = guest.plan_layout(plan)
+        lines = [
+            f"qemu: kernel {kernel.version}, accelerator {accel.reason}",
+            f"qemu: {self._memory_mib(plan)} MiB RAM, {self._cpus()} vCPU(s), microvm machine",
+        ]
+        for s in layout.shares:
+            where = s.guest if s.guest == s.host else f"{s.guest} (from {s.host})"
+            lines.append(f"qemu: share {'rw' if s.writable else 'ro'} {where}  [{s.reason}]")
+        lines += [f"qemu: hidden {kind} {path}" for kind, path in layout.hide]
+        lines += [f"qemu: read-only {path}" for path in layout.protect]
+        if plan.policy.allows_network():
+            lines.append("qemu: network: user-mode (slirp) + nftables in the guest:")
+            lines += [f"qemu:   {r}" for r in netfilter.ruleset(plan.policy).splitlines()]
+        else:
+            lines.append("qemu: network: no network device")
+        lines += layout.notes
+        return lines
+
+    # -- launch ------------------------------------------------------------------------
+
+    def _cpus(self) -> int:
+        return int(self.options.get("cpus", 1))
+
+    def _memory_mib(self, plan: LaunchPlan) -> int:
+        if "memory" in self.options:
+            return vm.parse_size_mib(self.options["memory"])
+        limit = plan.policy.limits.memory
+        if limit is not None:
+            # The VM only needs the program's limit plus the guest's own overhead.
+            return max(vm.MIN_MEMORY_MIB, (limit >> 20) + vm.MEMORY_OVERHEAD_MIB)
+        return vm.DEFAULT_MEMORY_MIB
+
+    def build(self, plan: LaunchPlan, *, progress: bool = True) -> tuple[vm.VmSpec, bytes]:
+        """Compute the VM and its per-run archive (payload fds are read: seal first)."""
+        if not os.access(guest.SETPRIV, os.X_OK):
+            raise ProviderUnavailableError(
+                f"qemu: {guest.SETPRIV} is missing", fix="apt-get install util-linux"
+            )
+        accel = vm.choose_accel(self._accel_option())
+        assets = assets_mod.ensure_assets(progress=progress)
+        layout = guest.plan_layout(plan)
+        spec = vm.VmSpec(
+            assets,
+            accel,
+            memory_mib=self._memory_mib(plan),
+            cpus=self._cpus(),
+            shares=layout.shares,
+        )
+        spec.forward_fd(0, direction="in")
+        spec.forward_fd(1, direction="out")
+        spec.forward_fd(2, direction="out")
+        for fd in plan.pass_fds:
+            if fd in (0, 1, 2):
+                continue
+            spec.pass_fd(fd)
+        nft_rules = None
+        if plan.policy.allows_network():
+            if not os.access("/usr/sbin/nft", os.X_OK):
+                raise ProviderUnavailableError(
+                    "qemu: network rules need nft to filter the guest's traffic",
+                    fix="apt-get install nftables",
+                )
+            try:
+                nft_rules = netfilter.ruleset(plan.policy)
+            except netfilter.UnsupportedRuleError as exc:
+                raise SandboxError(f"qemu: {exc}") from exc
+            spec.network = True
+            for rule in netfilter.inbound_rules(plan.policy):
+                plan.note(f"qemu: inbound rule '{rule}' is not forwarded into the VM")
+        plan.note(f"qemu: accelerator {accel.reason}")
+        for note in layout.notes:
+            plan.note(note)
+        archive = guest.build_run_archive(
+            plan, layout, spec.ports, spec.payloads, spec.marker, nft_rules
+        )
+        return spec, archive
+
+    def prepare(self, plan: LaunchPlan) -> LaunchSpec:
+        """The QEMU command line with placeholder fds (the real start is :meth:`launch`)."""
+        spec, _ = self.build(plan, progress=False)
+        argv = spec.qemu_argv(assets_mod.find_qemu())
+        return LaunchSpec(argv=argv, env={}, cwd="/", pass_fds=[])
+
+    def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        plan.seal()
+        spec, archive = self.build(plan)
+        qemu = assets_mod.find_qemu()
+        names = [p.name for p in spec.ports]
+        pairs = vm.socketpairs(["console", *names])
+        opened: list[int] = []
+        try:
+            initrd_fd = os.memfd_create("pysb-initrd", os.MFD_CLOEXEC)
+            opened.append(initrd_fd)
+            _write_all(initrd_fd, spec.assets.initrd.read_bytes())
+            _write_all(initrd_fd, archive)
+            chardev_fds = {name: pair[1].fileno() for name, pair in pairs.items()}
+            argv = spec.qemu_argv(qemu, chardev_fds, initrd=f"/proc/self/fd/{initrd_fd}")
+            lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
+            opened.append(lifeline_r)
+            ports_cfg = [
+                {
+                    "name": p.name,
+                    "direction": p.direction,
+                    "host_fd": p.host_fd,
+                    "sock_fd": pairs[p.name][0].fileno(),
+                }
+                for p in spec.ports
+                if p.name != "ctl"
+            ]
+            config = {
+                "qemu_argv": argv,
+                "qemu_fds": [initrd_fd, *chardev_fds.values()],
+                "ctl_fd": pairs["ctl"][0].fileno(),
+                "console_fd": pairs["console"][0].fileno(),
+                "ports": ports_cfg,
+                "marker": spec.marker,
+                "lifeline_fd": lifeline_r,
+                "debug": bool(os.environ.get("PYSB_QEMU_DEBUG")),
+            }
+            import json
+
+            config_fd = os.memfd_create("pysb-qemu-config", os.MFD_CLOEXEC)
+            opened.append(config_fd)
+            _write_all(config_fd, json.dumps(config).encode())
+            os.lseek(config_fd, 0, os.SEEK_SET)
+            inherit = {
+                config_fd,
+                lifeline_r,
+                initrd_fd,
+                *chardev_fds.values(),
+                *(pair[0].fileno() for pair in pairs.values()),
+                *(p.host_fd for p in spec.ports if p.host_fd not in (None, 0, 1, 2)),
+            }
+            proc = subprocess.Popen(
+                [sys.executable, "-S", "-E", "-s", SUPERVISOR, str(config_fd)],
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                cwd="/",
+                pass_fds=sorted(fd for fd in inherit if fd is not None),
+                **popen_kwargs,
+            )
+        except BaseException:
+            if "lifeline_w" in locals():
+                _close_quietly(lifeline_w)
+            raise
+        finally:
+            for fd in opened:
+                os.close(fd)
+            for a, b in pairs.values():
+                a.close()
+                b.close()
+        proc.pysb_lifeline = lifeline_w  # type: ignore[attr-defined]
+        plan.add_cleanup(lambda: _close_quietly(lifeline_w))
+        return proc
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _qemu_version(qemu: str) -> str | None:
+    try:
+        out = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.stdout.splitlines()[0] if out.stdout else ""
+    return first.split("version", 1)[-1].strip().split()[0] if "version" in first else None
+
+
+__all__ = ["QemuProvider"]

@@ -1,0 +1,308 @@
+"""Real VMs (TCG on this host): exit status, streams, fds, files, env, network, clean-up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pysb_core.policy import Exposure, Limits, NetworkRule, PortRange
+
+pytestmark = pytest.mark.slow
+
+
+def test_print_42(run_vm) -> None:
+    r = run_vm("print(42)")
+    assert (r.returncode, r.stdout) == (0, "42\n"), r.stderr
+
+
+def test_exit_status_is_the_programs(run_vm) -> None:
+    assert run_vm("import sys; sys.exit(7)").returncode == 7
+
+
+def test_death_by_signal_is_128_plus_n(run_vm) -> None:
+    assert run_vm("import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode == 143
+
+
+def test_stdout_and_stderr_are_kept_apart_and_stdin_forwarded(run_vm) -> None:
+    code = (
+        "import sys\n"
+        "data = sys.stdin.read()\n"
+        "print('out:' + data.upper(), end='')\n"
+        "print('err:' + data, end='', file=sys.stderr)\n"
+    )
+    r = run_vm(code, stdin=b"hello\n")
+    assert r.returncode == 0
+    assert r.stdout == "out:HELLO\n"
+    assert r.stderr == "err:hello\n"
+
+
+def test_large_output_arrives_complete(run_vm) -> None:
+    r = run_vm("import sys; sys.stdout.write('x' * 3_000_000 + 'END')")
+    assert r.returncode == 0
+    assert len(r.stdout) == 3_000_003 and r.stdout.endswith("END")
+
+
+def test_environment_is_exactly_the_plan_env(run_vm) -> None:
+    os.environ["PYSB_QEMU_TEST_SECRET"] = "leak"
+    try:
+        r = run_vm(["/usr/bin/env"], env={"ONLY": "this", "SPACED": "a b"})
+    finally:
+        del os.environ["PYSB_QEMU_TEST_SECRET"]
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["ONLY=this", "SPACED=a b"]
+
+
+def test_secret_outside_exposures_is_unreadable_by_cat(run_vm, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    r = run_vm(["/bin/cat", str(secret)])
+    assert r.returncode != 0
+    assert "TOP-SECRET" not in r.stdout
+    assert "No such file" in r.stderr
+
+
+def test_writes_only_in_rw_exposures(run_vm, tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    rw = tmp_path / "rw"
+    ro.mkdir()
+    rw.mkdir()
+    (ro / "keep.txt").write_text("original")
+    code = (
+        "import sys\n"
+        f"open({str(rw / 'made.txt')!r}, 'w').write('from the guest')\n"
+        "try:\n"
+        f"    open({str(ro / 'keep.txt')!r}, 'w').write('changed')\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+        f"print(open({str(ro / 'keep.txt')!r}).read())\n"
+    )
+    exposures = [Exposure(str(ro), str(ro), False), Exposure(str(rw), str(rw), True)]
+    r = run_vm(code, exposures=exposures)
+    assert r.returncode == 0, r.stderr
+    assert "refused 30" in r.stdout  # EROFS
+    assert (ro / "keep.txt").read_text() == "original"
+    assert (rw / "made.txt").read_text() == "from the guest"
+
+
+def test_renamed_exposure_hidden_and_protected_paths(run_vm, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "visible.txt").write_text("seen")
+    (data / ".env").write_text("API_KEY=xyz")
+    (data / ".git").mkdir()
+    (data / ".git" / "config").write_text("git secret")
+    (data / "profile.yaml").write_text("locked")
+    code = (
+        "import os\n"
+        "print(open('/data/visible.txt').read())\n"
+        "print(repr(open('/data/.env').read()))\n"
+        "print(os.listdir('/data/.git'))\n"
+        "try:\n"
+        "    open('/data/profile.yaml', 'w')\n"
+        "except OSError as e:\n"
+        "    print('protected', e.errno)\n"
+    )
+    r = run_vm(
+        code,
+        exposures=[Exposure(str(data), "/data", True)],
+        hidden=[str(data / ".env"), str(data / ".git")],
+        protected=[str(data / "profile.yaml")],
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "seen"
+    assert lines[1] == "''"
+    assert lines[2] == "[]"
+    assert lines[3] == "protected 30"
+    assert (data / "profile.yaml").read_text() == "locked"
+
+
+def test_cwd_is_the_plans(run_vm, tmp_path: Path) -> None:
+    exposures = [Exposure(str(tmp_path), str(tmp_path), False)]
+    r = run_vm("import os; print(os.getcwd())", exposures=exposures, cwd=str(tmp_path))
+    assert r.stdout.strip() == str(tmp_path)
+
+
+def test_payload_fd_and_write_channel(run_vm) -> None:
+    """The bootstrap's two kinds of inherited fd: a memfd payload and a report pipe."""
+    payload = os.memfd_create("payload", 0)
+    os.write(payload, b'{"hello": "payload"}')
+    report_r, report_w = os.pipe()
+    code = (
+        f"import os, json\n"
+        f"data = json.loads(os.pread({payload}, 4096, 0))\n"
+        f"os.write({report_w}, (json.dumps(data) + '\\n').encode() * 3)\n"
+        f"print('ok')\n"
+    )
+    try:
+        r = run_vm(code, pass_fds=[payload, report_w])
+        os.close(report_w)
+        with os.fdopen(report_r, "rb") as f:
+            lines = f.read().splitlines()
+    finally:
+        os.close(payload)
+    assert r.returncode == 0, r.stderr
+    assert lines == [b'{"hello": "payload"}'] * 3
+
+
+def test_forwarded_socket_is_bidirectional(run_vm) -> None:
+    """Partial mode's inherited Unix socket maps to the same fd number in the guest (a
+    character device there, not a socket: read and write it as a file)."""
+    ours, theirs = socket.socketpair()
+    code = (
+        f"import os\n"
+        f"f = os.fdopen({theirs.fileno()}, 'r+b', buffering=0)\n"
+        f"for line in f:\n"
+        f"    if line == b'quit\\n':\n"
+        f"        break\n"
+        f"    f.write(line.upper())\n"
+    )
+    replies = []
+
+    def talk(proc) -> None:
+        theirs.close()
+        f = ours.makefile("rwb")
+        for word in (b"ping\n", b"pong\n"):
+            f.write(word)
+            f.flush()
+            replies.append(f.readline())
+        f.write(b"quit\n")
+        f.flush()
+
+    r = run_vm(code, pass_fds=[theirs.fileno()], after_start=talk)
+    ours.close()
+    assert r.returncode == 0, r.stderr
+    assert replies == [b"PING\n", b"PONG\n"]
+
+
+def test_bootstrap_runs_the_program_with_limits(run_vm) -> None:
+    code = (
+        "import resource\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+        "print('via bootstrap')\n"
+    )
+    r = run_vm(code, bootstrap=True, limits=Limits(open_files=77))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["77", "via bootstrap"]
+
+
+def test_memory_limit_surfaces_as_memory_error(run_vm) -> None:
+    r = run_vm("b = bytearray(400 * 2**20)", bootstrap=True, limits=Limits(memory=128 * 2**20))
+    assert r.returncode == 1
+    assert "MemoryError" in r.stderr
+
+
+def test_no_network_device_without_rules(run_vm) -> None:
+    r = run_vm("import os; print(sorted(os.listdir('/sys/class/net')))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['lo']"
+
+
+def _listener() -> socket.socket:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    return srv
+
+
+def test_network_rules_filter_in_the_guest(run_vm) -> None:
+    """slirp maps the guest's 10.0.2.2 to the host's loopback: only the allowed port passes."""
+    allowed, refused = _listener(), _listener()
+    a_port, r_port = allowed.getsockname()[1], refused.getsockname()[1]
+    got = []
+
+    def serve() -> None:
+        conn, _ = allowed.accept()
+        got.append(conn.recv(100))
+        conn.sendall(b"welcome")
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    code = (
+        "import socket\n"
+        f"s = socket.create_connection(('10.0.2.2', {a_port}), timeout=20)\n"
+        "s.sendall(b'hi from guest'); print(s.recv(100).decode())\n"
+        "try:\n"
+        f"    socket.create_connection(('10.0.2.2', {r_port}), timeout=20)\n"
+        "    print('CONNECTED')\n"
+        "except OSError as e:\n"
+        "    print('refused', type(e).__name__)\n"
+    )
+    rule = NetworkRule(
+        "allow",
+        ("tcp",),
+        "10.0.2.2",
+        (PortRange(a_port, a_port),),
+        "out",
+        text=f"allow tcp 10.0.2.2 {a_port} out",
+    )
+    try:
+        r = run_vm(code, network=(rule,))
+        refused.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            refused.accept()
+    finally:
+        allowed.close()
+        refused.close()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["welcome", "refused ConnectionRefusedError"]
+    assert got == [b"hi from guest"]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(c) for c in text]
+    return out
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` is a live (not zombie) qemu process."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"qemu-system" in cmdline and "State:\tZ" not in status
+
+
+def test_killing_the_supervisor_leaves_no_qemu(run_vm) -> None:
+    seen = {}
+
+    def kill_early(proc) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _children(proc.pid):
+            time.sleep(0.05)
+        seen["qemu"] = _children(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+
+    r = run_vm("import time; time.sleep(60)", after_start=kill_early)
+    assert r.returncode == -signal.SIGKILL
+    assert len(seen["qemu"]) == 1
+    qemu = seen["qemu"][0]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(qemu):
+        time.sleep(0.05)
+    assert not _running(qemu)
+
+
+def test_sigint_reaches_the_program(run_vm) -> None:
+    """A signal sent to the host process is forwarded to the program in the guest."""
+
+    def send_when_ready(proc) -> None:
+        assert proc.stdout.readline() == b"ready\n"
+        proc.send_signal(signal.SIGINT)
+
+    r = run_vm(
+        "import time; print('ready', flush=True); time.sleep(60)", after_start=send_when_ready
+    )
+    assert r.returncode == 130
+    assert "KeyboardInterrupt" in r.stderr
