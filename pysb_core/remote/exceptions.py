@@ -60,10 +60,17 @@ def _describe(exc: BaseException, relation: str, hide_file: str) -> dict[str, An
     frames: Frames = []
     tb = exc.__traceback__
     while tb is not None and len(frames) < _MAX_FRAMES:
-        code = tb.tb_frame.f_code
-        if code.co_filename != hide_file:
-            frames.append((code.co_filename, tb.tb_lineno or 1, code.co_name))
-        tb = tb.tb_next
+        try:
+            code = tb.tb_frame.f_code
+            filename, name, lineno = code.co_filename, code.co_name, tb.tb_lineno or 1
+        except Exception:  # a guard's door hides its code: leave that frame out
+            filename = hide_file
+        if filename != hide_file:
+            frames.append((str(filename), int(lineno), str(name)))
+        try:
+            tb = tb.tb_next
+        except Exception:
+            break
     return {
         "pickled": pickled,
         "module": type(exc).__module__,
