@@ -49,7 +49,8 @@ def test_sigterm_stops_the_worker_writes_learned_rules_and_dies_by_the_signal(tm
         f"    open({str(ready)!r}, 'w').write(str(s.pid))\n"
         "    time.sleep(60)\n"
     )
-    app = subprocess.Popen([sys.executable, str(tmp_path / "app.py")], stderr=subprocess.PIPE)
+    log = (tmp_path / "stderr.txt").open("w")
+    app = subprocess.Popen([sys.executable, str(tmp_path / "app.py")], stderr=log)
     try:
         worker = int(wait_for_file(ready, timeout=60))
         assert worker in descendants(app.pid)
@@ -59,6 +60,7 @@ def test_sigterm_stops_the_worker_writes_learned_rules_and_dies_by_the_signal(tm
         if app.poll() is None:
             app.kill()
             app.wait()
-    assert app.returncode == -signal.SIGTERM
+        log.close()
+    assert app.returncode == -signal.SIGTERM, (tmp_path / "stderr.txt").read_text()
     assert learned.exists()
     assert not Path(f"/proc/{worker}").exists()
