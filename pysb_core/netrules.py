@@ -20,12 +20,8 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from pysb_core.policy import NetworkRule, PortRange
-
-if TYPE_CHECKING:
-    from pysb_core.policy import Direction
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -51,7 +47,7 @@ _PROTOCOLS = {
 _DIRECTIONS = {"in": "in", "out": "out", "any": "any", "*": "any"}
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _LEGACY_V4 = re.compile(r"^[0-9a-fA-FxX.]+$")
-_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 # IPv6 forms that carry an IPv4 address but are not the kernel's mapped form: the IPv4-translated
 # prefix, the NAT64 well-known prefix and the deprecated IPv4-compatible form.
 _EMBEDDING = (
@@ -207,7 +203,7 @@ def _parse_network(text: str) -> str:
             net = ipaddress.ip_network(bare, strict=False)
         except ValueError:
             raise ValueError(f"'{text}' is not a valid CIDR network") from None
-        if net.version == 6 and net.subnet_of(_MAPPED):  # IPv4 written as IPv6 is IPv4
+        if isinstance(net, ipaddress.IPv6Network) and net.subnet_of(_MAPPED):  # IPv4 as IPv6
             return str(_mapped_to_v4(net))
         return str(net)
     try:
@@ -280,7 +276,7 @@ def _rule_networks(rule: NetworkRule, pins: Mapping[str, Sequence[str]]) -> tupl
             for a in pins.get(normalize_host(rule.network), ())
         ]
     return tuple(
-        _mapped_to_v4(n) if n.version == 6 and n.subnet_of(_MAPPED) else n  # type: ignore[arg-type]
+        _mapped_to_v4(n) if isinstance(n, ipaddress.IPv6Network) and n.subnet_of(_MAPPED) else n
         for n in nets
     )
 
@@ -355,9 +351,7 @@ class NetworkMatcher:
 
     # -- one address -------------------------------------------------------------------
 
-    def check(
-        self, proto: str, address: str | IPAddress, port: int, direction: Direction
-    ) -> Decision:
+    def check(self, proto: str, address: str | IPAddress, port: int, direction: str) -> Decision:
         """Decide one address: ``(allowed, deciding rule or None for the default deny)``."""
         key = (proto, address, port, direction)
         hit = self._cache.get(key)
@@ -407,7 +401,7 @@ class NetworkMatcher:
         proto: str,
         host: str,
         port: int,
-        direction: Direction,
+        direction: str,
         addresses: Sequence[str] | None = None,
     ) -> Decision:
         """Decide a connection to a name: allowed only if every address of it is allowed.
@@ -432,7 +426,7 @@ class NetworkMatcher:
 
     # -- messages -----------------------------------------------------------------------
 
-    def suggest(self, proto: str, host_or_ip: str, port: int, direction: Direction) -> str:
+    def suggest(self, proto: str, host_or_ip: str, port: int, direction: str) -> str:
         """The rule line that would allow this access (names kept, addresses canonical)."""
         literal = numeric_host(host_or_ip)
         target = str(canonical_ip(literal)) if literal is not None else normalize_host(host_or_ip)

@@ -31,15 +31,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pysb_core import hookimpl
 from pysb_core.errors import NetworkDeniedError
 from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, numeric_host
-
-try:
-    from pysb_core import hookimpl
-except ImportError:  # pysb_core without the public marker yet: the marker is just a name
-    import pluggy
-
-    hookimpl = pluggy.HookimplMarker("pysb")
 
 if TYPE_CHECKING:
     from pysb_core.check import CheckReport
@@ -152,9 +146,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     fast: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     fast_get = fast.get
 
-    raw = _socket.socket
-    while type(raw) is not type:  # installed twice: start from the C class, not our subclass
-        raw = raw.__mro__[1]
+    raw = _c_socket_class(_socket.socket)
     raw_connect = raw.connect
     raw_connect_ex = raw.connect_ex
     raw_bind = raw.bind
@@ -222,7 +214,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             raise refuse_name(key, port)
         found: list[str] = []
         for res in raw_getaddrinfo(name, None, family, SOCK_STREAM):
-            address = res[4][0]
+            address = str(res[4][0])
             if address not in found:
                 found.append(address)
             seen_names[_canon(address)] = key
@@ -289,7 +281,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         if number is None or not addresses:
             return
         direction = "in" if flags & _socket.AI_PASSIVE else "out"
-        decision = (False, None)
+        decision: tuple[bool, Any] = (False, None)
         for p in protos:
             decision = matcher.check_host(p, key, number, direction, [_canon(a) for a in addresses])
             if decision[0]:
@@ -449,11 +441,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             if allowed:
                 if len(fast) >= 4096:
                     fast.clear()
-                checked = (addresses[0], port, *rest)
-                kind = (family, type_of(sock), proto_of(sock))
-                fast[(*kind, checked, direction)] = checked  # what the audit backstop sees
+                result = (addresses[0], port, *rest)
+                sock_kind = (family, type_of(sock), proto_of(sock))
+                fast[(*sock_kind, result, direction)] = result  # what the audit backstop sees
                 if name is None and _plain(address):
-                    fast[(*kind, address, direction)] = checked
+                    fast[(*sock_kind, address, direction)] = result
             if not allowed:
                 shown = name or _canon(addresses[0])
                 suggestion = matcher.suggest(proto, shown, port, direction)
@@ -650,10 +642,10 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
     socketpair.__name__ = socketpair.__qualname__ = "socketpair"
     socketpair.__doc__ = raw_socketpair.__doc__
-    _socket.socket = guarded
-    _socket.SocketType = guarded
-    socket.SocketType = guarded  # a copy of the raw class, made by "from _socket import *"
-    _socket.socketpair = socketpair
+    setattr(_socket, "socket", guarded)
+    setattr(_socket, "SocketType", guarded)
+    setattr(socket, "SocketType", guarded)  # a copy of the raw class ("from _socket import *")
+    setattr(_socket, "socketpair", socketpair)
     if learning:
         return  # nothing is refused in a learning run: no backstop
 
@@ -727,6 +719,13 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 # ---------------------------------------------------------------------------------------
 # Small helpers (pure; no guard state)
 # ---------------------------------------------------------------------------------------
+
+
+def _c_socket_class(cls: Any) -> Any:
+    """The C socket class, also when the guard is installed a second time."""
+    while type(cls) is not type:
+        cls = cls.__mro__[1]
+    return cls
 
 
 def _trimmed(fn: Callable[..., Any]) -> Callable[..., Any]:
