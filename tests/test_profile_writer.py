@@ -137,7 +137,7 @@ def test_new_file_is_created_and_enforces(cwd: Path) -> None:
     target = cwd / "new" / "p.yaml"
     target.parent.mkdir()
     summary = merge_learned(str(target), learned(cwd))
-    assert summary.startswith("pysb: wrote new/p.yaml: learned 12 rule(s)") or "learned" in summary
+    assert summary.startswith("wrote new/p.yaml: learned 12 rule(s)"), summary
     text = target.read_text()
     assert text.startswith("# pysb profile, written by a learning run")
     assert "  # standard library\n  - json\n  - os\n  # third party" in text
@@ -276,7 +276,7 @@ def test_invalid_existing_file_is_untouched_and_rules_go_beside(cwd: Path) -> No
     p = LearnedProfile()
     p.add("imports", None, "os")
     summary = merge_learned(str(target), p)
-    assert summary.startswith("pysb: p.yaml:")
+    assert summary.startswith("p.yaml:1: cannot merge learned rules")
     assert "cannot merge learned rules" in summary and "p.yaml.learned.yaml" in summary
     assert target.read_text() == "imports: [json\n"
     assert yaml.safe_load((cwd / "p.yaml.learned.yaml").read_text())["imports"] == ["os"]

@@ -554,6 +554,9 @@ def _merge_text(original: str, rules: list[LearnedRule], display: str) -> tuple[
 def merge_learned(path: str, additions: LearnedProfile) -> str:
     """Merge ``additions`` into the profile at ``path`` (created when absent); return a summary.
 
+    The summary (one line, then one indented line per section) has no ``pysb:`` prefix:
+    the caller prints it on stderr with its own.
+
     Always writes a new file (even with nothing learned, so that the next run enforces);
     an existing file is only rewritten when something was added, its previous version kept
     as ``FILE.bak``. When the existing file cannot be merged into (invalid YAML, a layout
@@ -583,11 +586,11 @@ def merge_learned(path: str, additions: LearnedProfile) -> str:
                 fallback = path + ".learned.yaml"
                 _write_atomic(fallback, render_new(rules, date=date), None)
                 return (
-                    f"pysb: {exc.errors[0]}\npysb: the {len(rules)} learned rule(s) were written "
+                    f"{exc.errors[0]}\n  the {len(rules)} learned rule(s) were written "
                     f"to {display_path(fallback, os.getcwd())} instead: review and copy them"
                 )
             if text == original:
-                return f"pysb: nothing new learned; {display} already holds every rule of this run"
+                return f"nothing new learned; {display} already holds every rule of this run"
             _write_atomic(path + ".bak", original, mode)
         _write_atomic(path, text, mode)
     except (OSError, UnicodeDecodeError) as exc:
@@ -597,7 +600,7 @@ def merge_learned(path: str, additions: LearnedProfile) -> str:
 
 
 def _summary(display: str, added: list[LearnedRule], *, created: bool) -> str:
-    head = f"pysb: {'wrote' if created else 'updated'} {display}"
+    head = f"{'wrote' if created else 'updated'} {display}"
     if not created:
         head += f" (previous version kept as {display}.bak)"
     if not added:
