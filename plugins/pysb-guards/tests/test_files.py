@@ -41,8 +41,22 @@ def test_not_exposed_paths_do_not_exist_by_every_door(project: Path, python: str
         """,
         python=python,
     )
-    for key in ("open", "io.open", "FileIO", "type_of_raw", "os.open", "posix.open", "stat",
-                "lstat", "pathlib", "listdir", "scandir", "shutil", "open_code", "sqlite"):
+    for key in (
+        "open",
+        "io.open",
+        "FileIO",
+        "type_of_raw",
+        "os.open",
+        "posix.open",
+        "stat",
+        "lstat",
+        "pathlib",
+        "listdir",
+        "scandir",
+        "shutil",
+        "open_code",
+        "sqlite",
+    ):
         assert r[key][0] == "FileDeniedError", (key, r[key])
     assert "files: expose-ro: [" in r["open"][1] and "outside" in r["open"][1]
     assert r["exists"] == ("ok", "False") and r["access"] == ("ok", "False")
@@ -70,8 +84,17 @@ def test_read_only_and_read_write_exposures(project: Path) -> None:
         """,
     )
     assert r["read"] == ("ok", "'data'")
-    for key in ("write_ro", "create_ro", "mkdir_ro", "unlink_ro", "chmod_ro", "utime_ro",
-                "rename_out", "mkfifo_ro", "os_open_trunc"):
+    for key in (
+        "write_ro",
+        "create_ro",
+        "mkdir_ro",
+        "unlink_ro",
+        "chmod_ro",
+        "utime_ro",
+        "rename_out",
+        "mkfifo_ro",
+        "os_open_trunc",
+    ):
         assert r[key][0] == "WriteDeniedError", (key, r[key])
     assert "`files: expose-rw: [./data]`" in r["write_ro"][1]
     assert r["write_rw"][0] == "ok" and r["rename_rw"][0] == "ok"

@@ -205,6 +205,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         FRAMEWORK=os.path.join(os.path.dirname(os.path.abspath(pysb_core.__file__)), "child") + "/",
         SYS=sys,
         FRAME_ARGS=_caller_namespaces,
+        INIT_EXEMPT=_INIT_EXEMPT,
     )
 
     modules: dict[str, list[registry.Entry]] = {}
@@ -263,6 +264,7 @@ IS_LIBRARY: Any = None  # sealed
 FRAMEWORK: str = None  # type: ignore[assignment]  # sealed
 SYS: Any = None  # sealed
 FRAME_ARGS: Any = None  # sealed
+INIT_EXEMPT: dict[str, str] = None  # type: ignore[assignment]  # sealed
 
 
 def _a_arm():
@@ -316,6 +318,28 @@ def _a_exempt(dynamic):
     return dynamic and IS_LIBRARY(filename, PREFIXES)
 
 
+#: Calls a module makes while it is being imported, that the import itself needs (ctypes
+#: opens the interpreter's own symbols as ``pythonapi``): an import right stays usable;
+#: every call through the result is still judged (``ctypes.call_function``).
+_INIT_EXEMPT = {"_ctypes.dlopen": "/ctypes/__init__.py", "ctypes.CDLL": "/ctypes/__init__.py"}
+
+
+def _a_module_init(suffix):
+    f = _a_caller()
+    for _ in range(8):
+        if f is None:
+            return False
+        g = f.f_globals
+        if g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK:
+            f = f.f_back
+            continue
+        code = f.f_code
+        if code.co_name == "<module>" and code.co_filename.endswith(suffix):
+            return IS_LIBRARY(code.co_filename, PREFIXES)
+        f = f.f_back
+    return False
+
+
 def _a_decide(qualname):
     """None when the call may go on, else a Refusal. One dict lookup once armed."""
     if ST["verdicts"].get(qualname, False):
@@ -325,6 +349,9 @@ def _a_decide(qualname):
     entry = ENTRIES[qualname]
     dynamic = entry.category == "dynamic-code"
     if _a_exempt(dynamic):
+        return None
+    suffix = INIT_EXEMPT.get(entry.group)
+    if suffix is not None and _a_module_init(suffix):
         return None
     if ST["learning"]:
         if entry.group not in ST["learned"]:

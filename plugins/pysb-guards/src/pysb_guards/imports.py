@@ -184,9 +184,10 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
 
 @hookimpl
 def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
-    """Close the list of program modules: the program cannot add to it."""
+    """Close the list of program modules and the audit hook's handler table."""
     if _runtime:
         _runtime[0][1]()
+        _seal.audit_registry()[1]()
 
 
 @hookimpl

@@ -203,8 +203,12 @@ _add("threads", "threading.stack_size=_thread.stack_size _thread.stack_size")
 # -- native -------------------------------------------------------------------------------
 _add("native", "ctypes:CDLL.__init__", events=("ctypes.dlopen",))
 _add("native", "ctypes.cast ctypes.string_at ctypes.wstring_at ctypes.memmove ctypes.memset")
-_add("native", "_ctypes.dlopen _ctypes.dlsym", platform="posix", events=("ctypes.dlopen",))
+_add("native", "_ctypes.dlopen", platform="posix", events=("ctypes.dlopen",))
+# Looking a symbol up (``ctypes.pythonapi.Py_...``, ``CDLL(...).getpid``) raises this event.
+_add("native", "_ctypes.dlsym", platform="posix", events=("ctypes.dlsym",))
 _add("native", "_ctypes.LoadLibrary", platform="win32")
+# Every call of a foreign function (ctypes.pythonapi included) raises this event.
+_add("native", "_ctypes.call_function", patch=False, events=("ctypes.call_function",))
 
 # -- introspection ------------------------------------------------------------------------
 _add("introspection", "importlib.reload sys.settrace sys.setprofile sys.addaudithook", events=())
