@@ -276,7 +276,7 @@ def test_invalid_existing_file_is_untouched_and_rules_go_beside(cwd: Path) -> No
     p = LearnedProfile()
     p.add("imports", None, "os")
     summary = merge_learned(str(target), p)
-    assert summary.startswith("p.yaml:1: cannot merge learned rules")
+    assert summary.startswith("p.yaml:2: cannot merge learned rules: while parsing a flow")
     assert "cannot merge learned rules" in summary and "p.yaml.learned.yaml" in summary
     assert target.read_text() == "imports: [json\n"
     assert yaml.safe_load((cwd / "p.yaml.learned.yaml").read_text())["imports"] == ["os"]

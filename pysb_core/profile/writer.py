@@ -533,7 +533,9 @@ def _merge_text(original: str, rules: list[LearnedRule], display: str) -> tuple[
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
-        what = " ".join(str(exc).split())
+        problem = getattr(exc, "problem", None)
+        context = getattr(exc, "context", None)
+        what = ", ".join(x for x in (context, problem) if x) or " ".join(str(exc).split())
         raise ProfileError([f"{display}:{line}: cannot merge learned rules: {what}"]) from None
     existing = _collect_existing(root)
     added = [r for r in rules if not existing.has(r)]
