@@ -111,6 +111,20 @@ async def adouble(x):
     print("async says", x)
     return x * 2
 
+history = {}
+
+@sandbox
+def record(tag, i):
+    history.setdefault(tag, []).append(i)
+
+@sandbox
+def recorded(tag):
+    return history.get(tag, [])
+
+@sandbox(timeout=0.5)
+async def atoo_slow():
+    await asyncio.sleep(60)
+
 calls = []
 
 def init():
@@ -379,3 +393,30 @@ def test_leaving_leaves_no_process_socket_or_temp_file(mod, box, tmp_path, monke
     assert list(scratch.iterdir()) == []
     lingering = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
     assert [t.name for t in lingering if t.name.startswith("pysb")] == []
+
+
+def test_each_caller_s_calls_arrive_in_order_while_callers_run_concurrently(mod, box):
+    tags = [f"caller{i}" for i in range(8)]
+
+    def caller(tag):
+        for i in range(200):
+            mod.record(tag, i)
+        return tag
+
+    with sandboxes(**box):
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            assert sorted(pool.map(caller, tags)) == sorted(tags)
+        for tag in tags:
+            assert mod.recorded(tag) == list(range(200))
+
+
+def test_async_timeout_kills_and_restarts_the_worker(mod, box):
+    async def main():
+        async with sandboxes(**box) as s:
+            pid = s.pid
+            with pytest.raises(SandboxTimeoutError):
+                await mod.atoo_slow()
+            return await mod.adouble(2), pid, s.pid
+
+    value, before, after = asyncio.run(main())
+    assert value == 4 and before != after

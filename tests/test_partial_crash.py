@@ -57,6 +57,13 @@ def mark_and_wait_retried(path, pid_file, seconds):
     return "finished"
 
 @sandbox
+async def amark_and_wait(path, pid_file, seconds):
+    import asyncio
+    _mark(path, pid_file)
+    await asyncio.sleep(seconds)
+    return "finished"
+
+@sandbox
 def mark(path):
     _mark(path, None)
     return "marked"
@@ -171,3 +178,22 @@ def test_five_deaths_within_180_s_fail_closed_and_the_host_lives_on(env):
             with pytest.raises(SandboxProtocolError, match="failed closed"):
                 mod.ping()
     assert os.getpid() > 0  # still here: the host is never terminated
+
+
+def test_async_calls_follow_the_same_crash_rules(env):
+    import asyncio
+
+    mod, rw, kwargs = env
+    marker, pid_file = rw / "runs", rw / "pid"
+
+    async def main():
+        async with sandboxes(**kwargs) as box:
+            task = asyncio.ensure_future(mod.amark_and_wait(str(marker), str(pid_file), 60))
+            await asyncio.to_thread(wait_for_file, pid_file)
+            _kill_worker(box)
+            with pytest.raises(SandboxProtocolError):
+                await task
+            return await mod.amark_and_wait(str(rw / "after"), "", 0)
+
+    assert asyncio.run(main()) == "finished"
+    assert marker.read_text().count("run") == 1
