@@ -336,9 +336,6 @@ class NetworkMatcher:
                 for d in directions:
                     denies, allows = self._index[(proto, d)]
                     (denies if rule.action == "deny" else allows).append(compiled)
-        self.names: frozenset[str] = frozenset(
-            normalize_host(r.network) for r in self.rules if r.is_host
-        )
         self.resolves_any_name = any(
             r.action == "allow" and r.direction in ("out", "any") and _is_wide(r.network)
             for r in self.rules
