@@ -61,6 +61,22 @@ def test_allowed_and_refused_connections(tmp_path: Path, server: int, env) -> No
     assert f"allow tcp 127.0.0.1 {server + 1} out" in refused.stderr
 
 
+def test_denials_reach_the_events_file(tmp_path: Path, server: int, env) -> None:
+    write_profile(tmp_path)
+    events = tmp_path / "events.jsonl"
+    out = run_pysb(
+        "run", f"--events={events}", "-c", CONNECT, "127.0.0.1", str(server),
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert out.returncode == 1
+    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    denials = [e for e in lines if e["guard"] == "network" and e["action"] == "deny"]
+    assert len(denials) == 1
+    assert denials[0]["layer"] == "python"
+    assert denials[0]["suggested_rule"] == f"allow tcp 127.0.0.1 {server} out"
+    assert {"time", "pid", "target", "detail"} <= set(denials[0])
+
+
 def test_net_option_adds_a_rule(tmp_path: Path, server: int, env) -> None:
     write_profile(tmp_path)
     rule = f"allow tcp 127.0.0.1 {server} out"
