@@ -14,13 +14,18 @@ Decisions come from :class:`pysb_core.netrules.NetworkMatcher`, the same code th
 compile from, so both layers agree. ``AF_UNIX`` paths need a read-write exposure; abstract
 Unix sockets and families the rules cannot express (raw, netlink, packet...) are refused.
 
+A PEP 578 audit hook is the backstop: CPython raises ``socket.connect``, ``socket.bind``,
+``socket.sendto``, ``socket.sendmsg`` and resolver events from C, however the C function was
+reached (the raw class through the MRO, an original kept before the guard was installed), and
+the hook judges them with the same rules.
+
 In a learning run nothing is refused: each connection and bind is recorded, by host name when
 the program used one (names are remembered from resolver answers), and :func:`pysb_learned`
 renders them as ``network:`` rules.
 
 The guard keeps its state in closures, not in module globals. It is friction, not a boundary:
-native code, ``socket.socket.__mro__[-2]`` (the raw C class) and inherited descriptors get
-around it; the OS layer is what stops them (see docs/network.md).
+native code, inherited descriptors and a raw ``listen()`` (no audit event) get around it; the
+OS layer is what stops them (docs/network.md lists the residual weaknesses).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, num
 if TYPE_CHECKING:
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
+    from pysb_core.learning import LearnedProfile
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
     from pysb_core.provider import Provider
@@ -93,7 +99,7 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 
 
 @hookimpl
-def pysb_learned(records: Sequence[Event], profile: Any) -> None:
+def pysb_learned(records: Sequence[Event], profile: LearnedProfile) -> None:
     """Render learned connections and binds as ``network:`` rules (ports merged per host),
     and Unix socket paths as the read-write exposure of their directory."""
     for line in learned_rules(records):
