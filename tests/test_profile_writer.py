@@ -109,7 +109,7 @@ def test_relearning_adds_nothing(cwd: Path) -> None:
     more.add("imports", None, "re", group="standard library")
     summary = merge_learned(str(target), more)
     assert summary.count("\n") == 1 and "imports: re" in summary
-    assert yaml.safe_load(target.read_text())["imports"] == ["json", "os", "yaml", "ctypes", "re"]
+    assert yaml.safe_load(target.read_text())["imports"] == ["json", "os", "re", "yaml", "ctypes"]
     assert (cwd / ".pysb.yaml.bak").read_text() == after_first
 
 
@@ -146,6 +146,29 @@ def test_new_file_is_created_and_enforces(cwd: Path) -> None:
     policy = load_policy(str(target), cwd=str(cwd), environ=env_for(cwd))
     assert not policy.learn
     assert policy.imports == ("json", "os", "yaml", "ctypes")
+
+
+def test_imports_join_their_group(cwd: Path) -> None:
+    target = cwd / "p.yaml"
+    merge_learned(str(target), learned(cwd))
+    more = LearnedProfile()
+    more.add("imports", None, "zlib", group="dangerous")
+    more.add("imports", None, "abc", group="standard library")
+    more.add("imports", None, "ungrouped")
+    merge_learned(str(target), more)
+    text = target.read_text()
+    assert text.count("# dangerous") == 1 and text.count("# standard library") == 1
+    assert "  - os\n  - abc\n  # third party" in text
+    assert "  - ctypes\n  - zlib\n  - ungrouped\n" in text
+    assert yaml.safe_load(text)["imports"] == [
+        "json",
+        "os",
+        "abc",
+        "yaml",
+        "ctypes",
+        "zlib",
+        "ungrouped",
+    ]
 
 
 def test_nothing_learned_still_writes_a_profile(cwd: Path) -> None:

@@ -359,7 +359,7 @@ class _Merger:
                 self.ed.after_line(node.end_mark.index), self.lines_for(rules, child_indent, path)
             )
         elif isinstance(node, yaml.SequenceNode):
-            self.into_list(node, rules)
+            self.into_list(node, rules, keynode.end_mark.index)
         elif isinstance(node, yaml.MappingNode):
             self.into_mapping(node, rules, path, child_indent)
         elif isinstance(node, yaml.ScalarNode):  # `imports: json` or `imports: ~`
@@ -390,7 +390,7 @@ class _Merger:
             lines += _render_key(key, rs, indent, self.step)
         return lines
 
-    def into_list(self, node: Any, rules: list[LearnedRule]) -> None:
+    def into_list(self, node: Any, rules: list[LearnedRule], scan_from: int) -> None:
         if any(isinstance(r.value, tuple) for r in rules):
             raise self.fail(node, "a list cannot take name: value entries")
         if node.flow_style:
@@ -402,8 +402,35 @@ class _Merger:
             return
         first = node.value[0]
         indent = " " * self.ed.dash_column(first.start_mark.index)
-        lines = _block_items(rules, indent)
-        self.ed.insert_lines(self.ed.after_line(_last_end(node)), lines)
+        # Grouped lists (imports) stay grouped: a rule joins the end of its group's run.
+        last_of: dict[str, Any] = {}
+        group = None
+        pos = scan_from
+        for item in node.value:
+            group = self.header_group(pos, item.start_mark.index, group)
+            if group is not None:
+                last_of[group] = item
+            pos = _last_end(item)
+        rest: list[LearnedRule] = []
+        for rule in _sorted_for_output(rules):
+            anchor = last_of.get(rule.group) if rule.group else None
+            if anchor is None:
+                rest.append(rule)
+            else:
+                at = self.ed.after_line(_last_end(anchor))
+                self.ed.insert_lines(at, _block_items([rule], indent, rule.group))
+        if rest:
+            at = self.ed.after_line(_last_end(node))
+            self.ed.insert_lines(at, _block_items(rest, indent, self.header_group(pos, at, group)))
+
+    def header_group(self, start: int, end: int, current: str | None) -> str | None:
+        """The import group of the last group header comment in ``text[start:end]``."""
+        titles = {title: group for group, title in _GROUP_TITLES.items()}
+        for line in self.ed.text[start:end].splitlines():
+            text = line.strip()
+            if text.startswith("#"):
+                current = titles.get(text[1:].strip(), current)
+        return current
 
     def into_mapping(
         self, node: Any, rules: list[LearnedRule], path: str, default_indent: str
