@@ -25,7 +25,9 @@ def test_glued_values() -> None:
 
 
 def test_separate_values_and_pysb_options_before_program() -> None:
-    a = split_run_args(["--provider", "bwrap", "-W", "ignore", "--net=allow tcp * 443 out", "app.py", "-v"])
+    a = split_run_args(
+        ["--provider", "bwrap", "-W", "ignore", "--net=allow tcp * 443 out", "app.py", "-v"]
+    )
     assert a.get("provider") == "bwrap"
     assert a.many("net") == ["allow tcp * 443 out"]
     assert a.python_opts == ["-W", "ignore"]

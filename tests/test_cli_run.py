@@ -58,21 +58,32 @@ def test_traceback_has_no_pysb_frames(project: Project) -> None:
 
 def test_environment_is_only_the_whitelist(project: Project) -> None:
     project.profile(OPEN + "env:\n  GREETING: hello\n  TERM: ${TERM}\n")
+    host_env = {"SECRET_TOKEN": "s3cr3t", "TERM": "xterm"}
+    r = project.run("run", "-c", "import os; print(sorted(os.environ))", env=host_env)
+    assert r.returncode == 0, r.stderr
+    # LC_CTYPE may be set by the interpreter itself (PEP 538 locale coercion), never the host.
+    assert set(eval(r.stdout)) - {"LC_CTYPE"} == {"GREETING", "TERM"}
+    # The kernel's view, read without the Python layer: nothing else was ever there.
+    project.profile("env:\n  GREETING: hello\n  TERM: ${TERM}\n", name="env-only.yaml")
+    code = "print(open('/proc/self/environ').read())"
     r = project.run(
-        "run",
-        "-c",
-        "print(open('/proc/self/environ').read())",
-        env={"SECRET_TOKEN": "s3cr3t", "TERM": "xterm"},
+        "run", "--profile", "env-only.yaml", "--no-python-guards", "-c", code, env=host_env
     )
     assert r.returncode == 0, r.stderr
-    names = sorted(kv.split("=", 1)[0] for kv in r.stdout.rstrip("\n").split("\0") if kv)
-    assert names == ["GREETING", "TERM"]
+    names = {kv.split("=", 1)[0] for kv in r.stdout.rstrip("\n").split("\0") if kv}
+    assert names == {"GREETING", "TERM"}
     assert "s3cr3t" not in r.stdout
 
 
 def test_python_options_reach_the_interpreter(project: Project) -> None:
     project.profile(OPEN)
-    r = project.run("run", "-OO", "-B", "-c", "import sys; print(sys.flags.optimize, sys.flags.dont_write_bytecode)")
+    r = project.run(
+        "run",
+        "-OO",
+        "-B",
+        "-c",
+        "import sys; print(sys.flags.optimize, sys.flags.dont_write_bytecode)",
+    )
     assert r.stdout.split() == ["2", "1"]
     r = project.run("run", "-I", "-c", "import sys; print(sys.flags.isolated, sys.path[0] != '')")
     assert r.stdout.split() == ["1", "True"]
@@ -132,20 +143,24 @@ def test_sigterm_to_pysb_reaches_the_program(project: Project) -> None:
 
     project.profile(OPEN)
     code = (
-        "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (os.write(1, b'got TERM\\n'), sys.exit(7)))\n"
         "print('ready', flush=True)\n"
         "time.sleep(30)\n"
     )
     proc = subprocess.Popen(
-        [*pysb_command(), "run", "-c", code], cwd=project.root, env=BASE_ENV,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*pysb_command(), "run", "-c", code],
+        cwd=project.root,
+        env=BASE_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     os.kill(proc.pid, signal.SIGTERM)  # our own child, by PID
-    out, _ = proc.communicate(timeout=20)
-    assert "got TERM" in out
+    out, err = proc.communicate(timeout=20)
+    assert "got TERM" in out, (proc.returncode, err)
     assert proc.returncode == 7
     del time
 
@@ -160,8 +175,12 @@ def test_repl_banner_when_stdin_is_a_terminal(project: Project) -> None:
     project.profile(OPEN)
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [*pysb_command(), "run"], cwd=project.root, env=BASE_ENV,
-        stdin=follower, stdout=follower, stderr=follower,
+        [*pysb_command(), "run"],
+        cwd=project.root,
+        env=BASE_ENV,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
     )
     os.close(follower)
     os.write(leader, b"print(6*7)\nexit()\n")

@@ -13,7 +13,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 def test_every_hook_is_documented_with_its_signature() -> None:
     page = (DOCS / "plugin-hooks.md").read_text()
-    hooks = [n for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("pysb_")]
+    hooks = [
+        n for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("pysb_")
+    ]
     assert len(hooks) >= 10
     for name in hooks:
         sig = str(inspect.signature(getattr(hookspecs, name))).replace("'", "")

@@ -20,8 +20,17 @@ WHEELHOUSE = Path(sys.prefix) / "wheelhouse"
 
 
 def _pip(env_dir: Path, *args: str) -> None:
-    cmd = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
-           "--find-links", str(WHEELHOUSE), *args]
+    cmd = [
+        str(env_dir / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--find-links",
+        str(WHEELHOUSE),
+        *args,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -38,8 +47,13 @@ def core_only_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(env_dir / "bin" / "pysb"), *args], cwd=cwd, capture_output=True, text=True,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, timeout=60, check=False,
+        [str(env_dir / "bin" / "pysb"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        timeout=60,
+        check=False,
     )
 
 
@@ -63,7 +77,11 @@ def test_third_party_provider_installs_and_runs(core_only_env: Path, tmp_path: P
     assert sorted(nnp["enforces"]) == ["env", "limits"]
     (tmp_path / ".pysb.yaml").write_text("version: 1\n")
     r = _run(
-        core_only_env, "run", "--provider", "nnp", "-c",
+        core_only_env,
+        "run",
+        "--provider",
+        "nnp",
+        "-c",
         "print([l for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0].split()[1])",
         cwd=tmp_path,
     )

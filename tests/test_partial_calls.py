@@ -95,9 +95,8 @@ def hostile(marker):
 
 @sandbox
 def forge_huge_frame():
-    import socket, stat, struct
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+    import stat, struct
+    for fd in range(3, 256):
         try:
             if stat.S_ISSOCK(os.fstat(fd).st_mode):
                 os.write(fd, struct.pack("<QQB", 1 << 40, 1, 14))
@@ -149,8 +148,8 @@ def mod(tmp_path: Path):
 def box(tmp_path: Path):
     """Keyword arguments for a subprocess-provider sandbox rooted in tmp_path."""
     profile = tmp_path / ".pysb.yaml"
-    profile.write_text(profile_text("subprocess", tmp_path))
-    return {"profile": str(profile), "python_guards": False, "cwd": str(tmp_path)}
+    profile.write_text(profile_text("subprocess", tmp_path, tmp_path))
+    return {"profile": str(profile), "cwd": str(tmp_path)}
 
 
 def test_call_runs_in_a_separate_sandboxed_process(mod, box):
@@ -286,7 +285,7 @@ def test_functions_of_a_main_script_get_a_clear_error(tmp_path, box):
         "from pysb_core import sandbox, sandboxes, SandboxError\n"
         "@sandbox\n"
         "def f():\n    return 1\n"
-        f"with sandboxes(profile={box['profile']!r}, python_guards=False):\n"
+        f"with sandboxes(profile={box['profile']!r}):\n"
         "    try:\n        f()\n"
         "    except SandboxError as e:\n        print('ERROR:', e)\n"
     )

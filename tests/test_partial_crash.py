@@ -97,7 +97,7 @@ def env(tmp_path: Path, provider: str):
     mod = write_module(tmp_path, FUNCTIONS)
     profile = tmp_path / ".pysb.yaml"
     profile.write_text(profile_text(provider, tmp_path, rw))
-    kwargs = {"profile": str(profile), "python_guards": False, "cwd": str(tmp_path)}
+    kwargs = {"profile": str(profile), "cwd": str(tmp_path)}
     return mod, rw, kwargs
 
 

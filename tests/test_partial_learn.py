@@ -17,7 +17,8 @@ def compute(x):
 """
 
 
-def test_learning_writes_the_profile_when_the_sandbox_stops(tmp_path: Path, capsys):
+def test_learning_writes_the_profile_when_the_sandbox_stops(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # learned ./ paths are relative to the working directory
     mod = write_module(tmp_path, FUNCTIONS)
     learned = tmp_path / "learned.yaml"
     with sandboxes(learn=str(learned), cwd=str(tmp_path)):

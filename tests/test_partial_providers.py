@@ -61,7 +61,7 @@ def setup(tmp_path: Path, provider: str):
     mod = write_module(project, FUNCTIONS)
     profile = project / ".pysb.yaml"
     profile.write_text(profile_text(provider, project))
-    kwargs = {"profile": str(profile), "python_guards": False, "cwd": str(project)}
+    kwargs = {"profile": str(profile), "cwd": str(project)}
     return mod, project, kwargs
 
 
@@ -104,7 +104,7 @@ def test_files_outside_the_profile_are_out_of_reach(tmp_path: Path, os_provider:
     mod = write_module(project, FUNCTIONS)
     profile = project / ".pysb.yaml"
     profile.write_text(profile_text(os_provider, project))
-    with sandboxes(profile=str(profile), python_guards=False, cwd=str(project)):
+    with sandboxes(profile=str(profile), cwd=str(project)):
         assert mod.read(str(project / "visible.txt")) == "exposed"
         with pytest.raises(OSError):
             mod.read(str(secret))

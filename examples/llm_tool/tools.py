@@ -5,8 +5,6 @@ expression it falls back to ``eval`` without builtins -- a shortcut that a promp
 model can escape. The point of the example is that the sandbox holds anyway.
 """
 
-from __future__ import annotations
-
 import ast
 import http.client
 import math

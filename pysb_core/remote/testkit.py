@@ -30,13 +30,21 @@ def write_module(directory: Path, source: str, prefix: str = "sbmod") -> ModuleT
 
 
 def profile_text(provider: str, root: Path, rw: Path | None = None, extra: str = "") -> str:
-    """A profile for ``provider``: files rules only where the OS layer enforces them."""
-    lines = ["version: 1", f"provider: {provider}"]
-    if provider != "subprocess":
-        lines.append("files:")
-        lines.append(f"  expose-ro: [{root}]")
-        if rw is not None:
-            lines.append(f"  expose-rw: [{rw}]")
+    """A permissive profile for ``provider``: the tests' files, any import, any API.
+
+    Files rules are always given: under ``subprocess`` the Python guards enforce them (and
+    the protection of the profile file itself), under an OS provider both layers do.
+    """
+    lines = [
+        "version: 1",
+        f"provider: {provider}",
+        'imports: ["*"]',
+        'api: {allow: ["*"]}',
+        "files:",
+        f"  expose-ro: [{root}]",
+    ]
+    if rw is not None:
+        lines.append(f"  expose-rw: [{rw}]")
     if extra:
         lines.append(extra)
     return "\n".join(lines) + "\n"
