@@ -52,7 +52,44 @@ _EXPORTS: dict[str, str] = {
     "CheckReport": "pysb_core.check",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "ApiDeniedError",
+    "ApiRule",
+    "Capability",
+    "CheckReport",
+    "ChildSetup",
+    "DeniedError",
+    "Event",
+    "ExitCode",
+    "Exposure",
+    "FileDeniedError",
+    "ImportDeniedError",
+    "LaunchPlan",
+    "LaunchSpec",
+    "Limits",
+    "NetworkDeniedError",
+    "NetworkRule",
+    "Policy",
+    "ProfileError",
+    "Provider",
+    "ProviderStatus",
+    "ProviderUnavailableError",
+    "Recorder",
+    "RestrictedResultError",
+    "SandboxBaseExceptionError",
+    "SandboxError",
+    "SandboxProtocolError",
+    "SandboxTimeoutError",
+    "UnenforceableRuleError",
+    "WriteDeniedError",
+    "__version__",
+    "hookimpl",
+    "is_in_sandbox",
+    "run",
+    "sandbox",
+    "sandbox_denials",
+    "sandboxes",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -65,7 +65,8 @@ class SandboxTimeoutError(SandboxError, TimeoutError):
 
 
 class SandboxBaseExceptionError(SandboxError):
-    """A ``BaseException`` that is not an ``Exception`` (SystemExit, KeyboardInterrupt) in the child."""
+    """A ``BaseException`` that is not an ``Exception`` (SystemExit, KeyboardInterrupt)
+    raised in the child."""
 
 
 class RestrictedResultError(SandboxError):

@@ -10,10 +10,11 @@ by signal N becomes exit status 128+N.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 #: Signals forwarded to the sandbox when someone sends them to pysb.
 FORWARDED = (
@@ -29,6 +30,24 @@ FORWARDED = (
 _SI_USER = 0  # si_code of a signal sent by kill(); terminal-generated ones are SI_KERNEL
 
 
+@contextlib.contextmanager
+def held_signals() -> Iterator[list[int]]:
+    """While the sandbox starts, remember signals meant for it instead of dying of them.
+
+    Handlers (not a blocked mask, which a child would inherit across exec) record each
+    signal; :func:`wait` forwards them once the sandbox runs. SIGINT keeps its meaning
+    (KeyboardInterrupt): a Ctrl-C before the program exists cancels the start.
+    """
+    pending: list[int] = []
+    held = [s for s in FORWARDED if s not in (signal.SIGINT, signal.SIGWINCH, signal.SIGCONT)]
+    previous = {s: signal.signal(s, lambda signo, _frame: pending.append(signo)) for s in held}
+    try:
+        yield pending
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def status_of(returncode: int) -> int:
     """Shell convention: a death by signal N is 128+N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -39,6 +58,7 @@ def wait(
     *,
     wall_time: float | None = None,
     on_wall_time: Callable[[], None] | None = None,
+    pending: list[int] | None = None,
 ) -> int:
     """Wait for ``proc``, forwarding signals; return its exit status (124 on wall-time).
 
@@ -49,6 +69,9 @@ def wait(
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     deadline = None if wall_time is None else time.monotonic() + wall_time
     try:
+        for signo in pending or ():
+            if proc.poll() is None:
+                proc.send_signal(signo)
         while True:
             if proc.poll() is not None:
                 return status_of(proc.returncode)

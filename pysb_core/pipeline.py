@@ -56,6 +56,20 @@ def _warn(stream: IO[str] | None, message: str) -> None:
         stream.flush()
 
 
+def _memory_text(policy: Policy) -> str | None:
+    """``512M (.pysb.yaml:7)``: how the child names the memory limit when it is hit."""
+    memory = policy.limits.memory
+    if memory is None:
+        return None
+    value = f"{memory} bytes"
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if memory % size == 0:
+            value = f"{memory // size}{unit}"
+            break
+    source = policy.limits.sources.get("memory")
+    return f"{value} ({source})" if source else value
+
+
 def _profile_from_env(environ: Mapping[str, str]) -> str | None:
     return environ.get("PYSB_PROFILE") or None
 
@@ -185,7 +199,9 @@ class Session:
                     for r in missing
                 ]
             )
-        session = cls(policy, prov, hooks, plugins, report, environ=environ, stderr=stderr, verbose=verbose)
+        session = cls(
+            policy, prov, hooks, plugins, report, environ=environ, stderr=stderr, verbose=verbose
+        )
         if verbose:
             _warn(
                 stderr,
@@ -254,7 +270,7 @@ class Session:
             cwd=policy.cwd,
             exposures=exposures,
             protected=list(policy.profile_files),
-            pass_fds=[payload_fd, *( [report_w] if report_w is not None else []), *pass_fds],
+            pass_fds=[payload_fd, *([report_w] if report_w is not None else []), *pass_fds],
             interactive=interactive,
             popen_kwargs=dict(popen_kwargs or {}),
         )
@@ -265,7 +281,7 @@ class Session:
             "guards": self.hooks.child_modules() if policy.python_guards else [],
             "report_fd": report_w,
             "sys_path": boot_paths,
-            "memory_text": policy.limits.sources.get("memory_text"),
+            "memory_text": _memory_text(policy),
         }
         from pysb_core.provider import Capability
 
@@ -286,7 +302,9 @@ class Session:
 
     def spawn(self, program: Program, **kwargs: Any) -> Any:
         """Start the sandboxed interpreter for ``program``; return the host process."""
-        popen_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in ("stdin", "stdout", "stderr")}
+        popen_kwargs = {
+            k: kwargs.pop(k) for k in list(kwargs) if k in ("stdin", "stdout", "stderr")
+        }
         plan = self.plan(program, popen_kwargs=popen_kwargs, **kwargs)
         try:
             proc = self.hooks.launch(plan, self.provider)

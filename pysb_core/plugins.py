@@ -98,7 +98,8 @@ def get_plugin_manager(
             except Exception as exc:  # fail closed: a guard that does not load stops the run
                 raise PluginLoadError(
                     f"{kind} '{ep.name}' from {dist} {version} failed to load: "
-                    f"{type(exc).__name__}: {exc}\n  fix: reinstall it (pip install --force-reinstall "
+                    f"{type(exc).__name__}: {exc}\n  fix: reinstall it "
+                    f"(pip install --force-reinstall "
                     f"{dist}) or uninstall it (pip uninstall {dist})"
                 ) from exc
             if pm.is_registered(plugin):

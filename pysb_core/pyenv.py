@@ -80,9 +80,28 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
         real = os.path.realpath(entry)
         if real in (os.path.realpath(os.getcwd()), script_dir):
             continue
-        if real not in dirs and not any(real.startswith(d + os.sep) for d in dirs):
-            dirs.append(real)
+        if real in dirs or any(real.startswith(d + os.sep) for d in dirs):
+            continue
+        dirs.extend(p for p in _importable_parts(real) if p not in dirs)
     return tuple(files), tuple(dirs)
+
+
+def _importable_parts(entry: str) -> list[str]:
+    """What of a sys.path entry outside site-packages the interpreter needs to read.
+
+    An editable install of a project whose packages sit at its root (pysb-core itself, in a
+    development checkout) puts the whole project directory on sys.path; exposing it would
+    expose the project's tests, secrets and VCS data too. Such a root (it holds a
+    ``pyproject.toml`` or ``setup.py``) contributes only its top-level packages.
+    """
+    if not any(os.path.exists(os.path.join(entry, f)) for f in ("pyproject.toml", "setup.py")):
+        return [entry]
+    parts = []
+    for name in sorted(os.listdir(entry)):
+        full = os.path.join(entry, name)
+        if name.isidentifier() and os.path.isfile(os.path.join(full, "__init__.py")):
+            parts.append(full)
+    return parts
 
 
 def implicit_exposures(executable: str = sys.executable) -> list[Exposure]:

@@ -1,4 +1,6 @@
-"""Test helpers for pysb and for plugin authors (opt in: ``pytest_plugins = ["pysb_core.testing"]``).
+"""Test helpers for pysb and for plugin authors.
+
+Opt in with ``pytest_plugins = ["pysb_core.testing"]``.
 
 Tests that claim enforcement run real programs under real providers. A provider that is
 not available here is a skip -- unless its name is in ``PYSB_REQUIRE_PROVIDERS`` (CI sets
@@ -187,7 +189,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    for name, entry in _provider_tests.items():
+    for entry in _provider_tests.values():
         if report.nodeid in entry["tests"] and report.when in ("setup", "call"):
             outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
             if report.when == "call" or report.skipped or report.failed:

@@ -26,7 +26,9 @@ def network_rule_enforced(rule: NetworkRule, caps: frozenset[C]) -> bool:
     """
     any_host = rule.network in ("*", "0.0.0.0/0", "::/0")
     for proto in rule.protocols:
-        host_cap, port_cap = (C.TCP_HOST, C.TCP_PORT) if proto == "tcp" else (C.UDP_HOST, C.UDP_PORT)
+        host_cap, port_cap = (
+            (C.TCP_HOST, C.TCP_PORT) if proto == "tcp" else (C.UDP_HOST, C.UDP_PORT)
+        )
         if host_cap in caps:
             continue
         if any_host and port_cap in caps:
@@ -63,8 +65,18 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             continue
         # wall-time is enforced by pysb's own parent process, outside the sandbox.
         text = f"limits: {key.replace('_', '-')}: {value}"
-        add("limits", text, limits.sources.get(key, "<profile>"), key == "wall_time" or C.LIMITS in caps)
+        add(
+            "limits",
+            text,
+            limits.sources.get(key, "<profile>"),
+            key == "wall_time" or C.LIMITS in caps,
+        )
     if policy.imports is not None:
-        add("imports", f"imports: {', '.join(policy.imports)}", policy.imports_source or "<profile>", False)
+        add(
+            "imports",
+            f"imports: {', '.join(policy.imports)}",
+            policy.imports_source or "<profile>",
+            False,
+        )
     for rule in policy.api:
         add("api", f"api: {rule.action}: {rule.target}", rule.source, False)

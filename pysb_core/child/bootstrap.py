@@ -26,6 +26,10 @@ import signal
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# The program is compiled and run with the interpreter's own functions, bound before any
+# guard patches the builtins: the framework's own exec is not the program's.
+_COMPILE = compile
+_EXEC = exec
 
 
 def _read_payload(fd: int) -> dict:
@@ -67,7 +71,7 @@ def _apply_limits(limits: dict) -> None:
     def cap(which: int, value: int | None, slack: int = 0) -> None:
         if value is None:
             return
-        soft, hard = resource.getrlimit(which)
+        _soft, hard = resource.getrlimit(which)
         new_hard = value + slack
         if hard != resource.RLIM_INFINITY:
             new_hard = min(new_hard, hard)
@@ -93,7 +97,9 @@ def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:
     exc.__traceback__ = tb
     sys.excepthook(type(exc), exc, tb)
     if isinstance(exc, MemoryError) and memory_limit:
-        sys.stderr.write(f"pysb: the program hit the memory limit (limits: memory: {memory_limit})\n")
+        sys.stderr.write(
+            f"pysb: the program hit the memory limit: limits: memory: {memory_limit}\n"
+        )
     sys.stderr.flush()
     if isinstance(exc, KeyboardInterrupt):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -116,14 +122,14 @@ def _run_program(program: dict, runpy) -> None:
         source = program["source"]
         main_globals["__file__"] = path
         main_globals["__cached__"] = None
-        code = compile(source, path, "exec", dont_inherit=True)
+        code = _COMPILE(source, path, "exec", dont_inherit=True)
     elif mode == "code":
-        code = compile(program["code"], "<string>", "exec", dont_inherit=True)
+        code = _COMPILE(program["code"], "<string>", "exec", dont_inherit=True)
     elif mode == "stdin":
-        code = compile(sys.stdin.read(), "<stdin>", "exec", dont_inherit=True)
+        code = _COMPILE(sys.stdin.read(), "<stdin>", "exec", dont_inherit=True)
     else:  # pragma: no cover - guarded by the parent
         raise SystemExit(f"pysb: unknown program mode {mode!r}")
-    exec(code, main_globals)
+    _EXEC(code, main_globals)
 
 
 def _run_repl(program: dict, code) -> None:
@@ -182,8 +188,10 @@ def main(fd: str) -> None:
             import readline  # noqa: F401 - line editing, as in CPython's own REPL
         except ImportError:
             pass
-    elif mode == "module" or (mode == "script" and "source" not in program) or (
-        mode == "script" and program["source"][:2] == b"PK"
+    elif (
+        mode == "module"
+        or (mode == "script" and "source" not in program)
+        or (mode == "script" and program["source"][:2] == b"PK")
     ):
         import runpy
 
@@ -234,7 +242,9 @@ def main(fd: str) -> None:
             for fn, kwargs in setups:
                 fn(**kwargs)
     except Exception as exc:  # fail closed: the program never runs half-guarded
-        sys.stderr.write(f"pysb: sandbox set-up failed inside the sandbox: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(
+            f"pysb: sandbox set-up failed inside the sandbox: {type(exc).__name__}: {exc}\n"
+        )
         sys.stderr.flush()
         os._exit(125)
 
@@ -257,5 +267,5 @@ def main(fd: str) -> None:
             _run_program(program, runpy)
     except SystemExit:
         raise
-    except BaseException as exc:  # noqa: BLE001 - reported exactly as CPython does
+    except BaseException as exc:
         _die_like_cpython(exc, memory_limit)

@@ -18,13 +18,16 @@ def _provider_notes(policy: Any) -> list[str]:
 
     installed = set(provider_names())
     return [
-        f"options for provider '{name}' are kept and ignored: it is not installed (pip install pysb-{name})"
+        f"options for provider '{name}' are kept and ignored: it is not installed "
+        f"(pip install pysb-{name})"
         for name in sorted(policy.provider_options)
         if name not in installed
     ]
 
 
-def run_check(profile: str | None, provider: str | None, no_python_guards: bool, as_json: bool) -> int:
+def run_check(
+    profile: str | None, provider: str | None, no_python_guards: bool, as_json: bool
+) -> int:
     from pysb_core.pipeline import Program, Session
 
     errors: list[str] = []
@@ -51,9 +54,14 @@ def run_check(profile: str | None, provider: str | None, no_python_guards: bool,
         profile_path = policy.profile_path
         report = session.report
         for r in report.rules:
-            rules.append({"rule": r.rule, "source": r.source, "layers": list(r.layers), "family": r.family})
+            rules.append(
+                {"rule": r.rule, "source": r.source, "layers": list(r.layers), "family": r.family}
+            )
         for r in report.unenforced():
-            errors.append(f"{r.source}: '{r.rule}' is not enforced by any active layer under '{provider_name}'")
+            errors.append(
+                f"{r.source}: '{r.rule}' is not enforced by any active layer "
+                f"under '{provider_name}'"
+            )
         notes = [*report.notes, *_provider_notes(policy)]
         if policy.learn:
             notes.append("no profile found: `pysb run` would start a learning run")

@@ -23,7 +23,11 @@ def cli() -> None:
 
 
 @cli.command(
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    },
     add_help_option=False,
 )
 @click.pass_context

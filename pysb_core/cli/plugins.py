@@ -11,7 +11,9 @@ HOOK_PREFIX = "pysb_"
 
 
 def _hooks_of(obj: Any) -> list[str]:
-    return sorted(n for n in dir(obj) if n.startswith(HOOK_PREFIX) and callable(getattr(obj, n, None)))
+    return sorted(
+        n for n in dir(obj) if n.startswith(HOOK_PREFIX) and callable(getattr(obj, n, None))
+    )
 
 
 def list_plugins() -> list[dict[str, Any]]:

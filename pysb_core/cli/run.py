@@ -6,7 +6,6 @@ argument splitting is not click's job anyway. ``pysb run --help`` goes through c
 
 from __future__ import annotations
 
-import os
 import sys
 
 from pysb_core.cli.argv import RunArgs, UsageError, split_run_args
@@ -84,7 +83,8 @@ def _program(args: RunArgs, session) -> tuple[object, bool]:
     if sys.stdin.isatty():
         policy = session.policy
         banner = (
-            f"Python {sys.version.split()[0]} in a pysb sandbox — provider {session.provider.name}, "
+            f"Python {sys.version.split()[0]} in a pysb sandbox — "
+            f"provider {session.provider.name}, "
             f"profile {policy.profile_path or '(none: learning run)'}"
         )
         ipython = _ipython_allowed(policy)
@@ -105,8 +105,11 @@ def run_main(argv: list[str]) -> int:
     try:
         args = split_run_args(argv)
     except UsageError as exc:
-        sys.stderr.write(f"Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] [-m MODULE | -c CODE | SCRIPT | -] [ARGS]...\n"
-                         f"Try 'pysb run --help' for help.\n\nError: {exc}\n")
+        sys.stderr.write(
+            "Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] "
+            "[-m MODULE | -c CODE | SCRIPT | -] [ARGS]...\n"
+            f"Try 'pysb run --help' for help.\n\nError: {exc}\n"
+        )
         return 2
     if args.get("help"):
         sys.stdout.write(RUN_HELP)
@@ -137,27 +140,33 @@ def run_main(argv: list[str]) -> int:
 
 
 def _run(session, args: RunArgs) -> int:
-    from pysb_core.execute import wait
+    from pysb_core.execute import held_signals, wait
 
     program, interactive = _program(args, session)
     policy = session.policy
     status = ExitCode.SETUP_FAILED
+
+    def wall_time_hit() -> None:
+        src = policy.limits.sources.get("wall_time", "the profile")
+        sys.stderr.write(
+            f"pysb: wall-time limit of {policy.limits.wall_time:g}s reached ({src}); "
+            "the sandbox was killed\n"
+        )
+
     try:
-        try:
-            proc = session.spawn(program, python_opts=args.python_opts, interactive=interactive)
-        except SandboxError as exc:
-            return _fail(str(exc))
-        except OSError as exc:
-            return _fail(f"could not start the sandbox: {exc}")
-
-        def wall_time_hit() -> None:
-            src = policy.limits.sources.get("wall_time", "the profile")
-            sys.stderr.write(
-                f"pysb: wall-time limit of {policy.limits.wall_time:g}s reached ({src}); "
-                "the sandbox was killed\n"
+        with held_signals() as pending:
+            try:
+                proc = session.spawn(program, python_opts=args.python_opts, interactive=interactive)
+            except SandboxError as exc:
+                return _fail(str(exc))
+            except OSError as exc:
+                return _fail(f"could not start the sandbox: {exc}")
+            except KeyboardInterrupt:
+                status = 130
+                return status
+            status = wait(
+                proc, wall_time=policy.limits.wall_time, on_wall_time=wall_time_hit, pending=pending
             )
-
-        status = wait(proc, wall_time=policy.limits.wall_time, on_wall_time=wall_time_hit)
         if status == 128 + 24 and policy.limits.cpu_time is not None:  # SIGXCPU
             src = policy.limits.sources.get("cpu_time", "the profile")
             sys.stderr.write(f"pysb: cpu-time limit of {policy.limits.cpu_time}s reached ({src})\n")
