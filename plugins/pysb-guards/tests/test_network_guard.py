@@ -8,6 +8,7 @@ test creates, whose only nameserver is a socket the child itself listens on.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -83,6 +84,7 @@ def run_child(
     env: dict[str, str] | None = None,
     wrap: list[str] | None = None,
     install: bool = True,
+    python: str = sys.executable,
 ) -> tuple[dict[str, Any], list[Event]]:
     """Run ``code`` in a fresh interpreter with the guard installed; return results, events."""
     policy_file = tmp_path / f"policy-{os.urandom(4).hex()}.json"
@@ -90,7 +92,7 @@ def run_child(
     hook = INSTALL if install else ""
     script = PRELUDE + textwrap.dedent(setup) + hook + textwrap.dedent(code) + EPILOGUE
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-c", script, str(policy_file), str(write_fd)]
+    argv = [python, "-c", script, str(policy_file), str(write_fd)]
     try:
         proc = subprocess.run(
             [*(wrap or []), *argv],
@@ -811,3 +813,44 @@ def test_without_python_guards_pins_still_answer(
     plan2 = LaunchPlan(policy=with_guards, python=sys.executable, argv=[], env={}, cwd="/")
     network.pysb_contribute(policy=with_guards, plan=plan2)
     assert plan2.child_setups == []
+
+
+def other_interpreters() -> list[str]:
+    """CPython 3.12 and 3.13 when installed (pyenv or PATH): the guard leans on C-level details
+    (member descriptors, audit events) that each version must keep."""
+    found = []
+    for version in ("3.12", "3.13"):
+        pattern = os.path.expanduser(f"~/.pyenv/versions/{version}*/bin/python3")
+        candidates = [*sorted(glob.glob(pattern)), shutil.which(f"python{version}")]
+        for c in candidates:
+            if c and subprocess.run([c, "-c", "pass"], capture_output=True).returncode == 0:
+                found.append(c)
+                break
+    return found
+
+
+@pytest.mark.parametrize("python", other_interpreters() or [None])
+def test_other_python_versions(tmp_path: Path, server: Server, python: str | None) -> None:
+    if python is None:
+        pytest.skip("no CPython 3.12 or 3.13 installed here")
+    P = server.port
+    code = f"""
+    import _socket, sys
+    results['version'] = list(sys.version_info[:2])
+    attempt('allowed', connect, '127.0.0.1', {P})
+    attempt('denied', connect, '127.0.0.2', {P})
+    attempt('mro', socket.socket.__mro__[-2].connect, socket.socket(), ('127.0.0.2', {P}))
+    attempt('pinned', lambda: socket.getaddrinfo('pinned.test', 443, type=socket.SOCK_STREAM)[0][4])
+    attempt('isinstance', lambda: isinstance(socket.socket(), _socket.socket))
+    """
+    policy = Policy(
+        network=rules(f"allow tcp 127.0.0.1 {P} out", "allow tcp pinned.test 443 out"),
+        pins={"pinned.test": ("127.0.0.9",)},
+    )
+    results, _ = run_child(tmp_path, policy, code, python=python)
+    assert results["version"][:2] in ([3, 12], [3, 13])
+    assert results["allowed"] == {"ok": "connected"}
+    for key in ("denied", "mro"):
+        assert results[key]["error"] == "NetworkDeniedError", key
+    assert results["pinned"] == {"ok": ["127.0.0.9", 443]}
+    assert results["isinstance"] == {"ok": True}
