@@ -506,6 +506,8 @@ def test_uncovered_name_is_refused_without_a_wider_rule(
     attempt('connect', connect, 'uncovered.pysb.test', 443)
     import _socket
     attempt('raw_gai', _socket.getaddrinfo, 'uncovered.pysb.test', 443)
+    attempt('udp_gai', socket.getaddrinfo, 'uncovered.pysb.test', 53, type=socket.SOCK_DGRAM)
+    attempt('bind_name', lambda: socket.socket().bind(('uncovered.pysb.test', 8080)))
     attempt('numeric', lambda: socket.getaddrinfo('127.0.0.1', 80)[0][4])
     attempt('reverse', socket.gethostbyaddr, '127.0.0.2')
     attempt('nameinfo', socket.getnameinfo, ('127.0.0.2', 80), 0)
@@ -517,6 +519,8 @@ def test_uncovered_name_is_refused_without_a_wider_rule(
     assert "allow tcp uncovered.pysb.test 443 out" in results["gai"]["message"]
     assert results["numeric"] == {"ok": ["127.0.0.1", 80]}
     assert results["nameinfo"]["ok"][0] == "127.0.0.2"  # numeric answer, no reverse query
+    assert results["udp_gai"]["suggested"] == "allow udp uncovered.pysb.test 53 out"
+    assert results["bind_name"]["suggested"] == "allow tcp uncovered.pysb.test 8080 in"
     assert any(e.target == "uncovered.pysb.test" for e in events)
 
 

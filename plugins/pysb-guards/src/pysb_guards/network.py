@@ -209,7 +209,9 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
     # -- resolution ------------------------------------------------------------------
 
-    def name_addresses(name: str, family: int, port: Any = None) -> list[str]:
+    def name_addresses(
+        name: str, family: int, port: Any = None, proto: str = "tcp", direction: str = "out"
+    ) -> list[str]:
         """Addresses of a name for a socket of ``family``: pins, else a real query when
         allowed, else a refusal before any query."""
         key = normalize_host(name)
@@ -217,7 +219,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         if pinned is not None:
             return [a for a in pinned if _family_ok(a, family, AF_INET, AF_INET6)]
         if not (learning or matcher.resolves_any_name or not enforce):
-            raise refuse_name(key, port)
+            raise refuse_name(key, port, proto, direction)
         found: list[str] = []
         for res in raw_getaddrinfo(name, None, family, SOCK_STREAM):
             address = str(res[4][0])
@@ -226,9 +228,11 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
             seen_names[_canon(address)] = key
         return found
 
-    def refuse_name(key: str, port: Any) -> NetworkDeniedError:
+    def refuse_name(
+        key: str, port: Any, proto: str = "tcp", direction: str = "out"
+    ) -> NetworkDeniedError:
         shown = port if isinstance(port, int) and not isinstance(port, bool) else "PORT"
-        suggestion = f"allow tcp {key} {shown} out"
+        suggestion = f"allow {proto} {key} {shown} {direction}"
         message = (
             f"name resolution of '{key}' refused before any query: no network rule names it; "
             f"to allow it, add to the profile's network: section:  - {suggestion}"
@@ -269,7 +273,9 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         pinned = matcher.pinned(key)
         if pinned is None:
             if not (learning or matcher.resolves_any_name or not enforce):
-                raise refuse_name(key, numeric_port(port, ["tcp", "udp"]))
+                protos = requested_protos(type, proto)
+                direction = "in" if flags & _socket.AI_PASSIVE else "out"
+                raise refuse_name(key, numeric_port(port, protos), protos[0], direction)
             answers = raw_getaddrinfo(host, port, family, type, proto, flags)
             for res in answers:
                 seen_names.setdefault(_canon(res[4][0]), key)
@@ -433,7 +439,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
                 # A name is judged as a whole (every address, any family); the C call gets the
                 # first address of the socket's family.
                 name = normalize_host(text)
-                every = name_addresses(text, 0, port)
+                every = name_addresses(text, 0, port, proto, direction)
                 addresses = [a for a in every if _family_ok(a, family, AF_INET, AF_INET6)]
                 if not addresses:
                     raise gaierror(_socket.EAI_NONAME, "Name or service not known")
