@@ -43,32 +43,61 @@ def _swap(value: Any, faces: dict[int, Any]) -> Any:
     return None
 
 
+#: Modules whose classes keep functions as class attributes (``staticmethod(os.scandir)``).
+CLASS_SWEEP = frozenset(
+    {
+        "glob",
+        "pathlib",
+        "pathlib._local",
+        "pathlib._abc",
+        "shutil",
+        "tempfile",
+        "_pyio",
+        "subprocess",
+        "threading",
+        "multiprocessing.process",
+        "socket",
+        "zipfile",
+        "fileinput",
+    }
+)
+
+
+_CONTAINERS = frozenset({set, frozenset, tuple, staticmethod, list, dict})
+
+
 def sweep_module(module: Any, faces: dict[int, Any]) -> None:
-    """Replace captured originals in one module's globals and in its classes."""
+    """Replace captured originals in one module's globals (and classes, for the few
+    modules known to keep functions in class attributes)."""
     namespace = getattr(module, "__dict__", None)
     if type(namespace) is not dict:
         return
     modname = namespace.get("__name__")
+    classes = modname in CLASS_SWEEP
+    get = faces.get
     for key, value in list(namespace.items()):
-        new = _swap(value, faces)
-        if new is not None:
-            namespace[key] = new
+        face = get(id(value))
+        if face is not None:
+            namespace[key] = face
             continue
         kind = type(value)
-        if kind is set:  # mutable sets are changed in place: others may share them
-            hits = [v for v in value if id(v) in faces]
-            for v in hits:
-                value.discard(v)
-                value.add(faces[id(v)])
-        elif kind is list and len(value) < 256:
-            for i, v in enumerate(value):
-                if id(v) in faces:
-                    value[i] = faces[id(v)]
-        elif kind is dict and len(value) < 256 and key != "__builtins__":
-            for k, v in list(value.items()):
-                if id(v) in faces:
-                    value[k] = faces[id(v)]
-        elif isinstance(value, type) and getattr(value, "__module__", None) == modname:
+        if kind in _CONTAINERS:
+            new = _swap(value, faces)
+            if new is not None:
+                namespace[key] = new
+            elif kind is set:  # changed in place: others may share the set
+                for v in [v for v in value if id(v) in faces]:
+                    value.discard(v)
+                    value.add(faces[id(v)])
+            elif kind is list and len(value) < 256:
+                for i, v in enumerate(value):
+                    if id(v) in faces:
+                        value[i] = faces[id(v)]
+            elif kind is dict and len(value) < 256 and key != "__builtins__":
+                for k, v in list(value.items()):
+                    if id(v) in faces:
+                        value[k] = faces[id(v)]
+        elif classes and isinstance(value, type) and value.__module__ == modname:
             _sweep_class(value, faces)
 
 
@@ -83,11 +112,27 @@ def _sweep_class(cls: type, faces: dict[int, Any]) -> None:
             set_attr(cls, key, new)
 
 
+#: Faces waiting for the one sweep made when the guards are armed (id(original) -> face).
+_pending: dict[int, Any] = {}
+
+
 def sweep(faces: dict[int, Any], visit: Callable[[Callable[[Any], None]], None]) -> None:
     """Sweep every module ``visit`` yields (see :func:`pysb_guards.imports.visit_modules`)."""
+
+    def one(module: Any) -> None:
+        if isinstance(module, types.ModuleType):
+            sweep_module(module, faces)
+
     if faces:
-        visit(
-            lambda module: (
-                sweep_module(module, faces) if isinstance(module, types.ModuleType) else None
-            )
-        )
+        visit(one)
+
+
+def defer_sweep(faces: dict[int, Any]) -> None:
+    """Queue ``faces`` for :func:`sweep_pending` (one pass over the modules for all guards)."""
+    _pending.update(faces)
+
+
+def sweep_pending(visit: Callable[[Callable[[Any], None]], None]) -> None:
+    faces = dict(_pending)
+    _pending.clear()
+    sweep(faces, visit)

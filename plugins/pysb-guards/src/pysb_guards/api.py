@@ -160,7 +160,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import pysb_core
     from pysb_core.errors import ApiDeniedError
     from pysb_guards import imports
-    from pysb_guards._patch import sweep
+    from pysb_guards._patch import defer_sweep
     from pysb_guards._where import is_library_file, library_prefixes
 
     imports.ensure_installed(policy, recorder)
@@ -215,7 +215,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     for module_name, members in modules.items():
         imports.on_import(module_name, ns["_a_make_patcher"](tuple(members)))
     faces = ns["ST"]["faces"]
-    sweep({k: v for k, v in faces.items()}, imports.visit_modules)
+    defer_sweep(faces)
 
     events: dict[str, list[str]] = {}
     for e in entries:

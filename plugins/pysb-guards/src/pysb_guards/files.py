@@ -105,9 +105,12 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
     for rule in policy.ignore:
         layers = ["python", *(["os"] if Capability.IGNORE in enforced else [])]
         report.add(f"files: ignore: {rule.pattern}", rule.source, layers, family=GUARD)
+    # Profile files are protected implicitly, not by a rule the user wrote: a note, so that
+    # an explicit opt-out of the Python layer under a provider without write confinement
+    # is not refused for a rule nobody asked for.
     for path in policy.profile_files:
         layers = ["python", *(["os"] if Capability.FILES_WRITE in enforced else [])]
-        report.add(f"files: profile file never writable: {path}", "<profile>", layers, family=GUARD)
+        report.note(f"profile file {path} is never writable inside (by: {', '.join(layers)})")
 
 
 @hookimpl
@@ -273,7 +276,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
     from pysb_core.errors import FileDeniedError, WriteDeniedError
     from pysb_guards import imports
-    from pysb_guards._patch import set_attr, sweep
+    from pysb_guards._patch import defer_sweep, set_attr
 
     imports.ensure_installed(policy, recorder)
     exposures = list(policy.exposures)
@@ -382,7 +385,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         for module in (builtins, io, _io):
             if getattr(module, "open", None) is io.open:
                 set_attr(module, "open", opener)
-    sweep(faces, imports.visit_modules)
+    defer_sweep(faces)
 
     def patch_sqlite(module: Any) -> None:
         connect = getattr(module, "connect", None)
@@ -952,8 +955,9 @@ def _f_post_getcwd(result, args, kwargs):
         if canon == path or canon.startswith(path + "/"):
             shown = target + canon[len(path) :]
             return shown if type(result) is str else shown.encode(FSENC, "surrogateescape")
-    verdict = _f_decide(canon, False, "chdir")
-    return verdict if verdict is not None else result
+    # The working directory's name is not a secret (os.path.abspath needs it); what is
+    # below it stays judged path by path.
+    return result
 
 
 def _f_caller_is_door():

@@ -184,8 +184,12 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
 
 @hookimpl
 def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
-    """Close the list of program modules and the audit hook's handler table."""
+    """Point captured originals at the faces (one pass for every guard), then close the list
+    of program modules and the audit hook's handler table."""
     if _runtime:
+        from pysb_guards._patch import sweep_pending
+
+        sweep_pending(visit_modules)
         _runtime[0][1]()
         _seal.audit_registry()[1]()
 
@@ -348,6 +352,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
         top = name.partition(".")[0]
         if top in ALWAYS or name in KEEP:
             continue
+        parent = sys.modules.get(name.rpartition(".")[0]) if "." in name else None
+        if parent is not None and not hasattr(parent, "__path__"):
+            continue  # os.path: importlib finds it only in sys.modules ("os is not a package")
         stash[name] = sys.modules.pop(name)
     for name in KEEP | ALWAYS:
         if name in sys.modules:
