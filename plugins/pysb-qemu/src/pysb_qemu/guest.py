@@ -162,22 +162,29 @@ def plan_layout(plan: LaunchPlan) -> GuestLayout:
             return
         layout.shares.append(Share(f"p{next(counter)}", host, guest, writable, reason))
 
-    share("/usr", "/usr", False, "system programs and libraries")
+    wanted: list[tuple[str, str, bool, str]] = [
+        ("/usr", "/usr", False, "system programs and libraries")
+    ]
     for root in ROOT_LINK_CANDIDATES:
         if os.path.islink(root):
             layout.links.append((os.readlink(root), root))
         elif os.path.isdir(root):
-            share(root, root, False, "system libraries (not merged into /usr)")
+            wanted.append((root, root, False, "system libraries (not merged into /usr)"))
     for host, reason in interpreter_dirs(plan.argv[0] if plan.argv else plan.python):
-        if not _is_under(host, "/usr"):
-            share(host, host, False, reason)
-    for e in sorted(plan.exposures, key=lambda e: (e.target.count("/"), e.target)):
+        wanted.append((host, host, False, reason))
+    for e in plan.exposures:
         if not os.path.exists(e.path):
             layout.notes.append(f"qemu: exposure {e.path} does not exist; not shared")
         elif os.path.isdir(e.path):
-            share(e.path, e.target, e.writable, f"exposure ({e.source})")
+            wanted.append((e.path, e.target, e.writable, f"exposure ({e.source})"))
         else:
             _snapshot_file(layout, e.path, e.target, e.writable)
+    # Parents before children: a share already showing a path read-only makes a read-only
+    # share of a directory below it redundant (fewer virtio devices, faster boot).
+    for host, guest, writable, reason in sorted(
+        wanted, key=lambda w: (os.path.normpath(w[1]).count("/"), not w[2])
+    ):
+        share(host, guest, writable, reason)
     layout.shares.sort(key=lambda s: (s.guest.count("/"), s.guest))
     for path in plan.hidden:
         guest = layout.guest_path(path)
@@ -274,6 +281,9 @@ def run_script(plan: LaunchPlan, ports: list[Port], payload_fds: list[int]) -> s
     return "\n".join(
         [
             "echo $$ > /run/pysb.pid",
+            # The initramfs root (/etc, mount points, this file) becomes read-only: outside the
+            # rw shares only the private tmpfs /tmp and /dev/shm stay writable, as under bwrap.
+            "/bb/mount -o remount,ro / || { echo 'pysb: cannot make / read-only' >&2; exit 125; }",
             "exec " + " ".join(redirs),
             f'cd -- {cwd} || {{ echo "pysb: cannot enter the working directory" {cwd} >&2; '
             "exit 125; }",

@@ -168,6 +168,7 @@ class QemuProvider(Provider):
             spec.network = True
             for rule in netfilter.inbound_rules(plan.policy):
                 plan.note(f"qemu: inbound rule '{rule}' is not forwarded into the VM")
+        spec.check_devices()
         plan.note(f"qemu: accelerator {accel.reason}")
         for note in layout.notes:
             plan.note(note)

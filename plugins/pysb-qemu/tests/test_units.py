@@ -1,0 +1,236 @@
+"""Builders and parsers of the qemu provider, checked against real tools where one exists
+(busybox cpio lists our archives, nft checks our rulesets), without booting a VM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from pysb_qemu import QemuProvider, assets, guest, netfilter, vm
+from pysb_qemu.cpio import CpioWriter
+from pysb_qemu.supervisor import _marker_prefix_len
+
+from pysb_core.plan import LaunchPlan
+from pysb_core.policy import Exposure, NetworkRule, Policy, PortRange
+
+
+def test_cpio_archive_is_read_by_busybox(tmp_path: Path) -> None:
+    w = CpioWriter()
+    w.add_dir("etc")
+    w.add_file("etc/hosts", b"127.0.0.1 localhost\n", 0o644)
+    w.add_symlink("bin", "usr/bin")
+    archive = tmp_path / "a.cpio"
+    archive.write_bytes(w.finish())
+    assert archive.stat().st_size % 512 == 0
+    out = subprocess.run(
+        ["busybox", "cpio", "-i", "-d", "-F", str(archive)],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    )
+    assert out.returncode == 0
+    assert (tmp_path / "etc/hosts").read_bytes() == b"127.0.0.1 localhost\n"
+    assert os.readlink(tmp_path / "bin") == "usr/bin"
+
+
+def test_cache_key_follows_kernel_busybox_and_template() -> None:
+    kernel = assets.find_kernel()
+    busybox = assets.find_busybox()
+    template = assets.init_template()
+    key = assets.cache_key(kernel, busybox, template)
+    assert key == assets.cache_key(kernel, busybox, template)
+    assert key != assets.cache_key(kernel, busybox, template + "# changed\n")
+    other = assets.Kernel(kernel.version + "-x", kernel.image, kernel.modules)
+    assert key != assets.cache_key(other, busybox, template)
+
+
+def test_cached_vmlinux_is_a_pvh_elf() -> None:
+    cached = assets.ensure_assets(progress=False)
+    head = cached.vmlinux.read_bytes()
+    assert head[:4] == b"\x7fELF"
+    assert assets.has_pvh_note(head)
+    assert not assets.has_pvh_note(Path("/bin/true").read_bytes())
+
+
+def test_extract_vmlinux_refuses_an_image_without_xz() -> None:
+    with pytest.raises(Exception, match="not xz-compressed"):
+        assets.extract_vmlinux(b"\0" * 4096)
+
+
+def test_module_order_puts_dependencies_first() -> None:
+    kernel = assets.find_kernel()
+    order = [name for name, _ in assets.module_order(kernel.modules, ("9p",))]
+    assert order[-1] == "9p"
+    assert order.index("9pnet") < order.index("9p")
+    assert order.index("netfs") < order.index("fscache") < order.index("9p")
+
+
+def test_missing_module_names_the_apt_fix(tmp_path: Path) -> None:
+    (tmp_path / "modules.dep").write_text("kernel/a.ko:\n")
+    with pytest.raises(Exception) as info:
+        assets.module_order(tmp_path, ("nosuch",))
+    assert "apt-get install qemu-system-x86 linux-image-amd64 busybox-static" in str(info.value)
+
+
+def test_find_kernel_without_kernels_is_unavailable(tmp_path: Path) -> None:
+    from pysb_core.errors import ProviderUnavailableError
+
+    with pytest.raises(ProviderUnavailableError) as info:
+        assets.find_kernel(tmp_path, tmp_path)
+    assert info.value.fix == assets.APT_FIX
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"memory": "512M", "accel": "tcg", "cpus": 2}, None),
+        ({"memory": "lots"}, "memory"),
+        ({"memory": "64M"}, "at least"),
+        ({"accel": "hvf"}, "accel"),
+        ({"cpus": 0}, "cpus"),
+        ({"cpus": True}, "cpus"),
+        ({"disk": "1G"}, "unknown option 'disk'"),
+    ],
+)
+def test_validate_options(options: dict, problem: str | None) -> None:
+    problems = QemuProvider.validate_options(options)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0]
+
+
+def test_parse_size() -> None:
+    assert vm.parse_size_mib("2G") == 2048
+    assert vm.parse_size_mib("512M") == 512
+    assert vm.parse_size_mib(256 << 20) == 256
+    with pytest.raises(ValueError):
+        vm.parse_size_mib("12 parsecs")
+
+
+def test_accel_choice_never_trusts_a_bare_dev_kvm() -> None:
+    usable, why = vm.kvm_status()
+    accel = vm.choose_accel("auto")
+    assert accel.name == ("kvm" if usable else "tcg")
+    assert why in accel.reason
+    assert vm.choose_accel("tcg").name == "tcg"
+
+
+def _rule(text: str) -> NetworkRule:
+    action, proto, net, ports, direction = text.split()
+    protos = ("tcp", "udp") if proto == "any" else tuple(proto.split(","))
+    ranges = []
+    for p in ports.split(","):
+        if p == "*":
+            ranges.append(PortRange(0, 65535))
+        else:
+            low, _, high = p.partition("-")
+            ranges.append(PortRange(int(low), int(high or low)))
+    return NetworkRule(action, protos, net, tuple(ranges), direction, text=text)  # type: ignore[arg-type]
+
+
+def test_ruleset_denies_first_and_is_valid_nft() -> None:
+    policy = Policy(
+        network=(
+            _rule("allow tcp 0.0.0.0/0 80,443 out"),
+            _rule("deny any 10.0.2.0/24 * out"),
+            _rule("allow udp 2001:db8::/32 53 out"),
+            _rule("allow tcp api.example.com 443 out"),
+            _rule("allow tcp 127.0.0.1 8000 in"),
+        ),
+        pins={"api.example.com": ("198.51.100.7",)},
+    )
+    text = netfilter.ruleset(policy)
+    body = text.splitlines()
+    deny_at = next(i for i, line in enumerate(body) if "10.0.2.0/24" in line)
+    allow_at = next(i for i, line in enumerate(body) if "th dport { 80, 443 }" in line)
+    assert deny_at < allow_at
+    assert "ip daddr { 198.51.100.7/32 }" in text
+    assert "8000" not in text  # inbound rules are not part of the output chain
+    if shutil.which("nft") is None or os.geteuid() != 0:
+        pytest.skip("nft --check needs nft and root")
+    check = subprocess.run(
+        ["nft", "--check", "-f", "-"], input=text, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+
+
+def test_fd_direction_follows_the_fd() -> None:
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    try:
+        assert vm.fd_direction(r) == "in"
+        assert vm.fd_direction(w) == "out"
+        assert vm.fd_direction(a.fileno()) == "both"
+    finally:
+        os.close(r)
+        os.close(w)
+        a.close()
+        b.close()
+
+
+def test_marker_hold_back_is_minimal() -> None:
+    marker = b"<<pysb-eof-abc>>"
+    assert _marker_prefix_len(b"PING\n", marker) == 0
+    assert _marker_prefix_len(b"data<<pys", marker) == 5
+    assert _marker_prefix_len(b"<", marker) == 1
+
+
+def _plan(tmp_path: Path, **kw) -> LaunchPlan:
+    import sys
+
+    py = sys.executable
+    return LaunchPlan(
+        policy=Policy(provider="qemu"),
+        python=py,
+        argv=[py, "-c", "pass"],
+        env=kw.pop("env", {"A": "1"}),
+        cwd=str(tmp_path),
+        **kw,
+    )
+
+
+def test_layout_shares_read_only_unless_rw_and_masks(tmp_path: Path) -> None:
+    ro, rw = tmp_path / "ro", tmp_path / "rw"
+    (ro / "sub").mkdir(parents=True)
+    rw.mkdir()
+    (ro / ".env").write_text("x")
+    plan = _plan(
+        tmp_path,
+        exposures=[
+            Exposure(str(ro), str(ro), False),
+            Exposure(str(ro / "sub"), str(ro / "sub"), False),
+            Exposure(str(rw), "/data", True),
+        ],
+        hidden=[str(ro / ".env")],
+    )
+    layout = guest.plan_layout(plan)
+    by_guest = {s.guest: s for s in layout.shares}
+    assert by_guest["/usr"].writable is False
+    assert by_guest[str(ro)].writable is False and by_guest[str(ro)].cache == "loose"
+    assert str(ro / "sub") not in by_guest  # covered by its read-only parent
+    assert by_guest["/data"].host == str(rw) and by_guest["/data"].writable
+    assert ("file", str(ro / ".env")) in layout.hide
+    assert "/etc" not in by_guest  # never the host's /etc
+
+
+def test_run_script_sets_exact_env_and_drops_capabilities(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, env={"ONLY": "it's"})
+    ports = [guest.Port("fd0", 0, "in", 0), guest.Port("fd1", 1, "out", 1)]
+    script = guest.run_script(plan, ports, [5])
+    assert "0<&200 1>&201 5</pysb/fd/5 2>/dev/null" in script
+    assert "/bb/env -i 'ONLY=it'\"'\"'s'" in script
+    assert "--bounding-set" in script and "sys_admin" not in script
+    assert "--no-new-privs" in script
+
+
+def test_too_many_shares_fail_closed() -> None:
+    cached = assets.ensure_assets(progress=False)
+    shares = [guest.Share(f"p{i}", f"/x{i}", f"/x{i}", False) for i in range(25)]
+    spec = vm.VmSpec(cached, vm.Accel("tcg", "test"), shares=shares)
+    with pytest.raises(Exception, match="separate directories"):
+        spec.check_devices()
