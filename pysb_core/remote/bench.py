@@ -4,7 +4,8 @@ Measures what the performance budget names: ``with sandboxes()`` start and stop,
 trivial call's p50/p99, calls per second from 1 and 8 threads, and a 10 MiB argument and
 a 10 MiB result. The sandboxed functions are defined in a module written to a temporary
 directory (they must be importable by the worker); the profile enables nothing but the
-chosen provider, so the numbers are the transport's, not a guard's.
+chosen provider and permissive rules (the Python guards are on when installed, as in a
+real run, unless ``--no-python-guards``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def measure(
-    provider: str = "subprocess", calls: int = 5000, python_guards: bool = False
+    provider: str = "subprocess", calls: int = 5000, python_guards: bool | None = None
 ) -> dict[str, Any]:
     from pysb_core import sandboxes
     from pysb_core.remote.testkit import profile_text, write_module
@@ -52,7 +53,11 @@ def measure(
         mod = write_module(root, MODULE, prefix="pysb_bench")
         profile = root / ".pysb.yaml"
         profile.write_text(profile_text(provider, root))
-        kwargs = {"profile": str(profile), "python_guards": python_guards, "cwd": tmp}
+        kwargs: dict[str, Any] = {
+            "profile": str(profile),
+            "python_guards": python_guards,
+            "cwd": tmp,
+        }
 
         starts, stops = [], []
         for _ in range(5):
@@ -126,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--provider", default="subprocess")
     parser.add_argument("--calls", type=int, default=5000)
-    parser.add_argument("--python-guards", action="store_true")
+    parser.add_argument(
+        "--no-python-guards", dest="python_guards", action="store_false", default=None
+    )
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args(argv)
     result = measure(ns.provider, ns.calls, ns.python_guards)

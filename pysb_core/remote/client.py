@@ -381,7 +381,8 @@ class Client:
         while True:
             with self._cond:
                 if len(self._deaths) >= MAX_DEATHS or self._closing:
-                    return self._fail_closed(why)
+                    self._fail_closed(why)
+                    return None
             try:
                 conn = self._launch()
             except Exception as exc:

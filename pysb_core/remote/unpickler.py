@@ -98,7 +98,7 @@ def _resolve_loaded(module: str, name: str) -> Any:
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 
-def _solid_base(cls: type) -> type:
+def _solid_base(cls: type) -> Any:
     """The builtin (C) class whose constructor may build instances of ``cls``."""
     builtin = [b for b in cls.__mro__ if not b.__flags__ & _HEAPTYPE]
     return max(builtin, key=lambda b: b.__basicsize__)
