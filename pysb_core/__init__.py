@@ -7,7 +7,8 @@ interpreter, which needs almost none of them, imports no more than it uses.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # no typing import at run time: this package is loaded in the sandbox
 
 __version__ = "0.1.0"
 
@@ -92,7 +93,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pysb_core' has no attribute {name!r}")

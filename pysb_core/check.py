@@ -8,13 +8,13 @@ same rule merge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pysb_core.records import field, mutable_record, record
 
 #: Families whose rules the user may leave unenforced by opting out of the Python layer.
 PYTHON_ONLY_FAMILIES = frozenset({"imports", "api"})
 
 
-@dataclass(frozen=True)
+@record
 class RuleReport:
     family: str
     rule: str
@@ -26,7 +26,7 @@ class RuleReport:
         return bool(self.layers)
 
 
-@dataclass
+@mutable_record
 class CheckReport:
     """Collects, family by family, the layers that enforce each rule.
 
@@ -43,7 +43,9 @@ class CheckReport:
     details: list[str] = field(default_factory=list)
     _rules: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
 
-    def add(self, rule: str, source: str, layers: list[str] | tuple[str, ...], family: str = "") -> None:
+    def add(
+        self, rule: str, source: str, layers: list[str] | tuple[str, ...], family: str = ""
+    ) -> None:
         """Report that ``layers`` enforce ``rule`` (merged with earlier reports of it)."""
         kept = self._rules.setdefault((family, rule, source), [])
         for layer in layers:

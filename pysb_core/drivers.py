@@ -7,17 +7,17 @@ break the others. Listing names uses entry-point metadata alone (no plugin impor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pysb_core.entrypoints import entry_points
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Provider, ProviderStatus
+from pysb_core.records import record
 
 GROUP = "pysb.providers"
 
 
-@dataclass(frozen=True)
+@record
 class ProviderInfo:
     """A provider as ``pysb providers`` shows it."""
 
@@ -104,7 +104,9 @@ def describe_providers() -> list[ProviderInfo]:
         desc = ""
         if cls is None or not (isinstance(cls, type) and issubclass(cls, Provider)):
             exc = failures.get(name)
-            reason = f"failed to load: {type(exc).__name__}: {exc}" if exc else "not a Provider class"
+            reason = (
+                f"failed to load: {type(exc).__name__}: {exc}" if exc else "not a Provider class"
+            )
             status = ProviderStatus.missing(reason, fix=f"pip install --force-reinstall {dist}")
         else:
             desc = cls.description

@@ -7,14 +7,17 @@ Inside the sandbox a :class:`Recorder` writes one JSON object per line to an inh
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+
+from pysb_core.records import asdict, field, record
+
+TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
+if TYPE_CHECKING:
+    from typing import Any, Literal
 
 
-@dataclass(frozen=True)
+@record
 class Event:
     """One line of ``--events`` (SPEC §7); ``data`` carries family-specific details."""
 
@@ -29,10 +32,14 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
+        import json  # only when something is reported: most runs never pay for it
+
         return json.dumps(asdict(self), separators=(",", ":"), default=str)
 
     @classmethod
     def from_json(cls, line: str | bytes) -> Event:
+        import json
+
         return cls(**json.loads(line))
 
 

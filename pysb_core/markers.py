@@ -9,10 +9,12 @@ test checks the equivalence against pluggy's own marker.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, overload
+TYPE_CHECKING = False  # typing is not imported inside the sandbox
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+    F = TypeVar("F", bound=Callable[..., Any])
 
 PROJECT = "pysb"
 
@@ -22,22 +24,6 @@ class HookimplMarker:
 
     def __init__(self, project_name: str) -> None:
         self.project_name = project_name
-
-    @overload
-    def __call__(self, function: F) -> F: ...
-
-    @overload
-    def __call__(
-        self,
-        function: None = None,
-        *,
-        hookwrapper: bool = False,
-        optionalhook: bool = False,
-        tryfirst: bool = False,
-        trylast: bool = False,
-        specname: str | None = None,
-        wrapper: bool = False,
-    ) -> Callable[[F], F]: ...
 
     def __call__(
         self,

@@ -9,21 +9,20 @@ Complete mode (``pysb run``) and partial mode (``sandboxes()``) both go through 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import IO, Any
 
 from pysb_core.check import CheckReport
-from pysb_core.errors import ProfileError, UnenforceableRuleError
+from pysb_core.errors import ExitCode, ProfileError, UnenforceableRuleError
 from pysb_core.events import Event
 from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, LoadedPlugin, get_plugin_manager
 from pysb_core.policy import Exposure, Policy
 from pysb_core.provider import Provider
+from pysb_core.records import field, mutable_record
 
 #: The ``-c`` stub that starts the bootstrap; the payload fd number follows as argv[1].
 BOOT_STUB = (
@@ -32,7 +31,7 @@ BOOT_STUB = (
 )
 
 
-@dataclass
+@mutable_record
 class Program:
     """What the sandboxed interpreter runs (one of CPython's ways, or a framework entry)."""
 
@@ -47,7 +46,7 @@ class Program:
     ipython: bool = False
 
     def payload(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in self.to_dict().items() if v is not None}
 
 
 def _warn(stream: IO[str] | None, message: str) -> None:
@@ -161,7 +160,7 @@ class Session:
                 f"learning run: using the 'subprocess' provider instead of '{policy.provider}' "
                 "(a learning run must see every access)",
             )
-            policy = dataclasses.replace(policy, provider="subprocess")
+            policy = policy.replace(provider="subprocess")
         if policy.python_guards and not guard_families:
             _warn(
                 stderr,
@@ -169,7 +168,7 @@ class Session:
                 "network and api rules are enforced by the OS provider alone, if at all "
                 "(pip install pysb-guards)",
             )
-            policy = dataclasses.replace(policy, python_guards=False)
+            policy = policy.replace(python_guards=False)
 
         # Provider options: validated by the provider that owns them.
         options = policy.provider_options.get(policy.provider) or {}
@@ -225,7 +224,7 @@ class Session:
             _warn(stderr, f"warning: {w}")
         if errors:
             raise ProfileError(errors)
-        return dataclasses.replace(policy, pins=pins)
+        return policy.replace(pins=pins)
 
     # -- one sandboxed interpreter ----------------------------------------------------
 
@@ -276,7 +275,8 @@ class Session:
         )
         plan.payload_fd = payload_fd
         plan.payload = {
-            "policy": dataclasses.asdict(policy),
+            # The child's policy names every exposure, implicit ones included.
+            "policy": policy.replace(exposures=tuple(exposures)).to_dict(),
             "program": program.payload(),
             "guards": self.hooks.child_modules() if policy.python_guards else [],
             "report_fd": report_w,
@@ -351,7 +351,7 @@ class Session:
                     event = Event.from_json(line)
                 except (ValueError, TypeError):
                     continue  # a program that wrote garbage into an fd it found: ignore
-                event = dataclasses.replace(event, layer="python")
+                event = event.replace(layer="python")
                 try:
                     self.hooks.event(event)
                 except Exception as exc:  # a broken sink must not break the run
@@ -388,7 +388,12 @@ class Session:
         from pysb_core.learning import LearnedProfile
         from pysb_core.profile.writer import merge_learned
 
-        profile = LearnedProfile()
+        if returncode == ExitCode.SETUP_FAILED or not self._plans:
+            # The program never ran: writing an empty profile would turn the next run into
+            # an enforcing one that refuses what was never learned.
+            _warn(self.stderr, "the program did not start: no profile written")
+            return None
+        profile = LearnedProfile(cwd=self.policy.cwd, environ=self.environ)
         self.hooks.learned(self.learned, profile)
         path = self.policy.learn_path or os.path.join(self.policy.cwd, ".pysb.yaml")
         summary = merge_learned(path, profile)

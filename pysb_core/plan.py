@@ -8,10 +8,10 @@ it into a :class:`LaunchSpec` (its own argv, mounts, rulesets) and starts it.
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from pysb_core.records import field, mutable_record, record
 
 if TYPE_CHECKING:
     import subprocess
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pysb_core.policy import Exposure, Policy
 
 
-@dataclass(frozen=True)
+@record
 class ChildSetup:
     """A function the sandboxed interpreter calls after the guards are installed and before
     the program starts: ``module.function(**args)``. Landlock restricts the process here."""
@@ -29,7 +29,7 @@ class ChildSetup:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@mutable_record
 class LaunchPlan:
     """Everything a provider needs to start the sandboxed interpreter.
 
@@ -71,12 +71,12 @@ class LaunchPlan:
         """
         if self._sealed or self.payload_fd is None:
             return
-        import json
+        import marshal  # built in, no import cost on either side; same interpreter both ends
 
         self.payload["child_setups"] = [
             {"module": s.module, "function": s.function, "args": s.args} for s in self.child_setups
         ]
-        data = json.dumps(self.payload, separators=(",", ":")).encode()
+        data = marshal.dumps(self.payload)
         view = memoryview(data)
         while view:
             n = os.write(self.payload_fd, view)
@@ -102,7 +102,7 @@ class LaunchPlan:
         self.notes.append(message)
 
 
-@dataclass
+@mutable_record
 class LaunchSpec:
     """A provider's concrete start: the host command, and hooks around it.
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -19,6 +18,7 @@ import pluggy
 from pysb_core import hookspecs
 from pysb_core.entrypoints import EntryPoint, entry_points
 from pysb_core.errors import SandboxError
+from pysb_core.records import record
 
 if TYPE_CHECKING:
     from pysb_core.check import CheckReport
@@ -45,7 +45,7 @@ class PluginLoadError(SandboxError):
     """A guard or plugin could not be loaded: the run must not start."""
 
 
-@dataclass(frozen=True)
+@record
 class LoadedPlugin:
     """A plugin the manager holds, with where it came from (for ``pysb plugins``)."""
 

@@ -11,16 +11,19 @@ and denial messages can point at it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
-Action = Literal["allow", "deny"]
-Direction = Literal["in", "out", "any"]
+from pysb_core.records import asdict, field, record
+
+TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    Action = Literal["allow", "deny"]
+    Direction = Literal["in", "out", "any"]
 
 
-@dataclass(frozen=True)
+@record
 class Exposure:
     """A host directory made visible inside the sandbox.
 
@@ -39,7 +42,7 @@ class Exposure:
         return self.path != self.target
 
 
-@dataclass(frozen=True)
+@record
 class IgnoreRule:
     """A glob hiding paths below the exposures (a relative glob matches any component)."""
 
@@ -47,7 +50,7 @@ class IgnoreRule:
     source: str = "<implicit>"
 
 
-@dataclass(frozen=True)
+@record
 class PortRange:
     low: int
     high: int
@@ -65,7 +68,7 @@ class PortRange:
         return f"{self.low}-{self.high}"
 
 
-@dataclass(frozen=True)
+@record
 class NetworkRule:
     """``ACTION PROTO NETWORK PORTS DIRECTION`` (SPEC §4).
 
@@ -94,7 +97,7 @@ class NetworkRule:
         )
 
 
-@dataclass(frozen=True)
+@record
 class ApiRule:
     """``allow`` or ``deny`` of a registered sensitive function, a category, or ``*``."""
 
@@ -103,7 +106,7 @@ class ApiRule:
     source: str = "<cli>"
 
 
-@dataclass(frozen=True)
+@record
 class Limits:
     """Resource limits; ``None`` means unlimited. Sizes in bytes, times in seconds."""
 
@@ -121,7 +124,7 @@ class Limits:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     """Everything a run is allowed to do, with the origin of each grant.
 
@@ -155,7 +158,7 @@ class Policy:
     # -- serialisation for the sandboxed interpreter (JSON: no pickle before the guards) --
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+        return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Policy:

@@ -41,8 +41,9 @@ import enum
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from pysb_core.records import field, record
 
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan, LaunchSpec
@@ -73,7 +74,7 @@ class Capability(enum.StrEnum):
     LIMITS = "limits"
 
 
-@dataclass(frozen=True)
+@record
 class ProviderStatus:
     """Whether a provider can run on this machine, and if not, why and how to fix it."""
 

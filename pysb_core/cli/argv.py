@@ -9,7 +9,8 @@ pysb's own options are long options, so the two never collide.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+
+from pysb_core.records import field, mutable_record
 
 #: CPython flags without an argument, and those taking one.
 PY_FLAGS = frozenset("bBdEhiIOPqsSuvVx")
@@ -39,7 +40,7 @@ class UsageError(Exception):
     """A command line pysb cannot understand (exit 2, like CPython and click)."""
 
 
-@dataclass
+@mutable_record
 class RunArgs:
     options: dict[str, object] = field(default_factory=dict)
     python_opts: list[str] = field(default_factory=list)

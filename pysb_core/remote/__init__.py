@@ -12,7 +12,8 @@ for the host-side modules.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing is not imported inside the sandbox (start-up budget)
 
 _EXPORTS = {
     "sandbox": "pysb_core.remote.api",
@@ -25,7 +26,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pysb_core.remote' has no attribute {name!r}")
