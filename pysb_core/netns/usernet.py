@@ -110,8 +110,10 @@ class UserNet(ABC):
     def _fail(self, message: str) -> SandboxError:
         err = b""
         proc = self.proc
-        if proc is not None and proc.poll() is not None and proc.stderr is not None:
-            with contextlib.suppress(OSError):
+        if proc is not None and proc.stderr is not None:
+            # Whatever it said so far, without blocking: a grandchild may hold the pipe.
+            with contextlib.suppress(OSError, TypeError):
+                os.set_blocking(proc.stderr.fileno(), False)
                 err = proc.stderr.read() or b""
         self.stop()
         detail = err.decode(errors="replace").strip().splitlines()[-3:]
@@ -268,23 +270,35 @@ class Pasta(UserNet):
         ]
         if os.geteuid() == 0:
             argv += ["--runas", "0:0"]
-        argv += ["--dns-forward", lay.resolver] if self.dns else ["-D", ""]
+        if self.dns:
+            argv += ["--dns-forward", lay.resolver]
         tcp_in = ",".join(str(f.port) for f in self.inbound if f.proto == "tcp")
         udp_in = ",".join(str(f.port) for f in self.inbound if f.proto == "udp")
         argv += ["-t", f"127.0.0.1/{tcp_in}" if tcp_in else "none"]
         argv += ["-u", f"127.0.0.1/{udp_in}" if udp_in else "none"]
         argv += ["-T", ",".join(self.loopback_ports.get("tcp", [])) or "none"]
         argv += ["-U", ",".join(self.loopback_ports.get("udp", [])) or "none"]
+        # pasta has no --exit-fd: a small shell supervises it, and a reader in that shell
+        # kills pasta (by the PID the shell itself started) once the lifeline reaches EOF.
+        lifeline_r = self._lifeline()
+        # The lifeline arrives as the shell's stdin (fd numbers above 9 are not portable sh).
+        script = (
+            'exec 3<&0 </dev/null; "$@" 3<&- & p=$!; '
+            "{ while read -r _; do :; done; kill $p 2>/dev/null; } <&3 & w=$!; "
+            "exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s"
+        )
         try:
             self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
+                ["/bin/sh", "-c", script, "pysb-pasta", *argv],
+                stdin=lifeline_r,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as exc:
             raise self._fail(f"cannot start: {exc}") from exc
+        finally:
+            os.close(lifeline_r)
         # pasta has no ready fd: it writes its PID file once the namespace is configured.
         deadline = time.monotonic() + READY_TIMEOUT
         while not os.path.exists(pidfile) or os.path.getsize(pidfile) == 0:

@@ -222,3 +222,44 @@ def test_describe_shows_ruleset():
     assert "table inet pysb" in text
     assert "dnat ip to 10.0.2.2" in text
     assert "ip daddr { 10.0.0.0/8 } reject" in text
+
+
+@pytest.mark.parametrize("helper", ["slirp4netns", "pasta"])
+def test_each_helper_filters_and_forwards(helper, servers):
+    """Both user-mode helpers: host loopback only on allowed ports, inbound forward works."""
+    from pysb_core.netns.usernet import choose_helper
+    from pysb_unshare import UnshareProvider
+
+    try:
+        choose_helper(helper)
+    except Exception as exc:  # not installed here
+        pytest.skip(str(exc))
+    a, b, _ = servers
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import socket,subprocess\n"
+        f"r=subprocess.run(['bash','-c',{probe('127.0.0.1', a.port) + probe('127.0.0.1', b.port)!r}],"
+        "capture_output=True,text=True)\n"
+        "print(r.stdout.split(), flush=True)\n"
+        f"srv=socket.create_server(('127.0.0.1',{port})); srv.settimeout(30)\n"
+        "print('listening',flush=True)\n"
+        "c,_=srv.accept(); c.sendall(b'inside\\n'); c.close()\n"
+    )
+    plan = py(code, rules=[f"allow tcp 127.0.0.1 {a.port} out", f"allow tcp 127.0.0.1 {port} in"])
+    provider = UnshareProvider({"network-helper": helper})
+    proc = provider.launch(plan, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"['ok', 'REFUSED']\n"
+        assert proc.stdout.readline() == b"listening\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            assert c.recv(16) == b"inside\n"
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for fn in plan.cleanups:
+            fn()
+    assert b.accepted == 0
