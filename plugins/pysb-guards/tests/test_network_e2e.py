@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import run_pysb
+from pysb_core.testing import BASE_ENV, run_pysb
 
 
 @pytest.fixture
@@ -150,3 +152,40 @@ def test_learning_writes_network_rules_by_name(tmp_path: Path, server: int, env)
     out = run_pysb("run", f"--learn={profile}", "-c", code, str(server), cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert f"allow tcp localhost {server} out" in profile.read_text()
+
+
+def test_partial_mode_denial_crosses_back(tmp_path: Path, server: int, env) -> None:
+    (tmp_path / "tools.py").write_text(
+        "from pysb_core import sandbox\n\n"
+        "@sandbox\n"
+        "def reach(port):\n"
+        "    import socket\n"
+        "    socket.create_connection(('127.0.0.1', port), 5).close()\n"
+        "    return 'ok'\n"
+    )
+    (tmp_path / ".pysb.yaml").write_text(
+        f"imports: [socket]\nfiles:\n  expose-ro: [.]\nnetwork:\n"
+        f"  - allow tcp 127.0.0.1 {server} out\n"
+    )
+    (tmp_path / "app.py").write_text(
+        "import sys\n"
+        "from pysb_core import NetworkDeniedError, sandboxes\n"
+        "from tools import reach\n"
+        "port = int(sys.argv[1])\n"
+        "with sandboxes(profile='.pysb.yaml'):\n"
+        "    print(reach(port))\n"
+        "    try:\n"
+        "        reach(port + 1)\n"
+        "    except NetworkDeniedError as e:\n"
+        "        print(isinstance(e, ConnectionRefusedError), e.suggested_rule)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "app.py", str(server)],
+        cwd=tmp_path,
+        env={**BASE_ENV, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["ok", f"True allow tcp 127.0.0.1 {server + 1} out"]
