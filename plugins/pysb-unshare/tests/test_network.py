@@ -227,8 +227,9 @@ def test_describe_shows_ruleset():
 @pytest.mark.parametrize("helper", ["slirp4netns", "pasta"])
 def test_each_helper_filters_and_forwards(helper, servers):
     """Both user-mode helpers: host loopback only on allowed ports, inbound forward works."""
-    from pysb_core.netns.usernet import choose_helper
     from pysb_unshare import UnshareProvider
+
+    from pysb_core.netns.usernet import choose_helper
 
     try:
         choose_helper(helper)
@@ -238,10 +239,10 @@ def test_each_helper_filters_and_forwards(helper, servers):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    probes = probe("127.0.0.1", a.port) + probe("127.0.0.1", b.port)
     code = (
         "import socket,subprocess\n"
-        f"r=subprocess.run(['bash','-c',{probe('127.0.0.1', a.port) + probe('127.0.0.1', b.port)!r}],"
-        "capture_output=True,text=True)\n"
+        f"r=subprocess.run(['bash','-c',{probes!r}],capture_output=True,text=True)\n"
         "print(r.stdout.split(), flush=True)\n"
         f"srv=socket.create_server(('127.0.0.1',{port})); srv.settimeout(30)\n"
         "print('listening',flush=True)\n"
