@@ -83,6 +83,11 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
         if real in dirs or any(real.startswith(d + os.sep) for d in dirs):
             continue
         dirs.extend(p for p in _importable_parts(real) if p not in dirs)
+    # pysb_core itself (the bootstrap, the partial-mode worker, the public API that sandboxed
+    # modules import), even when the working directory is a development checkout of it.
+    core = os.path.dirname(os.path.realpath(__file__))
+    if not any(core == d or core.startswith(d + os.sep) for d in dirs):
+        dirs.append(core)
     return tuple(files), tuple(dirs)
 
 
