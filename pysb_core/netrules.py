@@ -164,7 +164,7 @@ def _parse_protocols(text: str) -> tuple[str, ...]:
 
 
 def _parse_port(text: str, whole: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValueError(f"invalid port '{text}' in '{whole}': ports are numbers 0-65535")
     port = int(text)
     if port > 65535:

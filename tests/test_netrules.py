@@ -99,6 +99,7 @@ def test_networks(network: str, expected: str) -> None:
         ("allow tcp 127.0.0.1 80,,443 out", "empty port"),
         ("allow tcp 127.0.0.1 http out", "invalid port 'http'"),
         ("allow tcp 127.0.0.1 -80 out", "invalid port"),
+        ("allow tcp 127.0.0.1 \u0663 out", "invalid port"),  # a non-ASCII digit
         ("allow tcp 127.0.0.1/33 80 out", "not a valid CIDR"),
         ("allow tcp 127.1 80 out", "write it as 127.0.0.1"),
         ("allow tcp 2130706433 80 out", "write it as 127.0.0.1"),
