@@ -8,7 +8,6 @@ program's effects (files written, processes started) are observed from outside.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -115,7 +114,7 @@ def run(
         report_path = Path(tmp, "report.jsonl")
         report_fd = os.open(report_path, os.O_WRONLY | os.O_CREAT, 0o600)
         payload = {
-            "policy": dataclasses.asdict(policy),
+            "policy": json.loads(policy.to_json()),
             "program": program,
             "guards": [f"pysb_guards.{f}" for f in families],
             "report_fd": report_fd,

@@ -11,8 +11,11 @@ original.
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 
 def set_attr(owner: Any, name: str, value: Any) -> bool:

@@ -29,8 +29,11 @@ import builtins
 import sys
 import types
 import warnings
-from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 _FunctionType = types.FunctionType
 _FrameType = types.FrameType

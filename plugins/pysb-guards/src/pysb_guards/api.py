@@ -27,8 +27,6 @@ the call did not come through a face: an original reached some other way, or
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from pysb_guards import _seal, registry
 
@@ -39,7 +37,11 @@ except ImportError:  # pragma: no cover - an older pysb_core
 
     hookimpl = pluggy.HookimplMarker("pysb")
 
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
     from pysb_core.policy import Policy

@@ -14,9 +14,6 @@ os.environ[k]``), which says nothing about what the program needs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
 try:
     from pysb_core.markers import hookimpl
 except ImportError:  # pragma: no cover - an older pysb_core
@@ -24,7 +21,11 @@ except ImportError:  # pragma: no cover - an older pysb_core
 
     hookimpl = pluggy.HookimplMarker("pysb")
 
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
     from pysb_core.policy import Policy

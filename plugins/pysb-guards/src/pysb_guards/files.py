@@ -28,8 +28,6 @@ renames, removes or links something, and ``os.chdir`` refreshes the working dire
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from pysb_guards import _seal
 
@@ -40,7 +38,11 @@ except ImportError:  # pragma: no cover - an older pysb_core
 
     hookimpl = pluggy.HookimplMarker("pysb")
 
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
     from pysb_core.plan import LaunchPlan
@@ -66,14 +68,13 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     payload = getattr(plan, "payload", None)
     if not isinstance(payload, dict) or not isinstance(payload.get("policy"), dict):
         return
-    import dataclasses
+    try:
+        from pysb_core.records import asdict
+    except ImportError:  # pragma: no cover - pysb_core with dataclass records
+        from dataclasses import asdict
 
     known = {(e["path"], e["target"]) for e in payload["policy"].get("exposures", ())}
-    extra = [
-        dataclasses.asdict(e)
-        for e in plan.exposures
-        if e.implicit and (e.path, e.target) not in known
-    ]
+    extra = [asdict(e) for e in plan.exposures if e.implicit and (e.path, e.target) not in known]
     if extra:
         payload["policy"]["exposures"] = [*extra, *payload["policy"].get("exposures", ())]
 
@@ -125,15 +126,14 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
     """``(expose-ro|expose-rw, directory)`` covering every learned file access.
 
     A file becomes its directory; a directory listed or entered stays itself. A ``stat``
-    only widens nothing: a stat of a directory that is an ancestor of another access is
-    dropped (it was made while resolving that path), other stats are kept as the
-    directory that holds them. Directories below another kept one with at least the same
-    right are merged into it.
+    never widens a rule to a parent: a stat of an existing file counts as its directory,
+    a stat of a directory or of a missing path counts for nothing (those are made while
+    resolving paths). Directories below another kept one with at least the same right
+    are merged into it.
     """
     import os.path
 
     dirs: dict[str, bool] = {}
-    stats: list[tuple[str, bool]] = []
     for r in records:
         if r.guard != GUARD or r.action != "learn":
             continue
@@ -144,23 +144,17 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
         isdir = bool(r.data.get("isdir"))
         kind = r.detail
         if kind == "stat":
-            stats.append((path, isdir))
-            continue
-        directory = (
-            path
-            if isdir and kind in ("list", "chdir", "read") and not write
-            else (os.path.dirname(path) or "/")
-        )
-        if write and isdir and kind in ("mkdir", "write"):
+            # Only a stat of an existing file says the program needs its directory; stats
+            # of directories (made while resolving paths, or by the import system scanning
+            # sys.path) and of missing paths never widen a rule.
+            if isdir or not r.data.get("exists", True):
+                continue
+            directory = os.path.dirname(path) or "/"
+        elif isdir and not write and kind in ("list", "chdir", "read"):
+            directory = path
+        else:
             directory = os.path.dirname(path) or "/"
         dirs[directory] = dirs.get(directory, False) or write
-    for path, isdir in stats:
-        if isdir and any(d == path or d.startswith(path.rstrip("/") + "/") for d in dirs):
-            continue  # a stat made while resolving a path below: never widen to a parent
-        directory = os.path.dirname(path) or "/"
-        if any(directory == d or directory.startswith(d.rstrip("/") + "/") for d in dirs):
-            continue
-        dirs.setdefault(directory, False)
     kept: dict[str, bool] = {}
     for d in sorted(dirs, key=len):
         parent = next((k for k in kept if d == k or d.startswith(k.rstrip("/") + "/")), None)
@@ -713,8 +707,9 @@ def _f_learn(canon, write, kind):
         return
     try:
         isdir = S_ISDIR(STAT(canon).st_mode)
+        exists = True
     except OSError:
-        isdir = False
+        isdir = exists = False
     key = "expose-rw" if write else "expose-ro"
     directory = canon if isdir and kind in ("list", "chdir") else canon.rpartition("/")[0] or "/"
     RECORDER.learn(
@@ -724,6 +719,7 @@ def _f_learn(canon, write, kind):
         f"files: {key}: [{directory}]",
         write=bool(write),
         isdir=isdir,
+        exists=exists,
     )
 
 
@@ -740,7 +736,9 @@ def _f_check(path, write, follow, dir_fd, kind):
         return REFUSAL(TypeError(f"pysb: a path must be str or bytes, not {type(path).__name__}"))
     cache = ST["cache"]
     key = None
-    if dir_fd is None or dir_fd == -1 or dir_fd == -100:
+    if ST["learning"]:
+        pass  # every access is recorded, so nothing is answered from the cache
+    elif dir_fd is None or dir_fd == -1 or dir_fd == -100:
         key = (text, write, follow) if text.startswith("/") else (ST["cwd"], text, write, follow)
         hit = cache.get(key)
         if hit is not None:

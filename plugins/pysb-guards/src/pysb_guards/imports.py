@@ -28,8 +28,6 @@ are patched here, as the loader finishes executing them (see :func:`on_import`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from pysb_guards import _seal
 
@@ -40,7 +38,11 @@ except ImportError:  # pragma: no cover - an older pysb_core
 
     hookimpl = pluggy.HookimplMarker("pysb")
 
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
     from pysb_core.policy import Policy
@@ -307,6 +309,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
         NAMESPACE=types.SimpleNamespace,
         MODULESPEC=_frozen_importlib.ModuleSpec,
         REAL_IMPORT=builtins.__import__,
+        ALWAYS=ALWAYS,
+        KEEP=KEEP,
         IMP={
             k: getattr(_imp, k)
             for k in ("create_builtin", "create_dynamic", "exec_builtin", "exec_dynamic")
@@ -347,15 +351,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         )
 
     # Take framework modules aside (they come back, unchanged, when an import allows it).
-    stash = state["stash"]
-    for name in list(sys.modules):
-        top = name.partition(".")[0]
-        if top in ALWAYS or name in KEEP:
-            continue
-        parent = sys.modules.get(name.rpartition(".")[0]) if "." in name else None
-        if parent is not None and not hasattr(parent, "__path__"):
-            continue  # os.path: importlib finds it only in sys.modules ("os is not a package")
-        stash[name] = sys.modules.pop(name)
+    ns["_e_evict"]()
     for name in KEEP | ALWAYS:
         if name in sys.modules:
             state["created"][id(sys.modules[name])] = name
@@ -718,8 +714,24 @@ def _e_allow_program(top):
     return None
 
 
+def _e_evict():
+    """Set aside every module but the interpreter's own (see KEEP and ALWAYS)."""
+    stash = STATE["stash"]
+    modules = SYS.modules
+    for name in list(modules):
+        if _e_top(name) in ALWAYS or name in KEEP:
+            continue
+        parent = modules.get(name.rpartition(".")[0]) if "." in name else None
+        if parent is not None and not hasattr(parent, "__path__"):
+            continue  # os.path: importlib finds it only in sys.modules ("os is not a package")
+        stash[name] = modules.pop(name)
+
+
 def _e_arm():
     STATE["armed"] = True
+    # Modules the other families imported while installing are set aside once more: the
+    # program finds in sys.modules only what the interpreter keeps there.
+    _e_evict()
 
 
 def _e_restore_finder():

@@ -13,8 +13,10 @@ without its face still meets the policy).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 CATEGORIES: dict[str, str] = {
     "process-exec": "start programs or interpreters (exec, spawn, fork, subprocess, pty)",
@@ -33,21 +35,77 @@ DANGEROUS_CATEGORIES = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One spelling of one sensitive function."""
+_FIELDS = (
+    "qualname",
+    "category",
+    "module",
+    "attr",
+    "alias_of",
+    "since",
+    "until",
+    "platform",
+    "optional",
+    "events",
+    "patch",
+)
 
-    qualname: str
-    category: str
-    module: str
-    attr: str
-    alias_of: str | None = None
-    since: tuple[int, int] | None = None
-    until: tuple[int, int] | None = None  # exclusive
-    platform: str | None = None  # "posix", "linux" or "win32"
-    optional: bool = False  # may be missing even where it applies (test modules)
-    events: tuple[str, ...] = field(default=())
-    patch: bool = True  # False: judged through its audit events only (immutable C types)
+
+class Entry:
+    """One spelling of one sensitive function (immutable; a plain class, so that the
+    sandbox does not import ``dataclasses`` to read the table)."""
+
+    __slots__ = (
+        "alias_of",
+        "attr",
+        "category",
+        "events",
+        "module",
+        "optional",
+        "patch",
+        "platform",
+        "qualname",
+        "since",
+        "until",
+    )
+
+    def __init__(
+        self,
+        qualname: str,
+        category: str,
+        module: str,
+        attr: str,
+        alias_of: str | None = None,
+        since: tuple[int, int] | None = None,
+        until: tuple[int, int] | None = None,  # exclusive
+        platform: str | None = None,  # "posix", "linux" or "win32"
+        optional: bool = False,  # may be missing even where it applies (test modules)
+        events: tuple[str, ...] = (),
+        patch: bool = True,  # False: judged through its audit events only (immutable C types)
+    ) -> None:
+        for name, value in zip(
+            _FIELDS,
+            (
+                qualname,
+                category,
+                module,
+                attr,
+                alias_of,
+                since,
+                until,
+                platform,
+                optional,
+                events,
+                patch,
+            ),
+            strict=True,
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("registry entries are immutable")
+
+    def __repr__(self) -> str:
+        return f"Entry({self.qualname!r}, {self.category!r})"
 
     @property
     def group(self) -> str:
