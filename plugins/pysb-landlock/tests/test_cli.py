@@ -205,3 +205,38 @@ def test_check_reports_layers(box):
     layers = {rule["rule"]: rule["layers"] for rule in report["rules"]}
     assert "os" in layers[f"files: expose-rw: {box / 'rw'}"]
     assert "os" not in layers["network: allow tcp api.example.com 443 out"]
+
+
+def test_with_python_guards_on(box):
+    # Both layers: the guard refuses the Python-level open, the kernel the C-level reader.
+    try:
+        import pysb_guards  # noqa: F401
+    except ImportError:
+        pytest.skip("pysb-guards is not installed")
+    code = (
+        "import subprocess, sys\n"
+        "r = subprocess.run(['/bin/cat', sys.argv[1]], capture_output=True, text=True)\n"
+        "print(r.returncode, 'TOP-SECRET' in r.stdout)\n"
+        "try:\n"
+        "    open(sys.argv[1])\n"
+        "except OSError as e:\n"
+        "    print(type(e).__name__)\n"
+    )
+    profile = (
+        "version: 1\n"
+        "imports: ['*']\n"
+        "api:\n  allow: [process-exec, subprocess.run]\n"
+        f"files:\n  expose-ro: [/usr/bin]\n  expose-rw: [{box / 'rw'}]\n"
+    )
+    path = box / "profile.yaml"
+    path.write_text(profile)
+    r = subprocess.run(
+        [*PYSB, "run", "--profile", str(path), "--provider", "landlock", "-c", code,
+         str(box / "secret" / "key.pem")],
+        capture_output=True,
+        text=True,
+        cwd=box,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYSB_")},
+        timeout=60,
+    )  # fmt: skip
+    assert r.stdout.splitlines() == ["1 False", "FileDeniedError"], r.stderr

@@ -478,3 +478,33 @@ print(len(os.listdir("/etc/ssl/certs")) > 0)
 """
     r = run_sandboxed(code)
     assert r.stdout.split() == ["denied", str(errno.EACCES), "True"], r.stderr
+
+
+def test_restrict_is_not_judged_by_installed_guards(dirs):
+    # The Python guards are installed before restrict() runs and judge opens through
+    # audit hooks. The framework's own O_PATH opens of /usr/lib & co must not be refused
+    # (they would silently drop the rules, and exec would then fail).
+    _, ro, _ = dirs
+    import landlock_helpers
+
+    prelude = landlock_helpers.PRELUDE.replace(
+        "child.restrict(**args)",
+        "def _guard(event, args):\n"
+        "    if event in ('open', 'os.listdir', 'os.scandir', 'ctypes.dlopen', 'ctypes.dlsym'):\n"
+        "        raise FileNotFoundError(f'guard refused {event} {args[:1]}')\n"
+        "sys.addaudithook(_guard)\n"
+        "child.restrict(**args)",
+    )
+    spec = {"ro": [str(ro), "/usr/bin"], "rw": [], "net": [], "override": {}}
+    code = (
+        "import os\n"
+        "os.execv('/usr/bin/cat', ['cat', sys.argv[1]])\n"  # exec needs the loader's rules
+    )
+    env = {"PYTHONPATH": f"{helpers.ROOT}{os.pathsep}{helpers.SRC}", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(
+        [sys.executable, "-c", prelude + code, json.dumps(spec), str(ro / "data.txt")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.stdout == "public\n", r.stderr

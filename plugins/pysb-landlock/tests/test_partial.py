@@ -21,7 +21,8 @@ def test_sandboxed_function_is_confined_caller_is_not(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET")
     (project / ".pysb.yaml").write_text(
-        f"version: 1\nimports: ['*']\nfiles:\n  expose-ro: [{project}]\n"
+        # Python layer off: the refusal below can only come from the kernel.
+        f"version: 1\npython-guards: false\nfiles:\n  expose-ro: [{project}]\n"
     )
     (project / "tools.py").write_text(
         textwrap.dedent(

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ctypes
 
+from pysb_landlock import _libc
+
 CAP_DAC_OVERRIDE = 1
 CAP_DAC_READ_SEARCH = 2
 CAP_NET_BIND_SERVICE = 10
@@ -30,9 +32,6 @@ _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-
-# Bound at import time, before the Python guards patch ``open``.
-_open = open
 
 
 class _CapHeader(ctypes.Structure):
@@ -47,19 +46,12 @@ class _CapData(ctypes.Structure):
     ]
 
 
-def _last_cap() -> int:
-    try:
-        with _open("/proc/sys/kernel/cap_last_cap") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 63  # PR_CAPBSET_* answers EINVAL past the last one: we stop there
-
-
-def _get(libc: ctypes.CDLL) -> tuple[int, int, int]:
+def current() -> tuple[int, int, int]:
+    """``(effective, permitted, inheritable)`` of the calling thread, as bit masks."""
     hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    if libc.capget(ctypes.byref(hdr), data) != 0:
-        err = ctypes.get_errno()
+    if _libc.capget(ctypes.byref(hdr), data) != 0:
+        err = _libc.get_errno()
         raise OSError(err, "capget failed")
     eff = data[0].effective | (data[1].effective << 32)
     prm = data[0].permitted | (data[1].permitted << 32)
@@ -67,30 +59,26 @@ def _get(libc: ctypes.CDLL) -> tuple[int, int, int]:
     return eff, prm, inh
 
 
-def current() -> tuple[int, int, int]:
-    """``(effective, permitted, inheritable)`` of the calling thread, as bit masks."""
-    return _get(ctypes.CDLL(None, use_errno=True))
-
-
 def drop_all_but(keep: frozenset[int] | set[int]) -> None:
     """Reduce the bounding, ambient, effective, permitted and inheritable sets to ``keep``
     (intersected with what the process has). Raises ``OSError`` if the kernel refuses."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.restype = ctypes.c_int
-    eff, prm, _ = _get(libc)
+    eff, prm, _ = current()
     keep_mask = 0
     for cap in keep:
         keep_mask |= 1 << cap
 
     def prctl(*args: int) -> int:
-        return int(libc.prctl(*(ctypes.c_ulong(a) for a in args)))
+        return int(_libc.prctl(*(ctypes.c_ulong(a) for a in args)))
 
     if eff & (1 << CAP_SETPCAP):
-        for cap in range(_last_cap() + 1):
-            if cap in keep or prctl(_PR_CAPBSET_READ, cap, 0, 0, 0) != 1:
+        for cap in range(64):
+            present = prctl(_PR_CAPBSET_READ, cap, 0, 0, 0)
+            if present < 0:
+                break  # EINVAL: past the kernel's last capability
+            if cap in keep or present != 1:
                 continue
             if prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-                err = ctypes.get_errno()
+                err = _libc.get_errno()
                 raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}) failed")
     # Ambient capabilities are cleared by any capset that lowers permitted/inheritable,
     # but say it explicitly (EINVAL on kernels < 4.3: nothing to clear there).
@@ -103,6 +91,6 @@ def drop_all_but(keep: frozenset[int] | set[int]) -> None:
     data = (_CapData * 2)()
     data[0].effective, data[1].effective = new_eff & 0xFFFFFFFF, new_eff >> 32
     data[0].permitted, data[1].permitted = new_prm & 0xFFFFFFFF, new_prm >> 32
-    if libc.capset(ctypes.byref(hdr), data) != 0:
-        err = ctypes.get_errno()
+    if _libc.capset(ctypes.byref(hdr), data) != 0:
+        err = _libc.get_errno()
         raise OSError(err, "capset failed")

@@ -16,8 +16,8 @@ from pysb_landlock import caps as _caps
 from pysb_landlock import ruleset as ll
 from pysb_landlock import seccomp as _seccomp
 
-# Bound before the guards patch ``os`` (see ruleset.py).
-_listdir = os.listdir
+# Bound before the guards patch ``os`` (see _libc.py); none of these raises an audit event.
+_stat = os.stat
 _isatty = os.isatty
 _ttyname = os.ttyname
 
@@ -29,8 +29,9 @@ class LandlockSetupError(SandboxError):
 def _thread_count() -> int:
     # landlock_restrict_self() restricts the calling thread only (ABI < 8 has no TSYNC):
     # any other thread alive now would stay unconfined.
+    # procfs gives /proc/self/task a link count of 2 + the number of threads.
     try:
-        return len(_listdir("/proc/self/task"))
+        return _stat("/proc/self/task").st_nlink - 2
     except OSError:
         import threading
 

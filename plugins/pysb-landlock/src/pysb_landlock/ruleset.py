@@ -14,8 +14,11 @@ tight as the kernel allows.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
+
+from pysb_landlock import _libc
 
 # -- syscall numbers ----------------------------------------------------------------------
 
@@ -97,12 +100,9 @@ FS_WRITE = (
 FS_DEVICE = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
 
-# Bound at import time, before the Python guards patch ``os``: the bootstrap imports this
-# module first and calls restrict() after the guards are installed, and the framework's
-# own opens of system paths must not be judged (or recorded) as the program's.
-_os_open = os.open
+# Bound at import time, before the Python guards patch ``os`` (see _libc.py): fstat
+# raises no audit event, and opening goes through libc directly.
 _os_fstat = os.fstat
-_os_close = os.close
 
 
 class LandlockError(OSError):
@@ -153,25 +153,13 @@ class _NetPortAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def _get_libc() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-        _libc.prctl.restype = ctypes.c_int
-    return _libc
-
-
 def _syscall(*args: object) -> int:
-    return int(_get_libc().syscall(*args))
+    return int(_libc.syscall(*args))
 
 
 def _check(result: int, what: str) -> int:
     if result < 0:
-        err = ctypes.get_errno()
+        err = _libc.get_errno()
         raise LandlockError(err, f"{what}: {os.strerror(err)}")
     return result
 
@@ -200,7 +188,7 @@ def no_new_privs() -> None:
     """Required before restrict_self for an unprivileged process; set it always (no
     set-uid binary may regain what the sandbox took away)."""
     args = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
-    _check(_get_libc().prctl(*args), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(_libc.prctl(*args), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 class Ruleset:
@@ -228,10 +216,12 @@ class Ruleset:
     def add_path(self, path: str, access: int) -> bool:
         """Grant ``access`` beneath ``path`` (a file gets only file rights). Return False when
         the path does not exist (nothing granted: fail closed)."""
-        try:
-            fd = _os_open(path, os.O_PATH | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            return False
+        fd = _libc.open_(os.fsencode(path), os.O_PATH | os.O_CLOEXEC)
+        if fd < 0:
+            err = _libc.get_errno()
+            if err in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP):
+                return False
+            raise LandlockError(err, f"open({path!r}, O_PATH): {os.strerror(err)}")
         try:
             if not stat.S_ISDIR(_os_fstat(fd).st_mode):
                 access &= FS_FILE_RIGHTS
@@ -251,7 +241,7 @@ class Ruleset:
             )
             return True
         finally:
-            _os_close(fd)
+            _libc.close(fd)
 
     def add_port(self, port: int, access: int) -> None:
         access &= self.handled_net
@@ -284,5 +274,5 @@ class Ruleset:
 
     def close(self) -> None:
         if self.fd >= 0:
-            _os_close(self.fd)
+            _libc.close(self.fd)
             self.fd = -1

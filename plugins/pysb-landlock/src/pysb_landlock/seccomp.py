@@ -23,6 +23,8 @@ import ctypes
 import errno
 import os
 
+from pysb_landlock import _libc
+
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _RET_ALLOW = 0x7FFF0000
@@ -137,8 +139,7 @@ def install(*, allow_udp: bool) -> bool:
     insns = build(machine, allow_udp=allow_udp)
     arr = (_Insn * len(insns))(*(_Insn(*i) for i in insns))
     prog = _Prog(len(insns), ctypes.cast(arr, ctypes.POINTER(_Insn)))
-    libc = ctypes.CDLL(None, use_errno=True)
-    res = libc.prctl(
+    res = _libc.prctl(
         ctypes.c_int(_PR_SET_SECCOMP),
         ctypes.c_ulong(_SECCOMP_MODE_FILTER),
         ctypes.byref(prog),
@@ -146,6 +147,6 @@ def install(*, allow_udp: bool) -> bool:
         ctypes.c_ulong(0),
     )
     if res != 0:
-        err = ctypes.get_errno()
+        err = _libc.get_errno()
         raise OSError(err, f"prctl(PR_SET_SECCOMP): {os.strerror(err)}")
     return True
