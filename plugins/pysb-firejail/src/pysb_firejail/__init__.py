@@ -1,17 +1,26 @@
-"""pysb provider: firejail (being implemented; reports itself unavailable until then)."""
+"""pysb provider ``firejail``: the interpreter runs inside a firejail sandbox.
+
+The profile is compiled into firejail options (whitelists, read-only / read-write and
+blacklists for the file system, ``--net=none``, rlimits, dropped capabilities, seccomp).
+See docs/providers.md#firejail for the exact view and the residual weaknesses.
+
+The class is exported lazily: :mod:`pysb_firejail.child` runs inside the sandboxed
+interpreter, and importing it must not pull in the provider (subprocess, pysb_core).
+"""
 
 from __future__ import annotations
 
-from pysb_core import LaunchPlan, LaunchSpec, Provider, ProviderStatus
-from pysb_core.errors import ProviderUnavailableError
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pysb_firejail.provider import FirejailProvider
+
+__all__ = ["FirejailProvider"]
 
 
-class FirejailProvider(Provider):
-    name = "firejail"
-    description = "firejail (not implemented yet)"
+def __getattr__(name: str) -> Any:
+    if name == "FirejailProvider":
+        from pysb_firejail.provider import FirejailProvider
 
-    def probe(self) -> ProviderStatus:
-        return ProviderStatus.missing("the firejail provider is not implemented yet")
-
-    def prepare(self, plan: LaunchPlan) -> LaunchSpec:
-        raise ProviderUnavailableError("the firejail provider is not implemented yet")
+        return FirejailProvider
+    raise AttributeError(f"module 'pysb_firejail' has no attribute {name!r}")

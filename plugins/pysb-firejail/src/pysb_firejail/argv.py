@@ -1,0 +1,266 @@
+"""Compile a :class:`~pysb_core.plan.LaunchPlan` into a firejail command line.
+
+Pure: every host fact comes in through :class:`~pysb_firejail.hostfs.HostLayout`, so the
+unit tests can check the command for any host. How the view of the file system is made
+(firejail applies whitelists first, then the read-only / read-write / blacklist entries
+in command-line order, a later one covering an earlier one):
+
+1. ``--noprofile`` (no profile from /etc/firejail: only what is written here applies),
+   hardening (``--caps.drop=all``, ``--nonewprivs``, ``--seccomp``,
+   ``--restrict-namespaces``, ``--noroot`` when not root), ``--private-dev``, an IPC
+   namespace, ``--net=none`` unless a filtered network is configured;
+2. every top-level entry of ``/``: the system (``/usr``, ``/bin``...) stays; a directory
+   holding an exposure is reduced to its exposures (``--whitelist``); any other
+   directory or file is ``--blacklist``-ed. ``/etc`` is reduced to what CPython and glibc
+   read, ``/run`` to firejail's own directory, ``/tmp`` to a private tmpfs (plus the
+   exposures below it);
+3. ``--read-only=/`` and every whitelisted tree read-only, then the exposures, shallowest
+   first, read-only or read-write (a read-only directory inside a read-write one stays
+   read-only whatever the order of the profile's lines);
+4. the profile files read-only again, then the ignored paths ``--blacklist``-ed.
+
+The environment is *not* on this command line (``--env`` values would be world-readable
+in ``/proc/PID/cmdline``): firejail hands its own environment to the program, and the
+provider's child set-up removes what firejail adds.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pysb_core.errors import SandboxError
+from pysb_firejail.hostfs import (
+    ALWAYS_HIDDEN,
+    ETC_BASE,
+    ETC_HOSTS,
+    ETC_NETWORK,
+    FIREJAIL_RUN,
+    SPECIAL,
+    SYSTEM,
+    HostLayout,
+    depth,
+    is_below,
+    top_of,
+)
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Exposure, Limits
+
+#: Characters firejail would misread in a path option (``,`` separates ``--bind``
+#: arguments, glob characters are expanded) or that cannot be passed at all.
+_UNSAFE = set(",*?[]\n\0")
+#: Top-level directories firejail refuses to whitelist or blacklist.
+_RESERVED = ("/proc", "/sys", "/dev")
+
+
+@dataclass
+class FirejailCommand:
+    """The built command plus what ``describe`` shows about it."""
+
+    argv: list[str]
+    whitelisted: list[str] = field(default_factory=list)
+    blacklisted: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    cwd: str = "/"
+    notes: list[str] = field(default_factory=list)
+
+
+def _check_paths(exposures: Sequence[Exposure]) -> None:
+    problems = []
+    for e in exposures:
+        p = e.path
+        if not posixpath.isabs(p) or posixpath.normpath(p) != p:
+            problems.append(f"exposure '{p}' ({e.source}) must be a normalised absolute path")
+        elif _UNSAFE & set(p):
+            problems.append(
+                f"exposure '{p}' ({e.source}) contains a character firejail would misread "
+                "(',', '*', '?', '[', ']' or a newline)"
+            )
+        elif p != "/" and any(is_below(p, r) for r in _RESERVED):
+            problems.append(
+                f"exposure '{p}' ({e.source}) lies under {', '.join(_RESERVED)}, which "
+                "firejail manages itself"
+            )
+    if problems:
+        raise SandboxError("firejail cannot build this sandbox:\n  " + "\n  ".join(problems))
+
+
+def limit_options(limits: Limits) -> list[str]:
+    """``limits`` as firejail rlimits (the bootstrap sets the same values again inside).
+
+    ``cpu-time`` gets one second of slack in the hard limit: firejail sets soft = hard,
+    and at the hard limit the kernel sends SIGKILL; the bootstrap lowers the soft limit
+    back to the profile's value, so the program gets SIGXCPU (exit 152), as SPEC says.
+    """
+    out = []
+    if limits.memory is not None:
+        out.append(f"--rlimit-as={limits.memory}")
+    if limits.processes is not None:
+        out.append(f"--rlimit-nproc={limits.processes}")
+    if limits.open_files is not None:
+        out.append(f"--rlimit-nofile={limits.open_files}")
+    if limits.cpu_time is not None:
+        out.append(f"--rlimit-cpu={limits.cpu_time + 1}")
+    return out
+
+
+def build_argv(
+    plan: LaunchPlan,
+    layout: HostLayout,
+    *,
+    firejail: str = "firejail",
+    as_root: bool = True,
+    hostname: str | None = None,
+    network: list[str] | None = None,
+) -> FirejailCommand:
+    """Return the firejail command that runs ``plan.argv`` under ``plan``'s view.
+
+    ``network`` is the list of firejail network options when a filtered network is in
+    force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network (``--net=none``).
+    """
+    if not plan.argv or not posixpath.isabs(plan.argv[0]):
+        raise SandboxError(
+            "firejail needs the program as an absolute path (got "
+            f"{plan.argv[0] if plan.argv else 'nothing'!r}) so that sys.executable is right"
+        )
+    exposures = list(plan.exposures)
+    _check_paths(exposures)
+    # A renamed exposure (SRC:DEST) is shown under SRC: the rename is the Python layer's
+    # path translation (``Capability.RENAME`` is not declared).
+
+    argv = [
+        firejail,
+        "--noprofile",
+        "--quiet",
+        "--caps.drop=all",
+        "--nonewprivs",
+        "--seccomp",
+        "--restrict-namespaces",
+        "--private-dev",
+        "--ipc-namespace",
+        # firejail's status is the program's (not that of the last process to exit).
+        "--deterministic-exit-code",
+    ]
+    if not as_root:
+        argv.append("--noroot")  # as root firejail refuses it ("not available")
+    if hostname:
+        argv.append(f"--hostname={hostname}")
+    argv += network if network is not None else ["--net=none"]
+    if plan.pass_fds:
+        argv.append("--keep-fd=" + ",".join(str(fd) for fd in sorted(set(plan.pass_fds))))
+    argv += limit_options(plan.policy.limits)
+
+    cmd = FirejailCommand(argv=argv)
+    root_exposed = any(e.path == "/" for e in exposures)
+    paths = [e.path for e in exposures]
+
+    # -- 2. the view: whitelist or blacklist each top-level entry ----------------------
+    whitelist: list[str] = []
+    if not root_exposed:
+        for top, kind in sorted(layout.top_level.items()):
+            if top in SYSTEM or top in SPECIAL or kind == "link":
+                continue  # links point into the system or at entries handled on their own
+            inside = [p for p in paths if is_below(p, top)]
+            if top in inside and top != "/sys":
+                continue  # the whole directory is exposed: keep it as it is
+            if inside and top != "/sys":
+                whitelist += inside
+            else:
+                argv.append(f"--blacklist={top}")
+                cmd.blacklisted.append(top)
+        if "/etc" not in paths:
+            whitelist += [p for p in ETC_BASE if p in layout.etc]
+            if network is not None:
+                whitelist += [p for p in ETC_NETWORK if p in layout.etc]
+            if plan.hosts_file is None and ETC_HOSTS in layout.etc:
+                whitelist.append(ETC_HOSTS)
+            whitelist += [p for p in paths if is_below(p, "/etc")]
+        if "/run" not in paths:
+            if layout.firejail_run:
+                whitelist.append(FIREJAIL_RUN)
+            whitelist += [p for p in paths if is_below(p, "/run")]
+        if "/tmp" not in paths:
+            tmp = [p for p in paths if is_below(p, "/tmp")]
+            whitelist += tmp
+            if not tmp:
+                argv.append("--private-tmp")
+        # A path below another whitelisted one is already visible through it.
+        unique = set(whitelist)
+        kept = sorted(p for p in unique if not any(is_below(p, q) and p != q for q in unique))
+        argv += [f"--whitelist={p}" for p in kept]
+        cmd.whitelisted = kept
+
+    # -- 3. read-only everywhere, then each exposure as the profile says ---------------
+    argv.append("--read-only=/")
+    # /tmp stays a writable private tmpfs; /run holds only firejail's own directory,
+    # which firejail itself writes to while it sets the sandbox up.
+    tops = sorted({top_of(p) for p in cmd.whitelisted} - {"/tmp", "/run"})
+    argv += [f"--read-only={t}" for t in tops]
+    # Each remount costs firejail about a millisecond and a half, so only the exposures
+    # whose state differs from what they inherit get an entry of their own (read-only is
+    # recursive: below a read-only top, every whitelisted path is read-only already).
+    state: dict[str, bool] = {}
+    for e in sorted(exposures, key=lambda e: (depth(e.path), e.writable)):
+        if e.path == "/" and not e.writable:
+            continue
+        parents = [p for p in state if is_below(e.path, p) and p != e.path]
+        if parents:
+            inherited = state[max(parents, key=depth)]
+        else:
+            inherited = is_below(e.path, "/tmp") or is_below(e.path, "/run")
+        if e.path in state:
+            inherited = state[e.path]
+        state[e.path] = e.writable or state.get(e.path, False)
+        if state[e.path] != inherited:
+            argv.append(f"--read-write={e.path}" if e.writable else f"--read-only={e.path}")
+
+    # -- 4. profile files read-only, ignored paths blacklisted ---------------------------
+    for host in sorted({layout.resolved.get(p, p) for p in plan.protected}):
+        under_rw = any(e.writable and is_below(host, e.path) for e in exposures)
+        if host in layout.existing and under_rw:
+            argv.append(f"--read-only={host}")
+    hidden: set[str] = set()
+    for host in (*plan.hidden, *(p for p in ALWAYS_HIDDEN if p in layout.etc)):
+        real = layout.resolved.get(host, host)
+        if _UNSAFE & set(real):
+            raise SandboxError(
+                f"firejail cannot hide '{real}': its name holds a character firejail would "
+                "misread as a pattern"
+            )
+        if real not in layout.existing and host not in ALWAYS_HIDDEN:
+            continue
+        if root_exposed or any(is_below(real, p) for p in [*paths, *cmd.whitelisted]):
+            hidden.add(real)
+    for real in sorted(hidden, key=lambda p: (depth(p), p)):
+        if any(is_below(real, h) and real != h for h in cmd.hidden):
+            continue
+        argv.append(f"--blacklist={real}")
+        cmd.hidden.append(real)
+
+    # -- working directory ---------------------------------------------------------------
+    # Also visible: an ancestor of a whitelisted path (firejail creates it, holding only
+    # the whitelisted entries), so relative paths into the exposures work from there.
+    visible = (
+        root_exposed
+        or any(is_below(plan.cwd, p) for p in [*paths, *SYSTEM])
+        or any(is_below(w, plan.cwd) for w in cmd.whitelisted)
+    )
+    if visible and not any(is_below(plan.cwd, h) for h in cmd.hidden):
+        cmd.cwd = plan.cwd
+    else:
+        cmd.cwd = "/"
+        cmd.notes.append(
+            f"the working directory {plan.cwd} is not exposed: the program starts in /"
+        )
+    argv.append(f"--private-cwd={cmd.cwd}")
+    argv += ["--", *plan.argv]
+    return cmd
+
+
+def uid_is_root() -> bool:
+    return os.getuid() == 0

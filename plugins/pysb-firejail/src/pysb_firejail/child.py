@@ -1,0 +1,53 @@
+"""Runs inside the sandboxed interpreter (a ``ChildSetup``); imports nothing but stdlib.
+
+Two things firejail does that a plain ``python`` start would not:
+
+- it edits the environment: it always sets ``container``, ``SHELL``, ``PROMPT_COMMAND``,
+  ``FIREJAIL_QUIET``, a few Qt/KDE variables, and ``PATH`` when there is none, overriding
+  values the profile chose. ``--rmenv`` cannot undo them (they are added after it), so the
+  environment is put back here to exactly the profile's, before the program can read it
+  or pass it on (``os.environ`` edits call ``setenv``/``unsetenv``: native code and child
+  processes agree);
+- it keeps the program in the terminal's foreground process group together with firejail
+  itself, and firejail answers a Ctrl-C by shutting the sandbox down. When a standard
+  stream is a terminal, the program moves into a process group of its own and makes it
+  the terminal's foreground group, so that Ctrl-C reaches the program alone (as
+  ``KeyboardInterrupt``), as it would under plain ``python``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def _take_foreground() -> None:
+    for fd in (0, 1, 2):
+        try:
+            if not os.isatty(fd):
+                continue
+            if os.tcgetpgrp(fd) != os.getpgrp():
+                return  # not in the foreground (started with &): leave job control alone
+        except OSError:
+            continue
+        previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+        try:
+            os.setpgid(0, 0)
+            os.tcsetpgrp(fd, os.getpgrp())
+        except OSError:
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, previous)
+        return
+
+
+def setup(env: dict[str, str] | None = None, foreground: bool = False) -> None:
+    """Make ``os.environ`` exactly ``env``; take the terminal's foreground if asked."""
+    if env is not None:
+        for name in [n for n in os.environ if n not in env]:
+            os.environ.pop(name, None)
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+    if foreground:
+        _take_foreground()

@@ -1,0 +1,102 @@
+"""What the argv builder needs to know about the host's file system, gathered in one place.
+
+firejail's ``--whitelist`` works per *top-level directory*: whitelisting ``/work/app``
+replaces ``/work`` with a tmpfs holding only ``/work/app``, but leaves every other
+top-level directory as it is. So "nothing is readable but the exposures" needs the list
+of what sits in ``/``: each entry is kept (the system), whitelisted (it holds an exposure)
+or blacklisted. The builder itself is pure; this module is the only one that looks at the
+real host, so that the unit tests can describe any host.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+#: The system's programs and libraries: left visible (read-only). On a merged-/usr host
+#: the ``/bin``-style entries are symlinks into /usr.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+#: Managed by firejail itself: ``/proc`` (its own pid namespace), ``/dev``
+#: (``--private-dev``); ``/run/firejail`` must stay (firejail mounts its own files from
+#: there), so ``/run`` is whitelisted down to it; ``/tmp`` is private.
+SPECIAL = ("/proc", "/dev", "/run", "/tmp", "/etc")
+
+#: The parts of /etc that CPython and glibc read during an ordinary start (the same list
+#: as the other namespace providers): not the whole of /etc, which holds host secrets.
+ETC_BASE = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ssl/certs",
+)
+ETC_HOSTS = "/etc/hosts"
+#: Only when a network rule allows some traffic: the resolver's configuration.
+ETC_NETWORK = ("/etc/resolv.conf", "/etc/host.conf", "/etc/gai.conf")
+#: Host secrets hidden whenever an exposure makes them visible (the implicit exposure of
+#: the CA certificates names the whole of /etc/ssl, private keys included).
+ALWAYS_HIDDEN = ("/etc/ssl/private",)
+#: firejail's own run-time directory, which it needs inside.
+FIREJAIL_RUN = "/run/firejail"
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """A snapshot of the host facts the builder uses.
+
+    ``top_level`` maps each entry of ``/`` to ``"dir"``, ``"file"`` or ``"link"``;
+    ``etc`` is the set of the /etc paths above that exist; ``resolved`` maps hidden or
+    protected paths that are symlinks to their canonical target; ``existing`` is the set of
+    paths (among those asked about) that exist.
+    """
+
+    top_level: dict[str, str] = field(default_factory=dict)
+    etc: frozenset[str] = frozenset()
+    resolved: dict[str, str] = field(default_factory=dict)
+    existing: frozenset[str] = frozenset()
+    firejail_run: bool = True
+
+
+def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
+    """Look at the real host: the entries of ``/``, the /etc files, and ``extra_paths``
+    (hidden and protected paths, whose canonical spelling the builder needs)."""
+    top: dict[str, str] = {}
+    try:
+        names = os.listdir("/")
+    except OSError:
+        names = []
+    for name in names:
+        path = "/" + name
+        if os.path.islink(path):
+            top[path] = "link"
+        elif os.path.isdir(path):
+            top[path] = "dir"
+        else:
+            top[path] = "file"
+    wanted = (*ETC_BASE, ETC_HOSTS, *ETC_NETWORK, *ALWAYS_HIDDEN)
+    etc = frozenset(p for p in wanted if os.path.lexists(p))
+    resolved = {p: os.path.realpath(p) for p in extra_paths if os.path.islink(p)}
+    existing = frozenset(p for p in (*extra_paths, *resolved.values()) if os.path.lexists(p))
+    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN))
+
+
+def is_below(path: str, root: str) -> bool:
+    """``path`` equals ``root`` or lies under it (component-wise, both normalised)."""
+    if root == "/":
+        return path.startswith("/")
+    return path == root or path.startswith(root + "/")
+
+
+def top_of(path: str) -> str:
+    """The top-level directory ``path`` lies in (``/work/a/b`` -> ``/work``)."""
+    parts = path.split("/")
+    return "/" + parts[1] if len(parts) > 1 and parts[1] else "/"
+
+
+def depth(path: str) -> int:
+    return 0 if path == "/" else path.rstrip("/").count("/")

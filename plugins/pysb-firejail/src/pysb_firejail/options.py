@@ -1,0 +1,53 @@
+"""``providers: {firejail: {...}}``: the few options a profile may set, and their checks.
+
+Deliberately small. There is no ``extra-args`` and no ``profile`` (a profile, possibly one
+shipped with the code it sandboxes, could add ``--noblacklist`` or ``--net=eth0``), and no
+``firejail`` binary path (a profile could make pysb run any host program as root).
+
+- ``hostname``: the sandbox's host name (firejail's own UTS namespace);
+- ``bridge``: a host bridge that firejail connects the sandbox to when a network rule
+  allows traffic (``--net=BRIDGE``, filtered by ``--netfilter``); without it such a
+  profile is refused, never run with the host's network;
+- ``share-net``: only ``false`` is accepted; it exists to say clearly that sharing the
+  host's network is refused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+KNOWN = ("hostname", "bridge", "share-net")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
+#: Linux interface names: at most 15 bytes, no '/', no white space.
+_IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+
+
+def validate(options: Mapping[str, Any]) -> list[str]:
+    """One message per problem (empty when the options are valid)."""
+    if not isinstance(options, Mapping):
+        return [f"expected a mapping of options, got {type(options).__name__}"]
+    errors = []
+    for key, value in options.items():
+        if key == "hostname":
+            if not isinstance(value, str) or not _HOSTNAME.match(value):
+                errors.append(f"hostname must be 1-63 letters, digits, '.' or '-' (got {value!r})")
+        elif key == "bridge":
+            if not isinstance(value, str) or not _IFNAME.match(value):
+                errors.append(
+                    "bridge must name a host bridge interface (1-15 letters, digits, "
+                    f"'_', '.' or '-'; got {value!r})"
+                )
+        elif key == "share-net":
+            if value is not False:
+                errors.append(
+                    "share-net: only 'false' is accepted; sharing the host's network would "
+                    "bypass the profile's network rules (use 'network:' rules)"
+                )
+        else:
+            hint = difflib.get_close_matches(str(key), KNOWN, n=1)
+            more = f" (did you mean '{hint[0]}'?)" if hint else f" (known: {', '.join(KNOWN)})"
+            errors.append(f"unknown option '{key}'{more}")
+    return errors

@@ -1,0 +1,131 @@
+"""Can firejail run here? Asked once per process, cheaply.
+
+``load_provider`` probes on every ``pysb run``, so the probe must not cost a sandbox
+(firejail needs about 30-40 ms to build one, which would double its share of the start-up
+time). It checks what can be checked without one: the binary is there and runs
+(``firejail --version``, about 2 ms), it is recent enough, a non-root pysb can use it (it
+must be set-uid root), and pysb is not already inside a firejail sandbox (firejail
+refuses to nest). A failure that only building a sandbox reveals (a container without
+``CAP_SYS_ADMIN``) surfaces at launch, as firejail's own error message on stderr.
+:func:`probe_deep` builds a real sandbox with the launch's hardening options, for tests
+and diagnostics.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+
+from pysb_core.provider import ProviderStatus
+
+INSTALL_FIX = "apt-get install firejail"
+#: The options a launch relies on; the probe must exercise every one of them.
+PROBE_OPTIONS = (
+    "--noprofile",
+    "--quiet",
+    "--caps.drop=all",
+    "--nonewprivs",
+    "--seccomp",
+    "--restrict-namespaces",
+    "--private-dev",
+    "--ipc-namespace",
+    "--private-tmp",
+    "--deterministic-exit-code",
+    "--net=none",
+)
+TRUE = ("/bin/true", "/usr/bin/true")
+
+
+def _fix_for(output: str) -> str:
+    low = output.lower()
+    if "already running" in low or ("sandbox" in low and "inside" in low):
+        return "run pysb outside of a firejail sandbox, or use another provider"
+    if "operation not permitted" in low or "permission" in low:
+        return (
+            "firejail needs CAP_SYS_ADMIN (in a container: --cap-add SYS_ADMIN "
+            "--security-opt seccomp=unconfined), or use the landlock provider"
+        )
+    if "unrecognized" in low or "invalid option" in low:
+        return "firejail >= 0.9.72 is needed: " + INSTALL_FIX
+    return "check `firejail --noprofile /bin/true` on this machine"
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split("."))
+    except ValueError:
+        return ()
+
+
+MIN_VERSION = (0, 9, 72)
+
+
+@lru_cache(maxsize=4)
+def probe_firejail(binary: str = "firejail") -> ProviderStatus:
+    """Return the cached availability of ``binary`` (a name looked up on PATH, or a path)."""
+    path = shutil.which(binary) or shutil.which(binary, path="/usr/bin:/usr/local/bin:/bin")
+    if path is None:
+        return ProviderStatus.missing("firejail is not installed", fix=INSTALL_FIX)
+    if os.environ.get("container") == "firejail":  # noqa: SIM112 - firejail's own name
+        return ProviderStatus.missing(
+            "pysb already runs inside a firejail sandbox, and firejail does not nest",
+            fix="run pysb outside of firejail, or use the landlock provider",
+        )
+    if os.getuid() != 0:
+        st = os.stat(path)
+        if not (st.st_mode & 0o4000 and st.st_uid == 0):
+            return ProviderStatus.missing(
+                f"{path} is not set-uid root, so a normal user cannot start sandboxes",
+                fix=f"chmod u+s {path} (as Debian's package installs it), or run pysb as root",
+            )
+    try:
+        done = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return ProviderStatus.missing(f"firejail could not be run: {exc}", fix=INSTALL_FIX)
+    first = done.stdout.split("\n", 1)[0].strip()
+    version = first.rsplit(" ", 1)[-1] if first.startswith("firejail version") else ""
+    if done.returncode != 0 or not version:
+        return ProviderStatus.missing(
+            f"`{path} --version` failed: {(done.stderr or done.stdout).strip() or done.returncode}",
+            fix=INSTALL_FIX,
+        )
+    if _version_tuple(version) < MIN_VERSION:
+        return ProviderStatus.missing(
+            f"firejail {version} is too old (0.9.72 or newer is needed)", fix=INSTALL_FIX
+        )
+    return ProviderStatus.ok(version=version, binary=path)
+
+
+def probe_deep(binary: str = "firejail") -> ProviderStatus:
+    """Build one real sandbox with the launch's hardening options (``/bin/true`` inside)."""
+    status = probe_firejail(binary)
+    if not status.available:
+        return status
+    path = str(status.details["binary"])
+    true = next((t for t in TRUE if os.path.exists(t)), None)
+    if true is None:
+        return ProviderStatus.missing("no /bin/true to probe firejail with", fix=INSTALL_FIX)
+    try:
+        done = subprocess.run(
+            [path, *PROBE_OPTIONS, "--", true],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=20,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return ProviderStatus.missing(f"firejail could not be run: {exc}", fix=INSTALL_FIX)
+    if done.returncode != 0:
+        out = done.stdout.strip()
+        message = out.splitlines()[-1] if out else f"exit status {done.returncode}"
+        return ProviderStatus.missing(
+            f"firejail cannot create a sandbox here: {message}", fix=_fix_for(out)
+        )
+    return status
