@@ -1,0 +1,90 @@
+"""End to end through the CLI: ``pysb run --provider qemu`` (real VMs, TCG here).
+
+With ``--no-python-guards`` the OS layer alone must hold: the program reaches files and
+the environment through ``/bin/cat`` and ``/usr/bin/env`` (process-exec allowed), so no
+Python guard could be what refuses.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pysb_core.testing import require_provider, run_pysb
+
+pytestmark = pytest.mark.slow
+
+PROFILE = """\
+version: 1
+learn: false
+api: {allow: [process-exec]}
+env: {LANG: C.UTF-8, FOO: bar}
+files:
+  expose-ro: ["./data:/data"]
+  expose-rw: [./out]
+  ignore: [.env]
+"""
+RUN = ("run", "--provider", "qemu", "--no-python-guards")
+
+
+@pytest.fixture
+def project(tmp_path):
+    require_provider("qemu")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "data" / "x.txt").write_text("hello\n")
+    (tmp_path / "data" / ".env").write_text("API_KEY=SECRET\n")
+    (tmp_path / ".pysb.yaml").write_text(PROFILE)
+    secret = tmp_path.parent / f"{tmp_path.name}-secret.txt"
+    secret.write_text("TOP-SECRET\n")
+    yield tmp_path, secret
+    secret.unlink()
+
+
+def sh(script: str) -> str:
+    run = f"subprocess.run(['/bin/sh', '-c', {script!r}])"
+    return f"import subprocess, sys; sys.exit({run}.returncode)"
+
+
+def test_print_42_and_exit_status(project) -> None:
+    root, _ = project
+    res = run_pysb("run", "--provider", "qemu", "-c", "print(42)", cwd=root)
+    assert (res.returncode, res.stdout) == (0, "42\n"), res.stderr
+    res = run_pysb("run", "--provider", "qemu", "-c", "import sys; sys.exit(7)", cwd=root)
+    assert res.returncode == 7, res.stderr
+
+
+def test_files_rename_ignore_and_writes(project) -> None:
+    root, secret = project
+    script = (
+        f"cat /data/x.txt; cat /data/.env; cat {secret}; cat {root}/data/x.txt; "
+        "echo w > out/f && echo wrote; echo w > /data/y"
+    )
+    res = run_pysb(*RUN, "-c", sh(script), cwd=root)
+    assert res.stdout.splitlines() == ["hello", "wrote"], res.stderr
+    assert "SECRET" not in res.stdout
+    assert f"{secret}: No such file" in res.stderr
+    assert "/data/y: Read-only file system" in res.stderr
+    assert (root / "out" / "f").read_text() == "w\n"
+    assert not (root / "data" / "y").exists()
+
+
+def test_env_is_the_whitelist_and_no_network(project) -> None:
+    root, _ = project
+    res = run_pysb(
+        *RUN,
+        "-c",
+        "import subprocess as s; s.run(['/usr/bin/env']); s.run(['/bin/ls', '/sys/class/net'])",
+        cwd=root,
+        env={"PYSB_HOST_ONLY": "leak"},
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "lo"
+    assert sorted(lines[:-1]) == ["FOO=bar", "LANG=C.UTF-8"]
+
+
+def test_check_describes_the_vm(project) -> None:
+    root, _ = project
+    res = run_pysb("check", "--provider", "qemu", "--no-python-guards", cwd=root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "qemu" in res.stdout
