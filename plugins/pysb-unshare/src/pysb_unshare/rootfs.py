@@ -65,6 +65,41 @@ def _localtime_steps() -> list[list]:
     return [["symlink", link, "/etc/localtime"]]
 
 
+def _exposure_ops(
+    exposures: list[Exposure], base: list[str], extra_ro: Iterable[str]
+) -> list[list]:
+    """Binds for the exposures, parents before children.
+
+    An exposure already visible, with the same access, through a shallower bind at the same
+    place (or a read-only base directory) needs no mount of its own. A symlink on the
+    interpreter's chain is recreated as a symlink (its target is exposed on its own): binding
+    it would follow it.
+    """
+    wanted: dict[tuple[str, str], bool] = {}
+    for e in exposures:
+        if os.path.lexists(e.path):
+            key = (e.path, e.target)
+            wanted[key] = wanted.get(key, False) or e.writable
+    for path in extra_ro:
+        if os.path.exists(path):
+            wanted.setdefault((path, path), False)
+    kept: list[tuple[str, str, bool]] = [(d, d, False) for d in base]
+    ops: list[list] = []
+    for (src, dst), rw in sorted(wanted.items(), key=lambda kv: (_depth(kv[0][1]), kv[0][1])):
+        parents = [k for k in kept if _under(dst, k[1]) and k[1] != dst]
+        cover = max(parents, key=lambda k: len(k[1]), default=None)
+        same_place = cover is not None and cover[0] == cover[1] and src == dst
+        if os.path.islink(src):
+            if not same_place:
+                ops.append(["symlink", os.readlink(src), dst])
+            continue
+        if same_place and cover is not None and cover[2] == rw:
+            continue
+        kept.append((src, dst, rw))
+        ops.append(["bind", src, dst, not rw])
+    return ops
+
+
 def build_ops(
     plan: LaunchPlan, *, hosts: str, resolv: str, extra_ro: Iterable[str] = ()
 ) -> list[list]:
@@ -102,28 +137,7 @@ def build_ops(
         ["tmpfs", "/tmp", "1777"],
         ["dir", "/root"],
     ]
-    # Exposures, parents before children; read-only ones already visible through a base
-    # directory at the same place need no second mount.
-    seen: set[tuple[str, str, bool]] = set()
-    binds: list[tuple[str, str, bool]] = []
-    for e in exposures:
-        key = (e.path, e.target, e.writable)
-        if key in seen or not os.path.exists(e.path):
-            continue
-        seen.add(key)
-        covered = not e.writable and e.path == e.target and any(_under(e.path, d) for d in base)
-        if covered and not any(_under(e.path, o[1]) and o[2] for o in binds):
-            continue
-        binds.append(key)
-    for path in extra_ro:
-        if (
-            os.path.exists(path)
-            and not any(_under(path, b[0]) for b in binds)
-            and not any(_under(path, d) for d in base)
-        ):
-            binds.append((path, path, False))
-    binds.sort(key=lambda b: _depth(b[1]))
-    ops += [["bind", src, dst, not rw] for src, dst, rw in binds]
+    ops += _exposure_ops(exposures, base, extra_ro)
     # Profile files stay read-only even inside a read-write exposure.
     for p in plan.protected:
         inside = translate(os.path.realpath(p), exposures)
@@ -134,6 +148,7 @@ def build_ops(
         inside = translate(h, exposures)
         if inside is not None:
             ops.append(["mask", inside])
-    if not any(_under(plan.cwd, b[1]) for b in binds):
+    visible = [o[2] for o in ops if o[0] == "bind"] + base
+    if not any(_under(plan.cwd, v) for v in visible):
         ops.append(["dir", plan.cwd])
     return ops
