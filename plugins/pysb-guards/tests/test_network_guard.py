@@ -562,12 +562,14 @@ results['queries'] = queries.index('MARK')
 def private_netns(tmp_path: Path) -> list[str]:
     """A command prefix running the child in a new network and mount namespace whose only
     nameserver is 127.0.0.1 (inside that namespace): no route leaves it."""
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        pytest.skip("needs root, unshare and ip to create a private network namespace")
+    if not shutil.which("unshare") or not shutil.which("ip"):
+        pytest.skip("needs unshare and ip to create a private network namespace")
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("nameserver 127.0.0.1\noptions attempts:1 timeout:2\n")
+    # Not root: a user namespace makes us root inside (unprivileged user namespaces allowed).
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     prefix = [
-        "unshare", "--net", "--mount", "--", "sh", "-c",
+        "unshare", *user, "--net", "--mount", "--", "sh", "-c",
         f'ip link set lo up && mount --bind "{resolv}" /etc/resolv.conf && exec "$@"', "sh",
     ]  # fmt: skip
     probe = subprocess.run([*prefix, "true"], capture_output=True, text=True)
@@ -771,9 +773,8 @@ def test_resolver_only_mode_pins_but_does_not_judge(
     attempt('gai', lambda: [a for *_, a in socket.getaddrinfo('svc.pysb.test', {P}, 0, 1)])
     attempt('connect', connect, '127.0.0.1', {P})
     """
-    import dataclasses
 
-    off = dataclasses.replace(policy, python_guards=False)
+    off = policy.replace(python_guards=False)
     # INSTALL in the prelude honours python_guards=False the same way.
     results, _ = run_child(tmp_path, off, code)
     assert results["gai"] == {"ok": [["127.0.0.1", P]]}
@@ -785,14 +786,11 @@ def test_without_python_guards_pins_still_answer(
 ) -> None:
     # In a private namespace: were the pins not installed, the lookup would go to a
     # nameserver that does not exist there, never to a real one.
-    import dataclasses
 
     from pysb_core.plan import LaunchPlan
 
     P = server.port
-    policy = dataclasses.replace(
-        pinned_policy(f"allow tcp svc.pysb.test {P} out"), python_guards=False
-    )
+    policy = pinned_policy(f"allow tcp svc.pysb.test {P} out").replace(python_guards=False)
     plan = LaunchPlan(policy=policy, python=sys.executable, argv=[], env={}, cwd=str(tmp_path))
     network.pysb_contribute(policy=policy, plan=plan)
     assert len(plan.child_setups) == 1
@@ -813,7 +811,7 @@ def test_without_python_guards_pins_still_answer(
     assert results["connect"]["error"] == "ConnectionRefusedError"
     assert results["numeric"] == {"ok": ["127.0.0.1", 80]}
     assert events == []
-    with_guards = dataclasses.replace(policy, python_guards=True)
+    with_guards = policy.replace(python_guards=True)
     plan2 = LaunchPlan(policy=with_guards, python=sys.executable, argv=[], env={}, cwd="/")
     network.pysb_contribute(policy=with_guards, plan=plan2)
     assert plan2.child_setups == []

@@ -33,14 +33,16 @@ from __future__ import annotations
 import operator
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from pysb_core import hookimpl
 from pysb_core.errors import NetworkDeniedError
 from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, numeric_host
 
+TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event, Recorder
     from pysb_core.learning import LearnedProfile
