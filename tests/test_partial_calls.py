@@ -28,7 +28,7 @@ from pysb_core import (
     sandbox,
     sandboxes,
 )
-from pysb_core.remote.testkit import profile_text, write_module
+from pysb_core.remote.testkit import profile_text, wait_for_file, write_module
 
 FUNCTIONS = """
 import asyncio, os, sys, time
@@ -109,6 +109,13 @@ async def adouble(x):
     await asyncio.sleep(0.01)
     print("async says", x)
     return x * 2
+
+@sandbox
+def note_start_then_sleep(path, seconds, value):
+    with open(path, "w") as f:
+        f.write("started")
+    time.sleep(seconds)
+    return value
 
 history = {}
 
@@ -419,3 +426,46 @@ def test_async_timeout_kills_and_restarts_the_worker(mod, box):
 
     value, before, after = asyncio.run(main())
     assert value == 4 and before != after
+
+
+def test_leaving_waits_for_running_calls(mod, box, tmp_path):
+    started = tmp_path / "started"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with sandboxes(**box):
+            future = pool.submit(mod.note_start_then_sleep, str(started), 0.5, "finished")
+            wait_for_file(started)
+        # the exit waited for the running call instead of killing it
+        assert future.done() and future.result() == "finished"
+    with pytest.raises(SandboxError):
+        mod.double(1)  # and new calls are refused
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def _inodes_in(table: str) -> set[str]:
+    try:
+        lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    column = 6 if table == "unix" else 9
+    return {line.split()[column] for line in lines if len(line.split()) > column}
+
+
+def test_the_transport_is_an_inherited_unix_socket_not_a_port(mod, box):
+    with sandboxes(**box) as s:
+        assert mod.double(1) == 2
+        sockets = _socket_inodes(s.pid)
+        assert sockets, "the worker holds its end of the socketpair"
+        assert sockets <= _inodes_in("unix")
+        for table in ("tcp", "tcp6", "udp", "udp6"):
+            assert not sockets & _inodes_in(table)

@@ -604,6 +604,13 @@ def _describe_status(status: int | None) -> str:
         except ValueError:
             name = f"signal {-status}"
         return f"was killed by {name}"
+    if 128 < status < 128 + 65:  # a wrapper (firejail, a shell) reports its child's signal so
+        try:
+            name = signal.Signals(status - 128).name
+        except ValueError:
+            name = ""
+        if name:
+            return f"exited with status {status} (as when killed by {name})"
     return f"exited with status {status}"
 
 
