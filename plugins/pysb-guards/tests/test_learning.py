@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import guarded
+from pysb_guards import api, env, files, imports
+
 from pysb_core.events import Event
 from pysb_core.learning import LearnedProfile
-
-from pysb_guards import api, env, files, imports
 
 PROGRAM = """
 import os, json, csv, ctypes

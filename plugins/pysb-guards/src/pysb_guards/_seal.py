@@ -121,44 +121,52 @@ def make_door(
     return _FunctionType(code, DOOR_NS, name)
 
 
+# Faces are compiled from this text under the name "<pysb guard>": a traceback then shows
+# `File "<pysb guard>"` for the guard's own step, and their globals are a tiny dictionary
+# of their own rather than this module's.
+_FACE_SRC = """
+def build(door, refusal, value, prepare):
+    if prepare is None:
+        def face(*args, **kwargs):
+            r = door(*args, **kwargs)
+            c = r.__class__
+            if c is refusal:
+                raise r.exc.with_traceback(r.tb)
+            if c is value:
+                return r.value
+            return r
+        return face
+
+    def face(*args, **kwargs):
+        args, kwargs = prepare(args, kwargs)
+        r = door(*args, **kwargs)
+        c = r.__class__
+        if c is refusal:
+            raise r.exc.with_traceback(r.tb)
+        if c is value:
+            return r.value
+        return r
+    return face
+"""
+_FACE_NS: dict[str, Any] = {"__builtins__": builtins, "__name__": "pysb_guards.<face>"}
+exec(compile(_FACE_SRC, "<pysb guard>", "exec"), _FACE_NS)
+_build_face = _FACE_NS["build"]
+
+
 def make_face(
     door: Callable[..., Any],
     like: Any = None,
     prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
 ) -> Callable[..., Any]:
     """The public side of ``door``: raise refusals, answer values, look like ``like``."""
-    refusal, value = Refusal, Value
-
-    if prepare is None:
-
-        def face(*args, **kwargs):
-            r = door(*args, **kwargs)
-            c = r.__class__
-            if c is refusal:
-                raise r.exc.with_traceback(r.tb)
-            if c is value:
-                return r.value
-            return r
-
-    else:
-
-        def face(*args, **kwargs):
-            args, kwargs = prepare(args, kwargs)
-            r = door(*args, **kwargs)
-            c = r.__class__
-            if c is refusal:
-                raise r.exc.with_traceback(r.tb)
-            if c is value:
-                return r.value
-            return r
-
+    face = _build_face(door, Refusal, Value, prepare)
     if like is not None:
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
             try:
                 setattr(face, attr, getattr(like, attr))
             except (AttributeError, TypeError):
                 pass
-    face.__pysb_face__ = True  # type: ignore[attr-defined]
+    face.__pysb_face__ = True
     return face
 
 
