@@ -34,8 +34,11 @@ _counter = itertools.count()
 def find_controller() -> str | None:
     """The first pids hierarchy where a child cgroup with ``pids.max`` can be made."""
     for root, _ in CONTROLLERS:
-        usable = os.path.isdir(root) and os.access(root, os.W_OK)
-        if usable and (os.path.exists(os.path.join(root, "pids.max")) or _v2_has_pids(root)):
+        if not (os.path.isdir(root) and os.access(root, os.W_OK)):
+            continue
+        # v1: a hierarchy of its own (the root cgroup has no pids.max; children do).
+        v1 = root.endswith("/pids") and os.path.exists(os.path.join(root, "tasks"))
+        if v1 or _v2_has_pids(root):
             return root
     return None
 

@@ -1,0 +1,177 @@
+"""Acceptance: ``pysb run --provider firejail --no-python-guards`` enforces the profile.
+
+Only the OS layer is active, and the probes are C programs (``/bin/cat``, ``/bin/sh``,
+``/usr/bin/env``) started by the sandboxed interpreter, so nothing here depends on the
+Python guards. A firejail that cannot run here is a skip, or a failure when CI requires
+it (``PYSB_REQUIRE_PROVIDERS=firejail``).
+"""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+
+from pysb_core.testing import LoopbackServer, Project, require_provider
+
+RUN = ("run", "--provider", "firejail", "--no-python-guards")
+
+
+@pytest.fixture(autouse=True)
+def _firejail() -> None:
+    require_provider("firejail")
+
+
+def _profile(project: Project, *lines: str) -> None:
+    project.profile(
+        "\n".join(["version: 1", "api: {allow: [process-exec]}", 'imports: ["*"]', *lines]) + "\n"
+    )
+
+
+def _sh(project: Project, script: str, **kwargs: object):
+    """Run ``/bin/sh -c script`` from a sandboxed Python program."""
+    code = (
+        "import subprocess, sys\n"
+        f"r = subprocess.run(['/bin/sh', '-c', {script!r}])\n"
+        "sys.exit(r.returncode)\n"
+    )
+    return project.run(*RUN, "-c", code, **kwargs)
+
+
+def test_secret_outside_exposures_is_unreadable(project: Project, tmp_path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    (project.root / "data").mkdir()
+    (project.root / "data" / "ok.txt").write_text("visible")
+    _profile(project, "files: {expose-ro: [./data]}")
+    res = _sh(project, f"cat {secret}; cat /etc/shadow; cat data/ok.txt")
+    assert "TOP-SECRET" not in res.stdout
+    assert "root:" not in res.stdout
+    assert res.stdout.endswith("visible"), res.stderr
+    assert res.stderr.count("No such file") == 2, res.stderr
+
+
+def test_writes_only_inside_expose_rw(project: Project, tmp_path) -> None:
+    (project.root / "out").mkdir()
+    (project.root / "in").mkdir()
+    outside = tmp_path / "outside.txt"
+    _profile(project, "files: {expose-ro: [./in], expose-rw: [./out]}")
+    res = _sh(project, "echo written > out/new.txt")
+    assert res.returncode == 0, res.stderr
+    assert (project.root / "out" / "new.txt").read_text() == "written\n"
+    for target in ("in/x.txt", "/usr/pysb-x", "/etc/pysb-x", "/root/pysb-x", "/work/pysb-x"):
+        res = _sh(project, f"echo no > {target}")
+        assert res.returncode != 0, target
+        assert "Read-only" in res.stderr or "No such file" in res.stderr, res.stderr
+    assert not (project.root / "in" / "x.txt").exists()
+    # /tmp is a private tmpfs: a write there succeeds but never reaches the host.
+    res = _sh(project, f"echo no > {outside} && cat {outside}")
+    assert res.stdout == "no\n"
+    assert not outside.exists()
+    # The profile file itself is never writable, even inside a read-write exposure.
+    _profile(project, "files: {expose-rw: [.]}")
+    before = (project.root / ".pysb.yaml").read_text()
+    res = _sh(project, "echo 'files: {expose-rw: [/]}' >> .pysb.yaml")
+    assert res.returncode != 0
+    assert (project.root / ".pysb.yaml").read_text() == before
+
+
+def test_ignored_file_and_directory_are_hidden(project: Project) -> None:
+    (project.root / ".env").write_text("API_KEY=SECRET")
+    (project.root / ".git").mkdir()
+    (project.root / ".git" / "config").write_text("GIT-SECRET")
+    (project.root / "app.txt").write_text("app")
+    _profile(project, "files: {expose-rw: [.], ignore: [.env, .git]}")
+    res = _sh(project, "cat app.txt; cat .env; cat .git/config; ls -A .git; echo x > .env")
+    assert res.stdout.startswith("app")
+    assert "SECRET" not in res.stdout
+    assert "config" not in res.stdout
+    assert res.returncode != 0  # the write
+    assert (project.root / ".env").read_text() == "API_KEY=SECRET"
+
+
+def test_environment_is_exactly_the_whitelist(project: Project) -> None:
+    _profile(project, "env: {LANG: C.UTF-8, GREETING: hello, SHELL: /bin/zsh}")
+    code = "import subprocess; subprocess.run(['/usr/bin/env'])"
+    res = project.run(*RUN, "-c", code, env={"PYSB_HOST_ONLY_SECRET": "leak"})
+    assert res.returncode == 0, res.stderr
+    seen = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    # firejail's own additions (container, PROMPT_COMMAND, FIREJAIL_QUIET...) are gone and
+    # the values it overrides (SHELL) are the profile's again.
+    assert seen == {"LANG": "C.UTF-8", "GREETING": "hello", "SHELL": "/bin/zsh"}
+
+
+def test_no_network_without_a_rule(project: Project, loopback_server: LoopbackServer) -> None:
+    _profile(project)
+    code = (
+        "import socket, sys\n"
+        "s = socket.socket()\n"
+        "s.settimeout(5)\n"
+        f"rc = s.connect_ex(('127.0.0.1', {loopback_server.port}))\n"
+        "print('connect', rc)\n"
+        "sys.exit(0 if rc else 1)\n"
+    )
+    res = project.run(*RUN, "-c", code)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "connect 111" in res.stdout  # ECONNREFUSED: the sandbox's own loopback
+    assert loopback_server.accepted == 0
+    res = project.run(*RUN, "-c", "import socket; print(socket.if_nameindex())")
+    assert res.stdout.strip() == "[(1, 'lo')]", res.stderr
+
+
+def test_network_allow_rule_is_refused_not_run_unfiltered(
+    project: Project, loopback_server: LoopbackServer
+) -> None:
+    _profile(project, "network:", f"  - allow tcp 127.0.0.1 {loopback_server.port} out")
+    res = project.run("run", "--provider", "firejail", "-c", "print('ran')")
+    assert res.returncode == 125
+    assert "ran" not in res.stdout
+    assert "firejail" in res.stderr and "bridge" in res.stderr
+    assert loopback_server.accepted == 0
+
+
+def test_memory_limit_stops_an_allocation_bomb(project: Project) -> None:
+    _profile(project, "limits: {memory: 256M}")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    res = project.run(*RUN, "-c", "x = bytearray(2 * 1024**3); print('allocated')")
+    assert res.returncode != 0
+    assert "allocated" not in res.stdout
+    assert "MemoryError" in res.stderr
+    assert "memory" in res.stderr
+    # The host process is unaffected: it runs on, and the bomb never got its 2 GiB.
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert after - before < 1024 * 1024  # KiB: less than 1 GiB resident in any child
+    ok = project.run(*RUN, "-c", "x = bytearray(16 * 1024**2); print('fine')")
+    assert ok.returncode == 0 and "fine" in ok.stdout, ok.stderr
+
+
+def test_processes_limit_stops_a_fork_bomb(project: Project) -> None:
+    _profile(project, "limits: {processes: 8}")
+    # As root RLIMIT_NPROC does not apply: the provider's pids cgroup does the counting.
+    res = _sh(project, "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 1 & done; wait")
+    assert "fork" in res.stderr.lower() or "resource" in res.stderr.lower(), res.stderr
+    ok = _sh(project, "for i in 1 2 3; do sleep 0.1 & done; wait")
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("import sys; sys.exit(3)", 3),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 143),
+    ],
+)
+def test_exit_status_and_signals_pass_through(project: Project, code: str, status: int) -> None:
+    _profile(project)
+    assert project.run(*RUN, "-c", code).returncode == status
+
+
+def test_inherited_descriptors_keep_their_numbers(project: Project) -> None:
+    """The payload fd (and any other in plan.pass_fds) reaches the program under its own
+    number: the bootstrap reads the policy from it, so a run at all proves it; the
+    program's stdin/stdout/stderr are its own."""
+    _profile(project)
+    res = project.run(*RUN, "-c", "import sys; print(sys.stdin.read().upper())", input="abc")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "ABC"
