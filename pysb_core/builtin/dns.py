@@ -12,14 +12,15 @@ addresses without touching the system file); ``PYSB_RESOLV_CONF`` an alternative
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from pysb_core.markers import hookimpl
+
+TYPE_CHECKING = False  # imported by every run (built-in plugin): keep it light
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
 
 DEFAULT_HOSTS_FILE = "/etc/hosts"
 #: Per-name budget for the DNS queries (A and AAAA together), in seconds. Names are asked as
@@ -43,6 +44,8 @@ def read_hosts_file(path: str | None = None) -> dict[str, list[str]]:
     A missing or unreadable file reads as empty: resolution then falls through to DNS.
     Lines whose first field is not an IP address are skipped, as the C library does.
     """
+    import ipaddress
+
     table: dict[str, list[str]] = {}
     try:
         with open(path or hosts_file_path(), encoding="utf-8", errors="replace") as f:
@@ -66,6 +69,8 @@ def read_hosts_file(path: str | None = None) -> dict[str, list[str]]:
 
 def _dns_lookup(name: str, resolver: Any) -> list[str]:
     """A then AAAA through dnspython; any failure (NXDOMAIN, timeout, no answer) -> []."""
+    import ipaddress
+
     import dns.exception
     import dns.resolver
 
@@ -120,6 +125,8 @@ def resolve(
         elif len(missing) == 1:
             result[missing[0]] = _dns_lookup(missing[0], resolver)
         else:
+            from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(max_workers=min(8, len(missing))) as pool:
                 found = pool.map(lambda n: _dns_lookup(n, resolver), missing)
                 result.update(zip(missing, found, strict=True))
