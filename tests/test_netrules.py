@@ -486,3 +486,27 @@ def test_parse_fuzzed_fields(fields: tuple[str, ...]) -> None:
     assert rule.action in ("allow", "deny")
     assert rule.direction in ("in", "out", "any")
     assert all(0 <= p.low <= p.high <= 65535 for p in rule.ports)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(alphabet="0123456789abcdefxX.", min_size=1, max_size=18),
+        st.text(alphabet="0123456789abcdef:.", min_size=2, max_size=24),
+        st.builds(str, st.integers(0, 2**32 + 5)),
+        st.builds(hex, st.integers(0, 2**32 + 5)),
+    )
+)
+def test_numeric_host_agrees_with_the_c_library(text: str) -> None:
+    """What the guard takes for an address is what getaddrinfo(AI_NUMERICHOST) -- which never
+    queries DNS -- reads, so a spelling is never judged as one thing and used as another."""
+    import socket
+
+    ours = numeric_host(text)
+    try:
+        infos = socket.getaddrinfo(text, None, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError, ValueError):
+        theirs = None
+    else:
+        theirs = ipaddress.ip_address(infos[0][4][0])
+    assert ours == theirs, (text, ours, theirs)
