@@ -386,3 +386,11 @@ def test_global_sysctls_are_read_only():
     )
     assert "rc=1" in res.stdout, res
     assert "Read-only file system" in res.stderr
+
+
+def test_no_nested_user_namespaces():
+    """A nested user namespace would hand the program a fresh capability set."""
+    res = run_plan(sh("unshare --user --map-root-user true; echo rc=$?"))
+    assert "rc=1" in res.stdout, res
+    with open("/proc/sys/user/max_user_namespaces") as f:
+        assert int(f.read()) > 0  # the host's own limit is untouched

@@ -507,6 +507,10 @@ def main() -> None:
         loopback_up()
         with open("/proc/sys/kernel/hostname", "w") as f:
             f.write(cfg.get("hostname", "sandbox"))
+        # No nested user namespaces: one would give the program a full capability set over
+        # namespaces of its own (locked mounts still hold, but far more kernel is reachable).
+        with open("/proc/sys/user/max_user_namespaces", "w") as f:
+            f.write("0")
     except OSError as exc:
         _write(status_w, f"Eunshare: cannot set up the namespaces: {exc}".encode())
         os._exit(125)
