@@ -84,6 +84,7 @@ def run_sandboxed(
     override: dict | None = None,
     timeout: float = 60,
     stdin: int | None = None,
+    prefix: list[str] | tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     spec = {"ro": list(ro), "rw": list(rw), "net": list(net), "override": override or {}}
     env = {
@@ -92,7 +93,7 @@ def run_sandboxed(
         "LC_ALL": "C.UTF-8",
     }
     return subprocess.run(
-        [python, "-s", "-c", PRELUDE + "\n" + code, json.dumps(spec), *args],
+        [*prefix, python, "-s", "-c", PRELUDE + "\n" + code, json.dumps(spec), *args],
         capture_output=True,
         text=True,
         env=env,

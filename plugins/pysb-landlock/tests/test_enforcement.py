@@ -10,10 +10,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -508,3 +510,30 @@ def test_restrict_is_not_judged_by_installed_guards(dirs):
         env=env,
     )
     assert r.stdout == "public\n", r.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="needs root and setpriv to drop to nobody",
+)
+def test_unprivileged_user_is_confined_too():
+    # Landlock needs no privilege: the same restriction works for an ordinary user.
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o777)
+        code = r"""
+import os, subprocess, sys
+r = subprocess.run(["/bin/cat", "/etc/passwd"], capture_output=True, text=True)
+print(r.returncode, "root:" in r.stdout)
+open(os.path.join(sys.argv[1], "x"), "w").write("ok")
+print(os.getuid(), open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+"""
+        r = run_sandboxed(
+            code,
+            d,
+            ro=["/usr/bin"],
+            rw=[d],
+            prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+        )
+        assert r.stdout.split() == ["1", "False", "65534", "0000000000000000"], r.stderr
+        with open(os.path.join(d, "x")) as f:
+            assert f.read() == "ok"
