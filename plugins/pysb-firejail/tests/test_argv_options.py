@@ -1,0 +1,174 @@
+"""Unit tests of the pure parts: the command builder (for a described host), the options
+and the refusal of network allow rules."""
+
+from __future__ import annotations
+
+import pytest
+from pysb_firejail import network, options
+from pysb_firejail.argv import build_argv
+from pysb_firejail.hostfs import HostLayout
+
+from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.plan import LaunchPlan
+from pysb_core.policy import Exposure, Limits, NetworkRule, Policy, PortRange
+
+LAYOUT = HostLayout(
+    top_level={
+        "/usr": "dir",
+        "/bin": "link",
+        "/etc": "dir",
+        "/home": "dir",
+        "/opt": "dir",
+        "/proc": "dir",
+        "/run": "dir",
+        "/sys": "dir",
+        "/tmp": "dir",
+        "/work": "dir",
+        "/vmlinuz": "link",
+        "/notes.txt": "file",
+    },
+    etc=frozenset({"/etc/passwd", "/etc/ld.so.cache", "/etc/hosts", "/etc/resolv.conf"}),
+    existing=frozenset({"/work/app/.env", "/work/app/.pysb.yaml"}),
+)
+
+
+def exp(path: str, writable: bool = False) -> Exposure:
+    return Exposure(path=path, target=path, writable=writable, source="t.yaml:1")
+
+
+def plan(exposures, *, cwd="/work/app", hidden=(), protected=(), limits=None, network=()):
+    policy = Policy(
+        exposures=tuple(exposures),
+        provider="firejail",
+        limits=limits or Limits(),
+        network=tuple(network),
+        cwd=cwd,
+    )
+    return LaunchPlan(
+        policy=policy,
+        python="/usr/bin/python3",
+        argv=["/usr/bin/python3", "-c", "pass"],
+        env={},
+        cwd=cwd,
+        exposures=list(exposures),
+        hidden=list(hidden),
+        protected=list(protected),
+        pass_fds=[5, 3],
+    )
+
+
+def test_view_is_reduced_to_the_exposures() -> None:
+    p = plan(
+        [exp("/work/app", True), exp("/work/app/out", True), exp("/home/u/data")],
+        hidden=["/work/app/.env"],
+        protected=["/work/app/.pysb.yaml"],
+    )
+    argv = build_argv(p, LAYOUT).argv
+    assert argv[-4:] == ["--", "/usr/bin/python3", "-c", "pass"]
+    for opt in (
+        "--noprofile",
+        "--caps.drop=all",
+        "--nonewprivs",
+        "--seccomp",
+        "--net=none",
+        "--private-dev",
+        "--private-tmp",
+        "--keep-fd=3,5",
+        "--private-cwd=/work/app",
+    ):
+        assert opt in argv
+    # tops without exposures, top-level files and /sys are blacklisted; links and the
+    # system are left alone.
+    assert {"--blacklist=/opt", "--blacklist=/sys", "--blacklist=/notes.txt"} <= set(argv)
+    for kept in ("/usr", "/bin", "/vmlinuz"):
+        assert f"--blacklist={kept}" not in argv
+    # tops with exposures are whitelisted down to them; /etc to what CPython needs
+    for wl in ("/work/app", "/home/u/data", "/etc/passwd"):
+        assert f"--whitelist={wl}" in argv
+    assert "--whitelist=/work/app/out" not in argv  # visible through /work/app
+    assert "--whitelist=/etc/resolv.conf" not in argv  # no network
+    assert "--whitelist=/run/firejail" in argv
+    # read-only everywhere, read-write only where the profile says, profile file ro again,
+    # the ignored file blacklisted last.
+    ro = argv.index("--read-only=/")
+    rw = argv.index("--read-write=/work/app")
+    assert ro < argv.index("--read-only=/work") < rw
+    assert "--read-write=/work/app/out" not in argv  # inherited from /work/app
+    assert "--read-only=/home/u/data" not in argv  # inherited from /home
+    assert (
+        rw
+        < argv.index("--read-only=/work/app/.pysb.yaml")
+        < argv.index("--blacklist=/work/app/.env")
+    )
+
+
+def test_read_only_inside_read_write_stays_read_only() -> None:
+    argv = build_argv(plan([exp("/work/app/in"), exp("/work/app", True)]), LAYOUT).argv
+    assert argv.index("--read-write=/work/app") < argv.index("--read-only=/work/app/in")
+
+
+def test_tmp_exposures_and_unexposed_cwd() -> None:
+    cmd = build_argv(plan([exp("/tmp/x/data")], cwd="/srv/elsewhere"), LAYOUT)
+    assert "--whitelist=/tmp/x/data" in cmd.argv
+    assert "--private-tmp" not in cmd.argv
+    assert "--read-only=/tmp/x/data" in cmd.argv  # /tmp itself stays writable
+    assert "--private-cwd=/" in cmd.argv and cmd.notes
+    # an ancestor of a whitelisted path exists inside (firejail creates it)
+    cmd = build_argv(plan([exp("/tmp/x/data")], cwd="/tmp/x"), LAYOUT)
+    assert "--private-cwd=/tmp/x" in cmd.argv
+
+
+def test_limits_become_rlimits() -> None:
+    limits = Limits(memory=256 * 1024**2, open_files=64, cpu_time=5, processes=10)
+    argv = build_argv(plan([], limits=limits), LAYOUT).argv
+    assert f"--rlimit-as={256 * 1024**2}" in argv
+    assert "--rlimit-nofile=64" in argv
+    assert "--rlimit-cpu=6" in argv  # one second of slack: SIGXCPU before SIGKILL
+    assert "--rlimit-nproc=10" in argv
+
+
+def test_noroot_only_when_not_root() -> None:
+    assert "--noroot" not in build_argv(plan([]), LAYOUT, as_root=True).argv
+    assert "--noroot" in build_argv(plan([]), LAYOUT, as_root=False).argv
+
+
+@pytest.mark.parametrize("bad", ["/work/a,b", "/work/*", "relative", "/proc/1"])
+def test_paths_firejail_would_misread_are_refused(bad: str) -> None:
+    with pytest.raises(SandboxError):
+        build_argv(plan([exp(bad)]), LAYOUT)
+
+
+def test_relative_program_is_refused() -> None:
+    p = plan([])
+    p.argv = ["python3", "-c", "pass"]
+    with pytest.raises(SandboxError, match="absolute"):
+        build_argv(p, LAYOUT)
+
+
+def test_options() -> None:
+    assert options.validate({}) == []
+    assert options.validate({"hostname": "box", "bridge": "br0", "share-net": False}) == []
+    assert "did you mean 'hostname'" in options.validate({"hostnme": "x"})[0]
+    assert options.validate({"share-net": True})
+    assert options.validate({"bridge": "a/b"})
+    assert options.validate([])  # not a mapping
+
+
+def test_network_allow_rule_is_refused_with_the_host_setting() -> None:
+    rule = NetworkRule("allow", ("tcp",), "127.0.0.1", (PortRange(80, 80),), "out", "p:4")
+    p = plan([], network=[rule])
+    assert network.needs_network(p)
+    err = network.refuse(p)
+    assert isinstance(err, ProviderUnavailableError)
+    assert "bridge" in str(err) and "p:4" in str(err) and "loopback" in str(err)
+    deny = NetworkRule("deny", ("tcp",), "*", (PortRange(0, 65535),), "any", "p:5")
+    assert not network.needs_network(plan([], network=[deny]))
+
+
+def test_restricted_network_setting_is_read(tmp_path) -> None:
+    conf = tmp_path / "firejail.config"
+    conf.write_text("# comment\nrestricted-network yes\n")
+    assert network.restricted_network(str(conf))
+    conf.write_text("restricted-network no\n")
+    assert not network.restricted_network(str(conf))
+    assert not network.restricted_network(str(tmp_path / "missing"))

@@ -1,0 +1,111 @@
+"""Real firejail launches from hand-made plans: interpreters, inherited fds, signals.
+
+Plans are built directly (not through the CLI) so that each test controls exactly what
+is exposed and which interpreter runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from pysb_firejail import FirejailProvider
+from pysb_firejail.probe import probe_deep
+
+from pysb_core.plan import LaunchPlan
+from pysb_core.policy import Exposure, Policy
+from pysb_core.testing import require_provider
+
+PYTHONS = {
+    "3.11": sys.executable,
+    "3.12": os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python3"),
+    "3.13": os.path.expanduser("~/.pyenv/versions/3.13.0/bin/python3"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _firejail() -> None:
+    require_provider("firejail")
+
+
+def make_plan(argv: list[str], python: str = sys.executable, **kwargs) -> LaunchPlan:
+    real = os.path.realpath(python)
+    prefix = os.path.dirname(os.path.dirname(real))
+    exps = [Exposure(prefix, prefix, False, "<python>", True)]
+    # a venv's interpreter is a link into another prefix: expose the link's directory too
+    link_dir = os.path.dirname(os.path.abspath(python))
+    if not link_dir.startswith(prefix):
+        exps.append(Exposure(os.path.dirname(link_dir), os.path.dirname(link_dir), False))
+    policy = Policy(exposures=tuple(exps), provider="firejail", cwd="/")
+    return LaunchPlan(
+        policy=policy, python=python, argv=argv, env={"LANG": "C.UTF-8"}, cwd="/",
+        exposures=exps, **kwargs,
+    )  # fmt: skip
+
+
+def launch(plan: LaunchPlan, **popen) -> subprocess.Popen[bytes]:
+    return FirejailProvider().launch(plan, **popen)
+
+
+def test_deep_probe_builds_a_sandbox() -> None:
+    status = probe_deep()
+    assert status.available, status.reason
+
+
+@pytest.mark.parametrize("version", sorted(PYTHONS))
+def test_python_versions_start(version: str) -> None:
+    python = PYTHONS[version]
+    if not os.path.exists(python):
+        pytest.skip(f"Python {version} is not installed here")
+    code = "import sys, ssl, json, sqlite3, ctypes; print(sys.version_info[:2])"
+    proc = launch(make_plan([python, "-c", code], python), stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out.decode().strip() == str(tuple(int(x) for x in version.split(".")))
+
+
+def test_inherited_fds_keep_their_numbers() -> None:
+    r, w = os.pipe()
+    r2, w2 = os.pipe()
+    os.write(w, b"through fd")
+    os.close(w)
+    code = f"import os; print(os.read({r}, 100).decode()); print(os.listdir('/proc/self/fd'))"
+    try:
+        plan = make_plan([sys.executable, "-c", code], pass_fds=[r])
+        proc = launch(plan, stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        for fd in (r, r2, w2):
+            os.close(fd)
+    lines = out.decode().splitlines()
+    assert lines[0] == "through fd"
+    assert str(r2) not in eval(lines[1]) or r2 == r  # fds not in pass_fds are not inherited
+
+
+def test_signals_reach_the_program_not_firejail() -> None:
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: (os.write(1, b'usr1\\n'), os._exit(7)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    proc = launch(make_plan([sys.executable, "-c", code]), stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n"
+        for _ in range(50):  # the program is a descendant of firejail once it runs
+            if proc.program_pid() is not None:  # type: ignore[attr-defined]
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out == b"usr1\n"
+    assert proc.returncode == 7
