@@ -197,3 +197,34 @@ def test_async_calls_follow_the_same_crash_rules(env):
 
     assert asyncio.run(main()) == "finished"
     assert marker.read_text().count("run") == 1
+
+
+def test_ctrl_c_in_the_host_stops_waiting_and_leaves_nothing_running(tmp_path: Path):
+    import subprocess
+    import sys
+
+    project = tmp_path / "project"
+    project.mkdir()
+    write_module(project, FUNCTIONS, prefix="ctrlc")
+    name = next(p.stem for p in project.glob("ctrlc_*.py"))
+    profile = project / ".pysb.yaml"
+    profile.write_text(profile_text("subprocess", project, project))
+    pid_file = project / "pid"
+    (project / "app.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(project)!r})\n"
+        f"import {name} as m\nfrom pysb_core import sandboxes\n"
+        f"with sandboxes(profile={str(profile)!r}) as s:\n"
+        f"    m.mark_and_wait({str(project / 'runs')!r}, {str(pid_file)!r}, 60)\n"
+    )
+    app = subprocess.Popen([sys.executable, str(project / "app.py")], stderr=subprocess.DEVNULL)
+    try:
+        worker = int(wait_for_file(pid_file, timeout=60))
+        assert is_descendant(worker, app.pid)
+        app.send_signal(signal.SIGINT)  # our own child, by its PID
+        app.wait(timeout=30)  # no waiting for the 60 s call
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    assert app.returncode == -signal.SIGINT
+    assert not Path(f"/proc/{worker}").exists()
