@@ -290,9 +290,24 @@ class Session:
 
             plan.hidden = hidden_paths(plan.exposures, policy.ignore)
         if policy.pins:
+            # plan.hosts_file is a *path* (bwrap binds it, qemu copies it into the guest).
+            import tempfile
+
             from pysb_core.netrules import hosts_file_text
 
-            plan.hosts_file = hosts_file_text(policy.pins)
+            fd, hosts_path = tempfile.mkstemp(prefix="pysb-hosts-")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(hosts_file_text(policy.pins))
+            os.chmod(hosts_path, 0o444)
+            plan.hosts_file = hosts_path
+
+            def remove_hosts_file(path: str = hosts_path) -> None:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+            plan.add_cleanup(remove_hosts_file)
         self.hooks.contribute(policy, plan)
         if policy.pins:
             self.hooks.dns_pinned(policy.pins, plan)
