@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, run_pysb
+from pysb_core.testing import BASE_ENV, require_provider, run_pysb
 
 
 @pytest.fixture
@@ -189,3 +189,46 @@ def test_partial_mode_denial_crosses_back(tmp_path: Path, server: int, env) -> N
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["ok", f"True allow tcp 127.0.0.1 {server + 1} out"]
+
+
+PINNED_PROBE = (
+    "import socket, sys\n"
+    "port = int(sys.argv[1])\n"
+    "print(sorted({a[4][0] for a in socket.getaddrinfo('svc.pysb.test', port)}))\n"
+    "socket.create_connection(('svc.pysb.test', port), 10).close()\n"
+    "print('connected')\n"
+    "try:\n"
+    "    socket.create_connection(('127.0.0.1', port + 1), 5)\n"
+    "    print('reached', port + 1)\n"
+    "except OSError as e:\n"
+    "    print('refused', type(e).__name__)\n"
+)
+
+
+@pytest.mark.parametrize("guards", [True, False], ids=["guards", "os-only"])
+@pytest.mark.parametrize(
+    "provider", ["bwrap", "unshare", "landlock", pytest.param("qemu", marks=pytest.mark.slow)]
+)
+def test_pinned_name_under_os_providers(
+    tmp_path: Path, server: int, env, provider: str, guards: bool
+) -> None:
+    """The pins reach every layer: the Python resolver, the provider's hosts file and filter.
+    Without the Python guards the refusal comes from the OS (a plain ConnectionRefusedError),
+    or the run does not start when the provider cannot filter by host (Landlock)."""
+    require_provider(provider)
+    (tmp_path / ".pysb.yaml").write_text(
+        "imports: [socket]\nfiles:\n  expose-ro: [.]\nnetwork:\n"
+        f"  - allow tcp svc.pysb.test {server} out\n"
+    )
+    flags = [] if guards else ["--no-python-guards"]
+    out = run_pysb(
+        "run", "--provider", provider, *flags, "-c", PINNED_PROBE, str(server),
+        cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    if provider == "landlock" and not guards:
+        assert out.returncode == 125
+        assert "svc.pysb.test" in out.stderr
+        return
+    assert out.returncode == 0, out.stdout + out.stderr
+    expected = "NetworkDeniedError" if guards else "ConnectionRefusedError"
+    assert out.stdout.splitlines() == ["['127.0.0.1']", "connected", f"refused {expected}"]
