@@ -56,12 +56,14 @@ class LandlockProvider(Provider):
     def _abi(self) -> int | None:
         """The kernel's ABI (probed once per provider instance, i.e. once per run)."""
         if not hasattr(self, "_abi_probe"):
-            from pysb_landlock import ruleset
-
             try:
+                from pysb_landlock import ruleset
+
                 self._abi_probe, self._abi_error = ruleset.abi_version(), None
             except OSError as exc:
                 self._abi_probe, self._abi_error = None, _reason(exc)
+            except (ImportError, AttributeError) as exc:  # no ctypes, or a libc without capset
+                self._abi_probe, self._abi_error = None, f"cannot call the kernel: {exc}"
         return self._abi_probe
 
     def probe(self) -> ProviderStatus:
