@@ -40,6 +40,11 @@ def getenv(name):
 def fail(message):
     raise ValueError(message)
 
+@sandbox(timeout=1)
+def hang():
+    import time
+    time.sleep(120)
+
 @sandbox
 async def aadd(a, b):
     await asyncio.sleep(0)
@@ -83,6 +88,38 @@ def test_async_calls(setup):
             return await asyncio.gather(mod.aadd(1, 2), mod.aadd(3, 4))
 
     assert asyncio.run(main()) == [3, 7]
+
+
+def test_a_timeout_kills_the_worker_itself_and_restarts_it(setup):
+    from pysb_core import SandboxTimeoutError
+    from pysb_core.remote.testkit import worker_host_pid
+
+    mod, _, kwargs = setup
+    with sandboxes(**kwargs) as box:
+        assert mod.add(1, 1) == 2
+        worker = worker_host_pid(box.pid)
+        with pytest.raises(SandboxTimeoutError):
+            mod.hang()
+        assert mod.add(2, 2) == 4  # a new worker answers
+        assert _gone(worker), f"the timed-out worker {worker} is still running"
+
+
+def _gone(pid: int, within: float = 20.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_the_host_environment_does_not_reach_the_worker(setup, monkeypatch):
