@@ -151,6 +151,7 @@ class _Server:
         self.stop = threading.Event()
         self.cache: dict[str, tuple[Callable[..., Any], bool]] = {}
         self.loop: Any = None
+        self.tasks: set[Any] = set()  # the loop keeps only weak references to its tasks
         self.threads = [
             _Thread(target=self._serve_frames, name=f"pysb-worker-{i}", daemon=True)
             for i in range(max(1, threads))
@@ -225,7 +226,9 @@ class _Server:
         self.loop.call_soon_threadsafe(self._create_task, cid, fn, args, kwargs, ctx)
 
     def _create_task(self, cid: int, fn: Any, args: Any, kwargs: Any, ctx: Any) -> None:
-        self.loop.create_task(self._run_async(cid, fn, args, kwargs), context=ctx)
+        task = self.loop.create_task(self._run_async(cid, fn, args, kwargs), context=ctx)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _run_async(self, cid: int, fn: Any, args: Any, kwargs: Any) -> None:
         try:
