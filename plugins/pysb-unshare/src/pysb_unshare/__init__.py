@@ -145,13 +145,7 @@ class UnshareProvider(Provider):
                 "network rules cannot be enforced until you run: "
                 "apt-get install slirp4netns nftables"
             )
-        version = done.stderr.decode(errors="replace")
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run(
-                [unshare, "--version"], capture_output=True, timeout=5, check=False
-            )
-            version = out.stdout.decode().strip().split()[-1]
-        return ProviderStatus.ok(version, **details)
+        return ProviderStatus.ok(None, **details)
 
     def enforced(self) -> frozenset[Capability]:
         """Network capabilities only when a helper and nft exist (else the rules would be
