@@ -1,0 +1,79 @@
+"""Guard overhead inside one sandboxed process, as a ratio to plain Python.
+
+``_guard_loops.py`` times ``open().close()``, ``os.stat``, ``importlib.import_module`` of a
+loaded module, ``socket.connect`` to a loopback listener of its own, and
+``os.environ.get`` with perf_counter loops. It runs under plain python, ``pysb run`` and
+``python-sb``, unchanged. The machine is shared, so plain python runs again between
+sandboxed runs and each ratio is taken against the mean of the plain runs just before
+and just after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import profiles
+from common import Context, clean_env, free_port, run_json
+
+OPS = ("open", "stat", "import_module", "connect", "environ")
+
+
+def _skip_reason(ctx: Context, provider: str) -> str | None:
+    details = ctx.pysb_providers.get(provider, {}).get("details") or {}
+    if provider == "qemu" and details.get("accel") == "tcg":
+        return (
+            "not measured: qemu runs under TCG software emulation here, so the loops would "
+            "time the emulator, not the guards"
+        )
+    return None
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    port = free_port()
+    ours, ref = profiles.guards(ctx.workdir, port)
+    scale, reps = ("0.1", "3") if ctx.quick else ("1", "5")
+    loop_args = ["_guard_loops.py", str(port), scale, reps]
+    env = clean_env({"BENCH_VAR": "x"})
+
+    def plain() -> dict[str, Any]:
+        return run_json([ctx.python, *loop_args], ctx.workdir, timeout=300, env=env)
+
+    jobs: list[tuple[str, str, list[str]]] = []
+    skipped: dict[str, dict[str, Any]] = {}
+    for name in ctx.usable(ctx.pysb_providers):
+        why = _skip_reason(ctx, name)
+        if why:
+            skipped[name] = {"error": why}
+            continue
+        argv = [ctx.pysb, "run", "--profile", str(ours), "--provider", name, *loop_args]
+        jobs.append(("pysb", name, argv))
+    if ctx.ref_python_sb is not None:
+        for name in ctx.usable(ctx.ref_providers):
+            sb = [ctx.ref_python_sb, f"--pysandboxes-config={ref}", f"--os-sandbox={name}"]
+            jobs.append(("reference", name, [*sb, *loop_args]))
+
+    ctx.log("guards: plain python")
+    plains = [plain()]
+    result: dict[str, Any] = {"pysb": dict(skipped), "reference": {}, "plain_runs": plains}
+    if "error" in plains[0]:
+        ctx.errors.append(f"guards: plain python failed: {plains[0]['error']}")
+        return result
+    for impl, name, argv in jobs:
+        ctx.log(f"guards: {impl} under {name}")
+        entry = run_json(argv, ctx.workdir, timeout=300, env=env, provider=name)
+        after = plain()
+        plains.append(after)
+        if "error" not in entry:
+            before = plains[-2]
+            for op in OPS:
+                base = [p[op]["median_s"] for p in (before, after) if "error" not in p]
+                entry[op]["plain_s"] = sum(base) / len(base)
+                entry[op]["ratio"] = entry[op]["median_s"] / entry[op]["plain_s"]
+        elif impl == "pysb":
+            ctx.errors.append(f"guards: pysb under {name} failed: {entry['error']}")
+        result[impl][name] = entry
+    ok = [p for p in plains if "error" not in p]
+    result["plain"] = {
+        op: {"median_s": sorted(p[op]["median_s"] for p in ok)[len(ok) // 2]} for op in OPS
+    }
+    return result

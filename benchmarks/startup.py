@@ -1,0 +1,157 @@
+"""Startup: ``python -c pass`` against ``pysb run -c pass`` and ``python-sb -c pass``.
+
+Whole-process wall time, per provider. hyperfine (``-N``: no shell in between) runs each
+command after warm-up runs that fill the profile caches; without hyperfine a
+perf_counter loop around ``subprocess.run`` does the same. Each command is run once
+first: a command that fails is recorded with its reason instead of being timed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import profiles
+from common import Context, clean_env, median, reason_from
+
+
+def _runs(ctx: Context, kind: str, provider: str) -> tuple[int, int]:
+    """(warm-up runs, counted runs): bounded so that the whole run takes minutes."""
+    if provider == "qemu":
+        return (0, 1) if ctx.quick else (1, 5)
+    if ctx.quick:
+        return (1, 3)
+    return {"python": (3, 30), "pysb": (3, 15), "ref": (1, 7)}[kind]
+
+
+def _probe(argv: list[str], cwd: Path, provider: str) -> str | None:
+    """Run the command once; its failure reason, or None when it worked."""
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=clean_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out (300 s)"
+    except OSError as exc:
+        return f"cannot start: {exc}"
+    return None if proc.returncode == 0 else reason_from(proc.stderr, proc.returncode, provider)
+
+
+def _hyperfine(argv: list[str], cwd: Path, warmup: int, runs: int) -> list[float]:
+    out = cwd / "hyperfine.json"
+    subprocess.run(
+        [
+            "hyperfine",
+            "-N",
+            "--style",
+            "none",
+            "--warmup",
+            str(warmup),
+            "--runs",
+            str(runs),
+            "--export-json",
+            str(out),
+            shlex.join(argv),
+        ],
+        cwd=cwd,
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=True,
+        timeout=900,
+    )
+    data = json.loads(out.read_text())
+    return [float(t) for t in data["results"][0]["times"]]
+
+
+def _loop(argv: list[str], cwd: Path, warmup: int, runs: int) -> list[float]:
+    times = []
+    for i in range(warmup + runs):
+        t = time.perf_counter()
+        subprocess.run(
+            argv,
+            cwd=cwd,
+            env=clean_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=True,
+        )
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    return times
+
+
+def time_command(ctx: Context, argv: list[str], kind: str, provider: str = "") -> dict[str, Any]:
+    """Median, min and max wall seconds of ``argv``; or the reason it could not run."""
+    failure = _probe(argv, ctx.workdir, provider)
+    if failure is not None:
+        return {"error": failure}
+    warmup, runs = _runs(ctx, kind, provider)
+    tool = "hyperfine" if shutil.which("hyperfine") else "perf_counter"
+    try:
+        if tool == "hyperfine":
+            times = _hyperfine(argv, ctx.workdir, warmup, runs)
+        else:
+            times = _loop(argv, ctx.workdir, warmup, runs)
+    except subprocess.CalledProcessError as exc:
+        stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return {"error": "failed while timed: " + reason_from(stderr, exc.returncode, provider)}
+    except subprocess.TimeoutExpired:
+        return {"error": "timed runs took too long"}
+    return {
+        "median_s": median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "runs": len(times),
+        "tool": tool,
+        "command": shlex.join(argv),
+    }
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    ours_profile, ref_profile = profiles.startup(ctx.workdir)
+    result: dict[str, Any] = {"pysb": {}, "reference": {}}
+    ctx.log("startup: python -c pass")
+    base = time_command(ctx, [ctx.python, "-c", "pass"], "python")
+    result["python"] = base
+    if "error" in base:
+        ctx.errors.append(f"startup: the baseline `python -c pass` failed: {base['error']}")
+        return result
+    for name in ctx.usable(ctx.pysb_providers):
+        ctx.log(f"startup: pysb run --provider {name} -c pass")
+        argv = [ctx.pysb, "run", "--profile", str(ours_profile), "--provider", name, "-c", "pass"]
+        entry = time_command(ctx, argv, "pysb", name)
+        _ratio(entry, base)
+        result["pysb"][name] = entry
+        if "error" in entry:
+            ctx.errors.append(f"startup: pysb run under {name} failed: {entry['error']}")
+    if ctx.ref_python_sb is not None:
+        for name in ctx.usable(ctx.ref_providers):
+            ctx.log(f"startup: python-sb --os-sandbox={name} -c pass")
+            argv = [
+                ctx.ref_python_sb,
+                f"--pysandboxes-config={ref_profile}",
+                f"--os-sandbox={name}",
+                "-c",
+                "pass",
+            ]
+            entry = time_command(ctx, argv, "ref", name)
+            _ratio(entry, base)
+            result["reference"][name] = entry
+    return result
+
+
+def _ratio(entry: dict[str, Any], base: dict[str, Any]) -> None:
+    if "median_s" in entry:
+        entry["ratio"] = entry["median_s"] / base["median_s"]
