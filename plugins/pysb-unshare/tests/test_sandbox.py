@@ -394,3 +394,29 @@ def test_no_nested_user_namespaces():
     assert "rc=1" in res.stdout, res
     with open("/proc/sys/user/max_user_namespaces") as f:
         assert int(f.read()) > 0  # the host's own limit is untouched
+
+
+def test_killing_the_sandbox_process_ends_the_namespace():
+    """pysb's wall-time limit kills the process it waits on (P0): the PID namespace and,
+    after the cleanups, the user-mode helper go with it."""
+    from pysb_unshare import UnshareProvider
+
+    plan = py(
+        "import time; print('up', flush=True); time.sleep(300)", rules=["allow tcp 127.0.0.1 9 out"]
+    )
+    proc = UnshareProvider().launch(plan, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        tree = _descendants(proc.pid) + [proc.pid] + _descendants(os.getpid())
+        tree = sorted(set(tree) - {os.getpid()})
+        proc.kill()
+        proc.wait()
+    finally:
+        for fn in plan.cleanups:
+            fn()
+    deadline = time.monotonic() + 20
+    alive = [p for p in tree if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in tree if _alive(p)]
+    assert alive == [], {p: _cmdline(p) for p in alive}
