@@ -407,7 +407,7 @@ def test_killing_the_sandbox_process_ends_the_namespace():
     proc = UnshareProvider().launch(plan, stdout=subprocess.PIPE)
     try:
         assert proc.stdout.readline() == b"up\n"
-        tree = _descendants(proc.pid) + [proc.pid] + _descendants(os.getpid())
+        tree = [*_descendants(proc.pid), proc.pid, *_descendants(os.getpid())]
         tree = sorted(set(tree) - {os.getpid()})
         proc.kill()
         proc.wait()
