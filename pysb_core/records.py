@@ -11,9 +11,13 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs ~4 ms inside the sandbox; annotations stay strings
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
+    from typing import Any, TypeVar, dataclass_transform
 
     T = TypeVar("T")
+else:
+
+    def dataclass_transform(**_kwargs):  # type checkers see typing's; nothing to do at run time
+        return lambda fn: fn
 
 
 class FrozenInstanceError(AttributeError):
@@ -109,11 +113,13 @@ def _to_dict(self: Any) -> dict[str, Any]:
     return asdict(self)
 
 
+@dataclass_transform(field_specifiers=(field,))
 def mutable_record(cls: type[T]) -> type[T]:
     """Like :func:`record`, but fields may be assigned (and instances are not hashable)."""
     return _make(cls, frozen=False)
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
 def record(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen record of its annotated fields (in declaration order)."""
     return _make(cls, frozen=True)
