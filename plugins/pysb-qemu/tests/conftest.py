@@ -18,6 +18,7 @@ from pysb_qemu import QemuProvider
 
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure, Limits, NetworkRule, Policy
+from pysb_core.testing import require_provider
 
 BOOT_STUB = (
     "import sys;sys.path[0:0]=[p for p in {paths!r} if p not in sys.path];"
@@ -32,13 +33,9 @@ def interpreter_exposures(python: str) -> list[Exposure]:
     return [Exposure(path=prefix, target=prefix, writable=False, implicit=True)]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def qemu_provider() -> QemuProvider:
-    status = QemuProvider().probe()
-    if not status.available:
-        if "qemu" in os.environ.get("PYSB_REQUIRE_PROVIDERS", ""):
-            pytest.fail(f"qemu provider unavailable: {status.reason}")
-        pytest.skip(f"qemu provider unavailable: {status.reason}")
+    require_provider("qemu")  # skip, or fail when PYSB_REQUIRE_PROVIDERS names qemu
     return QemuProvider({"accel": "auto"})
 
 

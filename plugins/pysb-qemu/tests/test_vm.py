@@ -212,7 +212,9 @@ def _listener() -> socket.socket:
 
 
 def test_network_rules_filter_in_the_guest(run_vm) -> None:
-    """slirp maps the guest's 10.0.2.2 to the host's loopback: only the allowed port passes."""
+    """An allowed 127.0.0.1 port reaches the host's loopback service (NATed to slirp's
+    10.0.2.2); a port allowed on ``*`` does not reach the host's loopback; the program
+    cannot flush the filter."""
     allowed, refused = _listener(), _listener()
     a_port, r_port = allowed.getsockname()[1], refused.getsockname()[1]
     got = []
@@ -226,25 +228,37 @@ def test_network_rules_filter_in_the_guest(run_vm) -> None:
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     code = (
-        "import socket\n"
-        f"s = socket.create_connection(('10.0.2.2', {a_port}), timeout=20)\n"
+        "import socket, subprocess\n"
+        f"s = socket.create_connection(('127.0.0.1', {a_port}), timeout=20)\n"
         "s.sendall(b'hi from guest'); print(s.recv(100).decode())\n"
         "try:\n"
         f"    socket.create_connection(('10.0.2.2', {r_port}), timeout=20)\n"
         "    print('CONNECTED')\n"
         "except OSError as e:\n"
         "    print('refused', type(e).__name__)\n"
+        "r = subprocess.run(['/usr/sbin/nft', 'flush', 'ruleset'], capture_output=True)\n"
+        "print('flush', r.returncode != 0)\n"
     )
-    rule = NetworkRule(
-        "allow",
-        ("tcp",),
-        "10.0.2.2",
-        (PortRange(a_port, a_port),),
-        "out",
-        text=f"allow tcp 10.0.2.2 {a_port} out",
+    rules = (
+        NetworkRule(
+            "allow",
+            ("tcp",),
+            "127.0.0.1",
+            (PortRange(a_port, a_port),),
+            "out",
+            text=f"allow tcp 127.0.0.1 {a_port} out",
+        ),
+        NetworkRule(
+            "allow",
+            ("tcp",),
+            "*",
+            (PortRange(r_port, r_port),),
+            "out",
+            text=f"allow tcp * {r_port} out",
+        ),
     )
     try:
-        r = run_vm(code, network=(rule,))
+        r = run_vm(code, network=rules)
         refused.settimeout(0.5)
         with pytest.raises(TimeoutError):
             refused.accept()
@@ -252,15 +266,14 @@ def test_network_rules_filter_in_the_guest(run_vm) -> None:
         allowed.close()
         refused.close()
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["welcome", "refused ConnectionRefusedError"]
+    assert r.stdout.splitlines() == ["welcome", "refused ConnectionRefusedError", "flush True"]
     assert got == [b"hi from guest"]
 
 
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        out += [int(c) for c in text]
+        out += [int(c) for c in (task / "children").read_text().split()]
     return out
 
 

@@ -30,7 +30,7 @@ from pysb_core.errors import ProviderUnavailableError
 from pysb_qemu.cpio import CpioWriter
 
 #: Bump when the layout of the cache or of the base archive changes.
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
 
 APT_FIX = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
 
@@ -38,6 +38,9 @@ APT_FIX = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
 CORE_MODULES = ("virtio_mmio", "9p", "9pnet_virtio", "virtio_console")
 #: Loaded only when a network rule allows traffic: the NIC and the in-guest packet filter.
 NET_MODULES = ("virtio_net", "nf_tables", "nft_reject_inet")
+#: Loaded only when a rule allows the host's loopback (127.0.0.1 in the guest is NATed to
+#: slirp's 10.0.2.2, which is the host's 127.0.0.1).
+NAT_MODULES = ("nft_chain_nat", "nft_nat", "nft_masq")
 
 _XZ_MAGIC = b"\xfd7zXZ\x00"
 _XEN_ELFNOTE_PHYS32_ENTRY = 0x12
@@ -269,7 +272,8 @@ def build_base_initramfs(kernel: Kernel, busybox: Path, template: str) -> bytes:
         w.add_symlink(f"bb/{applet}", "busybox")
     core = module_order(kernel.modules, CORE_MODULES)
     net = [m for m in module_order(kernel.modules, NET_MODULES) if m not in core]
-    for name, path in [*core, *net]:
+    nat = [m for m in module_order(kernel.modules, NAT_MODULES) if m not in core + net]
+    for name, path in [*core, *net, *nat]:
         data = path.read_bytes()
         if not path.name.endswith(".ko"):
             raise ProviderUnavailableError(
@@ -278,6 +282,7 @@ def build_base_initramfs(kernel: Kernel, busybox: Path, template: str) -> bytes:
         w.add_file(f"modules/{name}.ko", data)
     w.add_file("modules/core.order", "".join(f"{n}\n" for n, _ in core).encode())
     w.add_file("modules/net.order", "".join(f"{n}\n" for n, _ in net).encode())
+    w.add_file("modules/nat.order", "".join(f"{n}\n" for n, _ in nat).encode())
     w.add_file("init", template.encode(), 0o755)
     w.add_file("pysb/empty", b"", 0o444)
     return w.finish()

@@ -172,19 +172,28 @@ def plan_layout(plan: LaunchPlan) -> GuestLayout:
             wanted.append((root, root, False, "system libraries (not merged into /usr)"))
     for host, reason in interpreter_dirs(plan.argv[0] if plan.argv else plan.python):
         wanted.append((host, host, False, reason))
+    files = []
     for e in plan.exposures:
         if not os.path.exists(e.path):
             layout.notes.append(f"qemu: exposure {e.path} does not exist; not shared")
         elif os.path.isdir(e.path):
             wanted.append((e.path, e.target, e.writable, f"exposure ({e.source})"))
         else:
-            _snapshot_file(layout, e.path, e.target, e.writable)
+            files.append(e)
     # Parents before children: a share already showing a path read-only makes a read-only
     # share of a directory below it redundant (fewer virtio devices, faster boot).
     for host, guest, writable, reason in sorted(
         wanted, key=lambda w: (os.path.normpath(w[1]).count("/"), not w[2])
     ):
         share(host, guest, writable, reason)
+    for e in files:
+        # An exposed file already visible through a share (libpython under the prefix)
+        # needs nothing; others are copied in.
+        holder = layout._deepest(e.path)
+        shown = layout.guest_path(e.path) == e.target and holder is not None
+        if shown and (holder.writable or not e.writable):  # type: ignore[union-attr]
+            continue
+        _snapshot_file(layout, e.path, e.target, e.writable)
     layout.shares.sort(key=lambda s: (s.guest.count("/"), s.guest))
     for path in plan.hidden:
         guest = layout.guest_path(path)
@@ -300,6 +309,7 @@ def build_run_archive(
     payloads: dict[int, bytes],
     marker: str,
     nft_rules: str | None,
+    nat: bool = False,
 ) -> bytes:
     """The second initramfs archive: per-run configuration, /etc, payload snapshots."""
     w = CpioWriter()
@@ -343,6 +353,8 @@ def build_run_archive(
     if nft_rules is not None:
         w.add_file("pysb/net", b"")
         w.add_file("pysb/nft.rules", nft_rules.encode(), 0o400)
+        if nat:
+            w.add_file("pysb/nat", b"")
     if payloads:
         w.add_dir("pysb/fd", 0o500)
         for fd, data in sorted(payloads.items()):

@@ -7,6 +7,7 @@
 #   hide     dir|file PATH              ignored paths, masked after the shares are mounted
 #   protect  PATH                       files made read-only (profile files)
 #   net      present when a rule allows network; nft.rules is loaded before the program
+#   nat      present when a rule allows the host's loopback (127.0.0.1 -> 10.0.2.2)
 #   marker   end-of-stream marker written on every output port once the program has exited
 #   run      the program: fd set-up, cwd, dropped capabilities, exact environment, exec
 # Every failure before the program starts powers the VM off: the host reports it (fail closed).
@@ -85,6 +86,14 @@ if [ -f /pysb/net ]; then
   done < /modules/net.order
   { ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 \
       && ip route add default via 10.0.2.2; } || fail "cannot configure the network"
+  if [ -f /pysb/nat ]; then
+    while read -r m; do
+      insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
+    done < /modules/nat.order
+    # 127.0.0.1 is NATed to the host's loopback (slirp's 10.0.2.2) for allowed ports.
+    echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet
+    echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet
+  fi
   [ -x /usr/sbin/nft ] || fail "network rules need /usr/sbin/nft on the host (apt-get install nftables)"
   /usr/sbin/nft -f /pysb/nft.rules || fail "cannot load the packet filter; refusing to run unfiltered"
 fi

@@ -6,6 +6,10 @@ the replies of an allowed outbound connection match the same rule. A ``deny`` ru
 emitted before every ``allow`` (deny beats allow, whatever the order); everything else is
 refused with a TCP reset or an ICMP error, so a refused connect fails fast with
 ``ECONNREFUSED`` instead of hanging.
+
+slirp's gateway 10.0.2.2 is the host's loopback. It has its own chain: only rules on the
+loopback reach it (``allow tcp 127.0.0.1 8000 out`` is NATed from the guest's 127.0.0.1 to
+10.0.2.2, so the program reaches the host's service as on every provider), never ``*``.
 """
 
 from __future__ import annotations
@@ -45,42 +49,100 @@ def _addresses(rule: NetworkRule, pins: dict[str, tuple[str, ...]]) -> list[str]
     return [rule.network]
 
 
-def _address_matches(networks: Iterable[str]) -> list[str]:
-    v4: list[str] = []
-    v6: list[str] = []
-    for text in networks:
+#: slirp's name for the host's 127.0.0.1. Reachable only through rules on the loopback.
+HOST_LOOPBACK = ipaddress.ip_network("10.0.2.2/32")
+_LOOPBACK4 = ipaddress.ip_network("127.0.0.0/8")
+
+
+def _networks(texts: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for text in texts:
         net = ipaddress.ip_network(text, strict=False)
         if isinstance(net, ipaddress.IPv6Network) and net.network_address.ipv4_mapped:
             mapped = net.network_address.ipv4_mapped
             net = ipaddress.ip_network(f"{mapped}/{max(net.prefixlen - 96, 0)}", strict=False)
-        (v4 if net.version == 4 else v6).append(str(net))
-    out = []
-    if v4:
-        out.append(f"ip daddr {{ {', '.join(sorted(set(v4)))} }} ")
-    if v6:
-        out.append(f"ip6 daddr {{ {', '.join(sorted(set(v6)))} }} ")
+        out.append(net)
     return out
 
 
+def _daddr(nets: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> list[str]:
+    v4 = sorted({str(n) for n in nets if n.version == 4})
+    v6 = sorted({str(n) for n in nets if n.version == 6})
+    out = []
+    if v4:
+        out.append(f"ip daddr {{ {', '.join(v4)} }} ")
+    if v6:
+        out.append(f"ip6 daddr {{ {', '.join(v6)} }} ")
+    return out
+
+
+def _is_host_loopback(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """A network meaning the host's loopback: 127/8 (the SPEC's loopback) or slirp's alias."""
+    return net.version == 4 and (net.subnet_of(_LOOPBACK4) or net == HOST_LOOPBACK)
+
+
+class _Chains:
+    """The statements of the two filter chains and the NAT chain, built rule by rule."""
+
+    def __init__(self, pins: dict[str, tuple[str, ...]]) -> None:
+        self.pins = pins
+        self.main: list[str] = []
+        self.hostlo: list[str] = []
+        self.dnat: list[str] = []
+
+    def add(self, rule: NetworkRule) -> None:
+        if rule.direction == "in":
+            return
+        deny = rule.action == "deny"
+        verdict = "jump pysb_refuse" if deny else "accept"
+        match = _protocols(rule) + _ports(rule)
+        comment = f"  # {rule}"
+        texts = _addresses(rule, self.pins)
+        if texts is None:
+            self.main.append(f"{match}{verdict}{comment}")
+            if deny:
+                self.hostlo.append(f"{match}{verdict}{comment}")
+            return
+        nets = _networks(texts)
+        loop = [n for n in nets if _is_host_loopback(n)]
+        other = [n for n in nets if not _is_host_loopback(n)]
+        self.main += [f"{d}{match}{verdict}{comment}" for d in _daddr(other)]
+        if loop or (deny and any(n.version == 4 and HOST_LOOPBACK.subnet_of(n) for n in other)):
+            self.hostlo.append(f"{match}{verdict}{comment}")
+        local = [n for n in loop if n.subnet_of(_LOOPBACK4)]
+        if local and not deny:
+            self.dnat += [
+                f"{d}{match}dnat to {HOST_LOOPBACK.network_address}{comment}" for d in _daddr(local)
+            ]
+
+
 def rule_lines(rule: NetworkRule, pins: dict[str, tuple[str, ...]]) -> list[str]:
-    """The nft statements of one outbound rule (none for an ``in`` rule)."""
-    if rule.direction == "in":
-        return []
-    verdict = "accept" if rule.action == "allow" else "jump pysb_refuse"
-    match = _protocols(rule) + _ports(rule)
-    networks = _addresses(rule, pins)
-    if networks is None:
-        return [f"{match}{verdict}"]
-    return [f"{addr}{match}{verdict}" for addr in _address_matches(networks)]
+    """The main-chain nft statements of one outbound rule (none for an ``in`` rule)."""
+    chains = _Chains(pins)
+    chains.add(rule)
+    return chains.main
+
+
+def needs_nat(policy: Policy) -> bool:
+    """True when an allow rule names the host's loopback (127.0.0.0/8)."""
+    chains = _Chains(policy.pins)
+    for rule in policy.network:
+        chains.add(rule)
+    return bool(chains.dnat)
 
 
 def ruleset(policy: Policy) -> str:
-    """The complete ``nft -f`` input for the guest."""
-    denies = [r for r in policy.network if r.action == "deny"]
-    allows = [r for r in policy.network if r.action == "allow"]
-    body = []
-    for rule in [*denies, *allows]:
-        body += [f"    {line}  # {rule}" for line in rule_lines(rule, policy.pins)]
+    """The complete ``nft -f`` input for the guest.
+
+    ``10.0.2.2`` is slirp's gateway *and the host's loopback*: it is reachable only through
+    rules on the loopback (127.0.0.0/8, NATed to it, as SPEC §4 wants the host's loopback
+    on every provider) or naming it exactly, never through ``*`` or a wide CIDR.
+    """
+    chains = _Chains(policy.pins)
+    for rule in [r for r in policy.network if r.action == "deny"]:
+        chains.add(rule)
+    for rule in [r for r in policy.network if r.action == "allow"]:
+        chains.add(rule)
     lines = [
         "flush ruleset",
         "table inet pysb {",
@@ -88,16 +150,33 @@ def ruleset(policy: Policy) -> str:
         "    meta l4proto tcp reject with tcp reset",
         "    reject with icmpx type admin-prohibited",
         "  }",
+        "  chain pysb_hostlo {",
+        *(f"    {line}" for line in chains.hostlo),
+        "    jump pysb_refuse",
+        "  }",
         "  chain output {",
         "    type filter hook output priority 0; policy drop;",
         '    oif "lo" accept',
-        *body,
+        f"    ip daddr {HOST_LOOPBACK.network_address} jump pysb_hostlo",
+        *(f"    {line}" for line in chains.main),
         "    jump pysb_refuse",
         "  }",
         "}",
-        "",
     ]
-    return "\n".join(lines)
+    if chains.dnat:
+        lines += [
+            "table ip pysb_nat {",
+            "  chain output {",
+            "    type nat hook output priority -100; policy accept;",
+            *(f"    {line}" for line in chains.dnat),
+            "  }",
+            "  chain postrouting {",
+            "    type nat hook postrouting priority 100; policy accept;",
+            '    oifname "eth0" ip saddr 127.0.0.0/8 masquerade',
+            "  }",
+            "}",
+        ]
+    return "\n".join([*lines, ""])
 
 
 def inbound_rules(policy: Policy) -> list[NetworkRule]:

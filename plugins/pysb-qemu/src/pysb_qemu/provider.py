@@ -173,7 +173,13 @@ class QemuProvider(Provider):
         for note in layout.notes:
             plan.note(note)
         archive = guest.build_run_archive(
-            plan, layout, spec.ports, spec.payloads, spec.marker, nft_rules
+            plan,
+            layout,
+            spec.ports,
+            spec.payloads,
+            spec.marker,
+            nft_rules,
+            nat=nft_rules is not None and netfilter.needs_nat(plan.policy),
         )
         return spec, archive
 
