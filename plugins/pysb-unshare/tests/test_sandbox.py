@@ -420,3 +420,20 @@ def test_killing_the_sandbox_process_ends_the_namespace():
         time.sleep(0.05)
         alive = [p for p in tree if _alive(p)]
     assert alive == [], {p: _cmdline(p) for p in alive}
+
+
+def test_only_the_planned_fds_are_open_inside():
+    r, w = os.pipe()
+    try:
+        res = run_plan(
+            py(
+                "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))",
+                pass_fds=[w],
+            )
+        )
+    finally:
+        os.close(r)
+        os.close(w)
+    fds = json.loads(res.stdout)
+    # 0-2, the passed fd, and the directory fd listdir itself holds (the highest one)
+    assert fds[:3] == [0, 1, 2] and w in fds and len(fds) == 5, (fds, res)
