@@ -72,7 +72,8 @@ def main() -> None:
             (["--no-python-guards"], f"OS provider '{provider}' alone (the kernel refuses)"),
         ):
             cmd = [pysb, "run", "--provider", provider, *extra, "app.py", str(secret)]
-            print(f"== {title}\n$ pysb run --provider {provider} {' '.join(extra)} app.py {secret}")
+            shown = " ".join(["pysb run --provider", provider, *extra, "app.py", str(secret)])
+            print(f"== {title}\n$ {shown}")
             r = subprocess.run(cmd, cwd=project, capture_output=True, text=True)
             print(r.stdout + (r.stderr and f"[stderr] {r.stderr}"), end="")
             print(f"[exit {r.returncode}]\n")
