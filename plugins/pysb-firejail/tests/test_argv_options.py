@@ -7,6 +7,7 @@ import pytest
 from pysb_firejail import network, options
 from pysb_firejail.argv import build_argv
 from pysb_firejail.hostfs import HostLayout
+from pysb_firejail.netfilter import compile_rules
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import LaunchPlan
@@ -157,12 +158,40 @@ def test_options() -> None:
 def test_network_allow_rule_is_refused_with_the_host_setting() -> None:
     rule = NetworkRule("allow", ("tcp",), "127.0.0.1", (PortRange(80, 80),), "out", "p:4")
     p = plan([], network=[rule])
-    assert network.needs_network(p)
-    err = network.refuse(p)
+    assert network.needs_network(p.policy)
+    err = network.refusal(p.policy, None, as_root=True)
     assert isinstance(err, ProviderUnavailableError)
     assert "bridge" in str(err) and "p:4" in str(err) and "loopback" in str(err)
+    err = network.refusal(p.policy, "lo", as_root=True)  # lo exists; the rule is the problem
+    assert err is not None and "loopback" in str(err) and "no bridge" not in str(err)
     deny = NetworkRule("deny", ("tcp",), "*", (PortRange(0, 65535),), "any", "p:5")
-    assert not network.needs_network(plan([], network=[deny]))
+    assert not network.needs_network(plan([], network=[deny]).policy)
+
+
+def test_netfilter_rulesets() -> None:
+    rules = [
+        NetworkRule("allow", ("tcp",), "api.example.com", (PortRange(443, 443),), "out", "a"),
+        NetworkRule("allow", ("tcp", "udp"), "*", (PortRange(53, 53),), "out", "b"),
+        NetworkRule("deny", ("tcp",), "10.0.2.0/24", (PortRange(0, 65535),), "any", "c"),
+        NetworkRule("allow", ("tcp",), "*", (PortRange(8000, 8100),), "in", "d"),
+        NetworkRule("allow", ("tcp",), "::ffff:10.0.2.9", (PortRange(1, 1),), "out", "e"),
+    ]
+    pins = {"api.example.com": ("10.0.2.15", "2001:db8::1")}
+    sets = compile_rules(rules, pins)
+    v4 = sets.v4.splitlines()
+    assert v4[:4] == ["*filter", ":INPUT DROP [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT DROP [0:0]"]
+    deny = v4.index("-A OUTPUT -p tcp -d 10.0.2.0/24 -j REJECT")
+    assert "-A INPUT -p tcp -d 10.0.2.0/24 -j DROP" in v4
+    assert deny < v4.index("-A OUTPUT -p tcp --dport 443 -d 10.0.2.15/32 -j ACCEPT")
+    assert "-A OUTPUT -p udp --dport 53 -j ACCEPT" in v4
+    assert "-A INPUT -p tcp --dport 8000:8100 -j ACCEPT" in v4
+    assert "-A OUTPUT -p tcp --dport 1 -d 10.0.2.9/32 -j ACCEPT" in v4  # mapped = IPv4
+    assert v4[-2:] == ["-A OUTPUT -j REJECT", "COMMIT"]
+    v6 = sets.v6.splitlines()
+    assert "-A OUTPUT -p tcp --dport 443 -d 2001:db8::1/128 -j ACCEPT" in v6
+    assert not any("10.0.2" in line for line in v6)
+    # an unresolved name allows nothing
+    assert "443" not in compile_rules(rules[:1], {}).v4
 
 
 def test_restricted_network_setting_is_read(tmp_path) -> None:

@@ -177,7 +177,7 @@ def build_argv(
             whitelist += [p for p in ETC_BASE if p in layout.etc]
             if network is not None:
                 whitelist += [p for p in ETC_NETWORK if p in layout.etc]
-            if plan.hosts_file is None and ETC_HOSTS in layout.etc:
+            if ETC_HOSTS in layout.etc:  # replaced by --hosts-file when names are pinned
                 whitelist.append(ETC_HOSTS)
             whitelist += [p for p in paths if is_below(p, "/etc")]
         if "/run" not in paths:

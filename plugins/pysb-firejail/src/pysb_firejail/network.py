@@ -1,36 +1,55 @@
-"""The sandbox's network: none at all, or refused -- never the host's.
+"""The sandbox's network: none, or a bridge filtered by firejail -- never the host's.
 
 Without an allow rule the sandbox gets ``--net=none``: a new network namespace with
 loopback only (its own ``127.0.0.1``: the host's loopback services are unreachable).
 
-With an allow rule, firejail's own filtering would need a new network namespace
-connected to the host through a bridge (``--net=BRIDGE``) with an iptables ruleset loaded
-inside it (``--netfilter=FILE``). That needs host set-up pysb does not do on its own: a
-bridge interface with an address, forwarding and NAT from it, and (for a non-root pysb)
-``restricted-network no`` in ``/etc/firejail/firejail.config``. Even then it could not
-give SPEC §4's loopback meaning (an ``allow ... 127.0.0.1 P out`` rule reaching the
-*host's* service), since the host's loopback is not reachable from a bridge. This version
-of the provider therefore refuses such a profile, fail closed, with a message that says
-which providers enforce network rules and what the host would need; it never starts the
-program with the host's network.
+With an allow rule, firejail's own filtering is used: the sandbox gets a new network
+namespace connected to a host bridge (``--net=BRIDGE``, a veth pair firejail makes) with
+the profile's rules loaded inside as iptables rulesets (``--netfilter`` /
+``--netfilter6``, see :mod:`pysb_firejail.netfilter`) before the program starts, and an
+``/etc/hosts`` holding the pinned names (``--hosts-file``). That needs host set-up pysb
+does not do on its own, named with ``providers: {firejail: {bridge: NAME}}``: a bridge
+interface with an address (firejail gives the sandbox a free address of its subnet and
+the bridge's address as gateway), plus forwarding and NAT from it for traffic beyond the
+host. A non-root pysb also needs ``restricted-network no`` in
+``/etc/firejail/firejail.config``. When any of this is missing, or when a rule names the
+host's loopback (a bridged namespace cannot reach the host's ``127.0.0.1``, which SPEC §4
+requires), the launch is refused with a message naming the setting: fail closed, never
+the host's network.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProviderUnavailableError
+from pysb_core.provider import Capability
+from pysb_firejail.netfilter import compile_rules, is_loopback_rule
 
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
 
 FIREJAIL_CONFIG = "/etc/firejail/firejail.config"
+NETWORK_CAPABILITIES = frozenset(
+    {Capability.TCP_PORT, Capability.TCP_HOST, Capability.UDP_PORT, Capability.UDP_HOST}
+)
+BRIDGE_HINT = (
+    "create a host bridge with an address (`ip link add pysb0 type bridge; "
+    "ip addr add ADDR/24 dev pysb0; ip link set pysb0 up`, plus forwarding and NAT from it "
+    "for traffic beyond the host) and name it in the profile: "
+    "`providers: {firejail: {bridge: pysb0}}`"
+)
 
 
-def needs_network(plan: LaunchPlan) -> bool:
+def needs_network(policy: Policy) -> bool:
     """True when a rule allows traffic: loopback-only is then not what the profile says."""
-    return any(rule.action == "allow" for rule in plan.policy.network)
+    return any(rule.action == "allow" for rule in policy.network)
 
 
 def restricted_network(config: str = FIREJAIL_CONFIG) -> bool:
@@ -47,38 +66,94 @@ def restricted_network(config: str = FIREJAIL_CONFIG) -> bool:
     return False
 
 
-def host_settings(plan: LaunchPlan, *, as_root: bool | None = None) -> list[str]:
-    """What the host would need for firejail's own filtering (for the refusal message)."""
-    root = os.getuid() == 0 if as_root is None else as_root
-    needs = [
-        "a host bridge for firejail's --net (e.g. `ip link add pysb0 type bridge; "
-        "ip addr add ADDR/24 dev pysb0; ip link set pysb0 up`, with forwarding and NAT "
-        "from it)",
-    ]
-    if not root and restricted_network():
-        needs.append(f"`restricted-network no` in {FIREJAIL_CONFIG} (it is `yes` here)")
-    loopback = [
-        r for r in plan.policy.network if r.action == "allow" and r.network.startswith("127.")
-    ]
-    if loopback:
-        needs.append(
-            "and no rule on the host's loopback ("
-            + ", ".join(f"'{r}' ({r.source})" for r in loopback)
-            + "): a bridged namespace cannot reach the host's 127.0.0.1"
+def bridge_exists(name: str) -> bool:
+    """The interface exists in pysb's own network namespace (where firejail looks for it;
+    /sys may show another namespace's interfaces)."""
+    try:
+        socket.if_nametoindex(name)
+    except OSError:
+        return False
+    return True
+
+
+def host_problems(bridge: Any, *, as_root: bool) -> list[str]:
+    """What the host lacks for firejail's filtered networking (empty when ready)."""
+    problems = []
+    if not bridge:
+        problems.append(f"no bridge is configured: {BRIDGE_HINT}")
+    elif not bridge_exists(str(bridge)):
+        problems.append(f"the host bridge '{bridge}' does not exist: {BRIDGE_HINT}")
+    if not as_root and restricted_network():
+        problems.append(
+            f"firejail lets only root use --net here: set `restricted-network no` in "
+            f"{FIREJAIL_CONFIG}"
         )
-    return needs
+    for tool in ("iptables-restore", "ip6tables-restore"):
+        if shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin") is None:
+            problems.append(f"{tool} is missing (apt-get install iptables)")
+    return problems
 
 
-def refuse(plan: LaunchPlan) -> ProviderUnavailableError:
-    """The error a launch with network allow rules fails with (exit 125)."""
-    rules = ", ".join(f"'{r}' ({r.source})" for r in plan.policy.network if r.action == "allow")
+def rule_problems(policy: Policy) -> list[str]:
+    """Rules a bridged namespace cannot honour (the host's loopback, SPEC §4)."""
+    return [
+        f"'{r}' ({r.source}) names the host's loopback, which a bridged sandbox cannot reach "
+        "(use the bwrap or unshare provider for it)"
+        for r in policy.network
+        if r.action == "allow" and is_loopback_rule(r, policy.pins)
+    ]
+
+
+def usable(bridge: Any, *, as_root: bool) -> frozenset[Capability]:
+    """The network capabilities this host gives the provider."""
+    return frozenset() if host_problems(bridge, as_root=as_root) else NETWORK_CAPABILITIES
+
+
+def refusal(policy: Policy, bridge: Any, *, as_root: bool) -> ProviderUnavailableError | None:
+    """The error a launch with network allow rules fails with (exit 125), or ``None``."""
+    problems = [*host_problems(bridge, as_root=as_root), *rule_problems(policy)]
+    if not problems:
+        return None
+    rules = ", ".join(f"'{r}' ({r.source})" for r in policy.network if r.action == "allow")
     return ProviderUnavailableError(
-        "firejail: the profile allows network traffic ("
-        + rules
-        + "), but this provider does not set up firejail's filtered networking "
-        "(--net=BRIDGE with --netfilter); it would need "
-        + "; ".join(host_settings(plan))
-        + ". Refusing to start rather than run with the host's network or none",
-        fix="use the bwrap or unshare provider (they filter by host and port through "
-        "pysb_core.netns), or remove the network allow rules",
+        f"firejail: the profile allows network traffic ({rules}), which firejail filters "
+        "only on a bridged network namespace (--net=BRIDGE with --netfilter); "
+        "refusing to start rather than run with the host's network:\n  " + "\n  ".join(problems),
+        fix=BRIDGE_HINT if any("bridge" in p for p in problems) else None,
     )
+
+
+@dataclass
+class BridgedNetwork:
+    """The files and options of one filtered launch (removed by :meth:`close`)."""
+
+    options: list[str]
+    directory: str
+    files: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, plan: LaunchPlan, bridge: str) -> BridgedNetwork:
+        rulesets = compile_rules(plan.policy.network, plan.policy.pins)
+        directory = tempfile.mkdtemp(prefix="pysb-firejail-net-")
+        net = cls(options=[], directory=directory)
+        try:
+            v4 = net._write("rules4.net", rulesets.v4)
+            v6 = net._write("rules6.net", rulesets.v6)
+            net.options = [f"--net={bridge}", f"--netfilter={v4}", f"--netfilter6={v6}"]
+            if plan.hosts_file is not None:
+                net.options.append(f"--hosts-file={net._write('hosts', plan.hosts_file)}")
+        except BaseException:
+            net.close()
+            raise
+        return net
+
+    def _write(self, name: str, text: str) -> str:
+        path = os.path.join(self.directory, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        self.files[name] = text
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)

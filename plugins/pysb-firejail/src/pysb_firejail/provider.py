@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
 
-CAPABILITIES = frozenset(
+BASE_CAPABILITIES = frozenset(
     {
         Capability.FILES,
         Capability.FILES_WRITE,
@@ -42,11 +42,15 @@ CAPABILITIES = frozenset(
 
 
 class FirejailProvider(Provider):
-    """firejail's namespaces, whitelists and seccomp filter; no network beyond loopback."""
+    """firejail's namespaces, whitelists and seccomp filter; network rules through firejail's
+    netfilter on a host bridge (``providers: {firejail: {bridge: NAME}}``) when configured."""
 
     name = "firejail"
-    description = "firejail: whitelisted file system, no network, caps dropped, seccomp"
-    capabilities = CAPABILITIES
+    description = (
+        "firejail: whitelisted file system, caps dropped, seccomp; no network, or a "
+        "host bridge filtered by --netfilter"
+    )
+    capabilities = BASE_CAPABILITIES | network.NETWORK_CAPABILITIES
     install_hint = INSTALL_FIX
 
     # -- configuration --------------------------------------------------------------
@@ -60,17 +64,39 @@ class FirejailProvider(Provider):
     def probe(self) -> ProviderStatus:
         return probe_firejail()
 
+    def enforced(self) -> frozenset[Capability]:
+        """The network capabilities only when the configured bridge is usable here."""
+        return BASE_CAPABILITIES | network.usable(self.bridge, as_root=uid_is_root())
+
+    @property
+    def bridge(self) -> str | None:
+        value = self.options.get("bridge")
+        return str(value) if value else None
+
     def describe(self, plan: LaunchPlan) -> list[str]:
         lines = []
-        if network.needs_network(plan):
-            lines.append(f"network: REFUSED: {network.refuse(plan).reason}")
-        else:
+        net_options: list[str] | None = None
+        if not network.needs_network(plan.policy):
             lines.append("network: own namespace, loopback only (--net=none)")
+        else:
+            refused = network.refusal(plan.policy, self.bridge, as_root=uid_is_root())
+            if refused is not None:
+                lines.append(f"network: REFUSED: {refused.reason}")
+            else:
+                net = network.BridgedNetwork.create(plan, str(self.bridge))
+                try:
+                    lines.append(f"network: bridge {self.bridge}, filtered by firejail:")
+                    lines += [f"  {line}" for line in net.files["rules4.net"].splitlines()]
+                    net_options = [
+                        o.split("=", 1)[0] + "=FILE" if "=/" in o else o for o in net.options
+                    ]
+                finally:
+                    net.close()
         problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
         if problem:
             lines.append(f"limits: {problem}")
         try:
-            cmd = self._command(plan)
+            cmd = self._command(plan, net_options)
         except SandboxError as exc:
             return [*lines, f"cannot build: {exc}"]
         lines += [f"note: {n}" for n in cmd.notes]
@@ -79,7 +105,7 @@ class FirejailProvider(Provider):
 
     # -- launch ---------------------------------------------------------------------
 
-    def _command(self, plan: LaunchPlan) -> FirejailCommand:
+    def _command(self, plan: LaunchPlan, net_options: list[str] | None = None) -> FirejailCommand:
         problems = options.validate(plan.provider_options)
         if problems:
             raise SandboxError("providers: firejail: " + "; ".join(problems))
@@ -92,20 +118,31 @@ class FirejailProvider(Provider):
             firejail=str(status.details.get("binary", "firejail")),
             as_root=uid_is_root(),
             hostname=str(hostname) if hostname else None,
+            network=net_options,
         )
 
     def prepare(self, plan: LaunchPlan) -> LaunchSpec:
         status = probe_firejail()
         if not status.available:
             raise ProviderUnavailableError(f"firejail: {status.reason}", fix=status.fix)
-        if network.needs_network(plan):
-            raise network.refuse(plan)
-        cmd = self._command(plan)
+        net: network.BridgedNetwork | None = None
+        if network.needs_network(plan.policy):
+            refused = network.refusal(plan.policy, self.bridge, as_root=uid_is_root())
+            if refused is not None:
+                raise refused
+            net = network.BridgedNetwork.create(plan, str(self.bridge))
+        try:
+            cmd = self._command(plan, net.options if net else None)
+        except BaseException:
+            if net is not None:
+                net.close()
+            raise
         spec = LaunchSpec(
             argv=cmd.argv,
             env=dict(plan.env),
             cwd=cmd.cwd,
             pass_fds=list(plan.pass_fds),
+            cleanups=[net.close] if net is not None else [],
         )
         spec.on_started.append(adopt)
         return spec
@@ -132,6 +169,15 @@ class FirejailProvider(Provider):
         return super().launch(plan, **popen_kwargs)
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
+
+    @hookimpl
+    def pysb_check(self, policy: Policy, provider: Provider | None, report: Any) -> None:
+        """Say which host setting would let firejail enforce the network rules."""
+        if provider is not self or not network.needs_network(policy):
+            return
+        refused = network.refusal(policy, self.bridge, as_root=uid_is_root())
+        if refused is not None:
+            report.note(refused.reason)
 
     @hookimpl
     def pysb_contribute(self, policy: Policy, plan: LaunchPlan) -> None:
