@@ -150,7 +150,9 @@ def test_ruleset_denies_first_and_is_valid_nft() -> None:
     allow_at = next(i for i, line in enumerate(body) if "th dport { 80, 443 }" in line)
     assert deny_at < allow_at
     assert "ip daddr { 198.51.100.7/32 }" in text
-    assert "8000" not in text  # inbound rules are not part of the output chain
+    assert "th sport { 8000 } accept" in text  # replies of the forwarded inbound port
+    assert "th dport { 8000 } dnat to 127.0.0.1" in text
+    assert netfilter.inbound_ports(policy) == ([("tcp", 8000)], [])
     if shutil.which("nft") is None or os.geteuid() != 0:
         pytest.skip("nft --check needs nft and root")
     check = subprocess.run(

@@ -270,6 +270,44 @@ def test_network_rules_filter_in_the_guest(run_vm) -> None:
     assert got == [b"hi from guest"]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_inbound_rule_reaches_a_server_bound_inside(run_vm) -> None:
+    """``allow tcp 127.0.0.1 P in``: the host's 127.0.0.1:P reaches a server bound on the
+    guest's 127.0.0.1:P (QEMU forwards the host's loopback port; the guest NATs it)."""
+    port = _free_port()
+    code = (
+        "import socket\n"
+        f"srv = socket.socket(); srv.bind(('127.0.0.1', {port})); srv.listen(1)\n"
+        "print('listening', flush=True)\n"
+        "conn, _ = srv.accept(); conn.sendall(b'from the guest ' + conn.recv(100))\n"
+        "conn.close()\n"
+    )
+    answers = []
+
+    def connect(proc) -> None:
+        assert proc.stdout.readline() == b"listening\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as c:
+            c.sendall(b"hello")
+            answers.append(c.recv(100))
+
+    rule = NetworkRule(
+        "allow",
+        ("tcp",),
+        "127.0.0.1",
+        (PortRange(port, port),),
+        "in",
+        text=f"allow tcp 127.0.0.1 {port} in",
+    )
+    r = run_vm(code, network=(rule,), after_start=connect)
+    assert r.returncode == 0, r.stderr
+    assert answers == [b"from the guest hello"]
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():

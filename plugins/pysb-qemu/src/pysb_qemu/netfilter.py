@@ -124,11 +124,25 @@ def rule_lines(rule: NetworkRule, pins: dict[str, tuple[str, ...]]) -> list[str]
 
 
 def needs_nat(policy: Policy) -> bool:
-    """True when an allow rule names the host's loopback (127.0.0.0/8)."""
+    """True when a rule allows the host's loopback (127.0.0.0/8) or forwards a port in."""
     chains = _Chains(policy.pins)
     for rule in policy.network:
         chains.add(rule)
-    return bool(chains.dnat)
+    return bool(chains.dnat) or bool(inbound_ports(policy)[0])
+
+
+def _inbound_lines(forwarded: list[tuple[str, int]]) -> tuple[list[str], list[str]]:
+    """(replies accepted towards slirp, prerouting DNAT to the guest's loopback)."""
+    replies, dnat = [], []
+    for proto in ("tcp", "udp"):
+        ports = sorted({p for pr, p in forwarded if pr == proto})
+        if ports:
+            listed = ", ".join(str(p) for p in ports)
+            replies.append(f"meta l4proto {proto} th sport {{ {listed} }} accept  # in rules")
+            dnat.append(
+                f'iifname "eth0" meta l4proto {proto} th dport {{ {listed} }} dnat to 127.0.0.1'
+            )
+    return replies, dnat
 
 
 def ruleset(policy: Policy) -> str:
@@ -143,6 +157,7 @@ def ruleset(policy: Policy) -> str:
         chains.add(rule)
     for rule in [r for r in policy.network if r.action == "allow"]:
         chains.add(rule)
+    replies, dnat_in = _inbound_lines(inbound_ports(policy)[0])
     lines = [
         "flush ruleset",
         "table inet pysb {",
@@ -151,7 +166,7 @@ def ruleset(policy: Policy) -> str:
         "    reject with icmpx type admin-prohibited",
         "  }",
         "  chain pysb_hostlo {",
-        *(f"    {line}" for line in chains.hostlo),
+        *(f"    {line}" for line in [*replies, *chains.hostlo]),
         "    jump pysb_refuse",
         "  }",
         "  chain output {",
@@ -163,9 +178,13 @@ def ruleset(policy: Policy) -> str:
         "  }",
         "}",
     ]
-    if chains.dnat:
+    if chains.dnat or dnat_in:
         lines += [
             "table ip pysb_nat {",
+            "  chain prerouting {",
+            "    type nat hook prerouting priority -100; policy accept;",
+            *(f"    {line}" for line in dnat_in),
+            "  }",
             "  chain output {",
             "    type nat hook output priority -100; policy accept;",
             *(f"    {line}" for line in chains.dnat),
@@ -179,6 +198,46 @@ def ruleset(policy: Policy) -> str:
     return "\n".join([*lines, ""])
 
 
-def inbound_rules(policy: Policy) -> list[NetworkRule]:
-    """Allow rules for inbound traffic, which this provider does not forward (reported)."""
-    return [r for r in policy.network if r.action == "allow" and r.direction in ("in", "any")]
+#: Inbound rules forward at most this many ports (one QEMU ``hostfwd`` each).
+MAX_FORWARDED_PORTS = 64
+
+
+def inbound_ports(policy: Policy) -> tuple[list[tuple[str, int]], list[str]]:
+    """``(forwarded, problems)``: the (protocol, port) pairs that ``in`` rules open.
+
+    SPEC §4: ``allow tcp 127.0.0.1 P in`` lets the host's ``127.0.0.1:P`` reach a server
+    bound inside on port P. QEMU forwards the host's loopback port (never another host
+    interface) to the guest, which NATs it to its own 127.0.0.1. A rule on ``*`` forwards
+    the same way; rules on other addresses cannot be honoured (nothing else reaches the
+    VM) and are reported. A matching ``in`` deny removes the port.
+    """
+    forwarded: list[tuple[str, int]] = []
+    problems: list[str] = []
+    for rule in policy.network:
+        # Only explicit ``in`` rules: forwarding every port of an ``any`` rule would make
+        # QEMU bind host ports nobody asked for.
+        if rule.action != "allow" or rule.direction != "in":
+            continue
+        texts = _addresses(rule, policy.pins)
+        if texts is not None and not all(_is_host_loopback(n) for n in _networks(texts)):
+            problems.append(f"inbound rule '{rule}' is not forwarded (only loopback or *)")
+            continue
+        ports = [p for r in rule.ports for p in range(max(r.low, 1), r.high + 1)]
+        if len(ports) > MAX_FORWARDED_PORTS:
+            problems.append(f"inbound rule '{rule}' opens too many ports to forward")
+            continue
+        for proto in sorted(set(rule.protocols) & {"tcp", "udp"}):
+            for port in ports:
+                if not _denied_inbound(policy, proto, port) and (proto, port) not in forwarded:
+                    forwarded.append((proto, port))
+    return forwarded, problems
+
+
+def _denied_inbound(policy: Policy, proto: str, port: int) -> bool:
+    return any(
+        r.action == "deny"
+        and r.direction in ("in", "any")
+        and proto in r.protocols
+        and any(port in p for p in r.ports)
+        for r in policy.network
+    )

@@ -166,8 +166,9 @@ class QemuProvider(Provider):
             except netfilter.UnsupportedRuleError as exc:
                 raise SandboxError(f"qemu: {exc}") from exc
             spec.network = True
-            for rule in netfilter.inbound_rules(plan.policy):
-                plan.note(f"qemu: inbound rule '{rule}' is not forwarded into the VM")
+            spec.hostfwd, problems = netfilter.inbound_ports(plan.policy)
+            for problem in problems:
+                plan.note(f"qemu: {problem}")
         spec.check_devices()
         plan.note(f"qemu: accelerator {accel.reason}")
         for note in layout.notes:

@@ -132,6 +132,8 @@ class VmSpec:
     ports: list[Port] = field(default_factory=list)
     payloads: dict[int, bytes] = field(default_factory=dict)
     network: bool = False
+    #: (protocol, port): the host's 127.0.0.1:port forwarded to the guest's port.
+    hostfwd: list[tuple[str, int]] = field(default_factory=list)
     marker: str = field(default_factory=lambda: f"<<pysb-eof-{secrets.token_hex(16)}>>")
 
     def __post_init__(self) -> None:
@@ -248,7 +250,10 @@ class VmSpec:
                 f"virtio-9p-device,fsdev=fs{i},mount_tag={s.tag}",
             ]
         if self.network:
-            argv += ["-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0"]
+            netdev = "user,id=net0" + "".join(
+                f",hostfwd={proto}:127.0.0.1:{port}-:{port}" for proto, port in self.hostfwd
+            )
+            argv += ["-netdev", netdev, "-device", "virtio-net-device,netdev=net0"]
         else:
             argv += ["-nic", "none"]
         return argv
