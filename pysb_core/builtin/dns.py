@@ -75,7 +75,11 @@ def _dns_lookup(name: str, resolver: Any) -> list[str]:
     import dns.resolver
 
     out: list[str] = []
-    deadline = time.monotonic() + DNS_LIFETIME
+    # The budget: DNS_LIFETIME, or less when resolv.conf asks for short timeouts (two rounds
+    # of every nameserver at its per-server timeout).
+    servers = len(getattr(resolver, "nameservers", ()) or ()) or 1
+    per_server = float(getattr(resolver, "timeout", DNS_LIFETIME) or DNS_LIFETIME)
+    deadline = time.monotonic() + min(DNS_LIFETIME, 2 * servers * per_server)
     for rdtype in ("A", "AAAA"):
         lifetime = max(0.5, deadline - time.monotonic())
         try:
