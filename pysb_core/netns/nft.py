@@ -34,7 +34,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 TABLE = "pysb"
 TAP = "tap0"
 _MAPPED = ipaddress.ip_network("::ffff:0:0/96")
-_LOOP4 = ipaddress.ip_network("127.0.0.0/8")
+_LOOP4 = ipaddress.IPv4Network("127.0.0.0/8")
 _HOST_LOOPBACK = ipaddress.ip_address("127.0.0.1")
 #: Forwarding more ports than this (per protocol) from the host is refused with a note:
 #: every forwarded port is a listening socket on the host.
@@ -127,7 +127,11 @@ def _is_wide(rule: NetworkRule) -> bool:
     if "/" not in rule.network:
         return False
     net = ipaddress.ip_network(rule.network, strict=False)
-    return net.num_addresses > 1 and not (net.version == 4 and net.subnet_of(_LOOP4))
+    return net.num_addresses > 1 and not _in_loopback(net)
+
+
+def _in_loopback(net: IPNetwork) -> bool:
+    return isinstance(net, ipaddress.IPv4Network) and net.subnet_of(_LOOP4)
 
 
 def _directions(rule: NetworkRule) -> tuple[str, ...]:
@@ -154,8 +158,8 @@ def _match_lines(
     if any_address:
         families = [None]
     else:
-        v4 = [n for n in nets if n.version == 4]
-        v6 = [n for n in nets if n.version == 6]
+        v4: list[IPNetwork] = [n for n in nets if n.version == 4]
+        v6: list[IPNetwork] = [n for n in nets if n.version == 6]
         families = [(fam, group) for fam, group in (("ip", v4), ("ip6", v6)) if group]
     lines: list[tuple[str, str | None]] = []
     for fam in families:
@@ -239,7 +243,7 @@ def compile_network(
                 # so the address only matters when it is not a wildcard or loopback.
                 local_any = everything or all(
                     n.num_addresses > 2**24
-                    or (n.version == 4 and n.subnet_of(_LOOP4))
+                    or _in_loopback(n)
                     or n == ipaddress.ip_network("::1/128")
                     or n.prefixlen == 0
                     for n in nets
@@ -305,9 +309,9 @@ def compile_network(
     body += _chain("filter_in", "filter", "input", 0, "drop", inn)
     nat_out: list[str] = []
     if layout.host_loopback_nat:
-        for protos, ports in result.host_loopback:
+        for protos, ranges in result.host_loopback:
             for proto in protos.split(","):
-                match = "" if _is_all_ports(ports) else f" dport {_port_set(ports)}"
+                match = "" if _is_all_ports(ranges) else f" dport {_port_set(ranges)}"
                 m = f"{proto}{match}" if match else f"meta l4proto {proto}"
                 nat_out.append(f"ip daddr 127.0.0.1 {m} dnat ip to {layout.gateway}")
     nat_pre = (

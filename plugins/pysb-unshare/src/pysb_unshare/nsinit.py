@@ -499,8 +499,8 @@ def trace(cfg: dict, what: str) -> None:
 def main() -> None:
     """P0."""
     cfg_fd = int(sys.argv[1])
-    with os.fdopen(cfg_fd, "rb") as f:
-        cfg = marshal.loads(f.read())  # same interpreter as pysb; json would cost 6 ms
+    with os.fdopen(cfg_fd, "rb") as cfg_file:
+        cfg = marshal.loads(cfg_file.read())  # same interpreter as pysb; json costs 6 ms
     ctl, status_w = cfg["ctl_fd"], cfg["status_fd"]
     trace(cfg, "P0 started")
     try:
@@ -519,7 +519,7 @@ def main() -> None:
     if os.read(ctl, 1) != b"G":
         os._exit(125)  # pysb gave up (or died) before releasing the sandbox
     trace(cfg, "released by pysb")
-    sigs = {*FORWARDED, signal.SIGCHLD}
+    sigs: set[int] = {*FORWARDED, signal.SIGCHLD}
     signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     exit_r, exit_w = os.pipe()
     p1 = os.fork()
