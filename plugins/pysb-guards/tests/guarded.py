@@ -93,6 +93,9 @@ def run(
     stdin: str | None = None,
 ) -> Result:
     """Run ``code`` (as ``-c``, or as ``script`` when given) under the guards."""
+    import shutil
+
+    python = shutil.which(python) or python  # the child's PATH may differ
     cwd = os.path.realpath(cwd or os.getcwd())
     policy = Policy(
         exposures=(*implicit(python), *exposures),

@@ -322,6 +322,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "cwd": None,
             "cwd_hint": policy.cwd,
             "cache": {},
+            "denied": set(),
             "learning": bool(recorder.learning),
         },
         RECORDER=recorder,
@@ -643,7 +644,11 @@ def _f_deny(exc_type, message, canon, rule, detail, err):
     exc.errno = err
     exc.strerror = message
     exc.filename = canon
-    RECORDER.deny("files", canon, detail, rule)
+    seen = ST["denied"]
+    if (canon, detail) not in seen:  # one event per path and kind, not one per probe
+        if len(seen) < 10000:
+            seen.add((canon, detail))
+        RECORDER.deny("files", canon, detail, rule)
     return REFUSAL(exc)
 
 
@@ -742,7 +747,11 @@ def _f_check(path, write, follow, dir_fd, kind):
         key = (text, write, follow) if text.startswith("/") else (ST["cwd"], text, write, follow)
         hit = cache.get(key)
         if hit is not None:
-            return None if hit is _ALLOWED else hit
+            if hit is _ALLOWED:
+                return None
+            if hit.__class__ is tuple:  # a denial: rebuilt (a fresh exception each time)
+                return _f_decide(hit[0], write, kind)
+            return hit
     absolute = _f_abs(text, dir_fd)
     if absolute is None:
         return REFUSAL(FDENIED(f"pysb: directory descriptor {dir_fd} cannot be resolved"))
@@ -754,6 +763,8 @@ def _f_check(path, write, follow, dir_fd, kind):
     else:
         verdict = _f_decide(canon, write, kind)
         if verdict is not None:
+            if key is not None:
+                cache[key] = (canon,)
             return verdict
     result = _ALLOWED
     if translated is not None:
