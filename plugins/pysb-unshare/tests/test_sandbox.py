@@ -334,8 +334,8 @@ PTY_PROGRAM = textwrap.dedent(
         print("TIOCSTI-WORKED", flush=True)
     except OSError as exc:
         print("tiocsti", errno.errorcode[exc.errno], flush=True)
-    print("ready", flush=True)
     try:
+        print("ready", flush=True)  # inside the try: the test presses Ctrl-C right after
         time.sleep(60)
     except KeyboardInterrupt:
         print("INT", flush=True)
