@@ -228,3 +228,22 @@ def test_denial_sets_errno_and_is_reported(project: Path) -> None:
     assert res.stdout.strip() == "True /etc/shadow"
     [event] = [e for e in res.denials("files") if e.target == "/etc/shadow"]
     assert event.target == "/etc/shadow" and event.suggested_rule == "files: expose-ro: [/etc]"
+
+
+def test_c_functions_that_open_paths_are_judged(project: Path) -> None:
+    secret = str(project.parent / "outside" / "secret.txt")
+    r = _run(
+        project,
+        f"""
+        import ssl, readline, sqlite3
+        S = {secret!r}
+        t("ssl", lambda: ssl.create_default_context().load_verify_locations(S))
+        t("ssl_chain", lambda: ssl.create_default_context().load_cert_chain(S))
+        t("readline", lambda: readline.read_history_file(S))
+        t("history_out", lambda: readline.write_history_file("data/hist"))
+        t("sqlite_ro_uri", lambda: sqlite3.connect("file:" + S + "?mode=ro", uri=True))
+        """,
+    )
+    for key in ("ssl", "ssl_chain", "readline", "sqlite_ro_uri"):
+        assert r[key][0] == "FileDeniedError", (key, r[key])
+    assert r["history_out"][0] == "WriteDeniedError"

@@ -256,6 +256,35 @@ EVENTS: dict[str, tuple[tuple[tuple[int, int | None], ...], bool, bool | None, s
 }
 
 
+#: (module, attribute path, params): C code that opens a path without an audit event.
+#: Methods are patched on their Python class, so ``self`` is argument 0.
+C_PATH_FUNCTIONS: tuple[tuple[str, str, tuple], ...] = (
+    ("_gdbm", "open", (_param(0, "filename", None, "dbmflag", True, "write"),)),
+    ("_dbm", "open", (_param(0, "filename", None, "dbmflag", True, "write"),)),
+    ("readline", "read_history_file", (_param(0, "filename", None, False, True, "read"),)),
+    ("readline", "read_init_file", (_param(0, "filename", None, False, True, "read"),)),
+    ("readline", "write_history_file", (_param(0, "filename", None, True, True, "write"),)),
+    ("readline", "append_history_file", (_param(1, "filename", None, True, True, "write"),)),
+    (
+        "ssl",
+        "SSLContext.load_verify_locations",
+        (
+            _param(1, "cafile", None, False, True, "read"),
+            _param(2, "capath", None, False, True, "list"),
+        ),
+    ),
+    (
+        "ssl",
+        "SSLContext.load_cert_chain",
+        (
+            _param(1, "certfile", None, False, True, "read"),
+            _param(2, "keyfile", None, False, True, "read"),
+        ),
+    ),
+    ("ssl", "SSLContext.load_dh_params", (_param(1, "path", None, False, True, "read"),)),
+)
+
+
 def install(policy: Policy, recorder: Recorder) -> None:
     if _installed:
         return
@@ -393,6 +422,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
     imports.on_import("sqlite3", patch_sqlite)
     imports.on_import("_sqlite3", patch_sqlite)
+
+    # C functions that open a path themselves (no audit event): judged like open().
+    for module_name, attr, params in C_PATH_FUNCTIONS:
+        imports.on_import(module_name, ns["_f_make_path_patcher"](attr, params, _make_prepare))
 
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
@@ -836,6 +869,9 @@ def _f_make_face(original, params, options, prepare):
             elif write == "mode":
                 mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
                 write = type(mode) is not str or any(c in mode for c in "wax+")
+            elif write == "dbmflag":
+                flag = args[1] if len(args) > 1 else kwargs.get("flag", "r")
+                write = not (type(flag) is str and flag.startswith("r"))
             if is_access:
                 mode = args[1] if len(args) > 1 else kwargs.get("mode", 0)
                 write = type(mode) is int and bool(mode & 2)
@@ -877,6 +913,28 @@ def _f_make_face(original, params, options, prepare):
     del is_io
     door = MAKE_DOOR(original, judge, post, name=getattr(original, "__name__", "door"))
     return MAKE_FACE(door, original, prepare)
+
+
+def _f_make_path_patcher(attr, params, make_prepare):
+    """Patch ``module.<attr>`` (``Class.method`` allowed) with a judging face."""
+
+    def patcher(module):
+        owner = module
+        parts = attr.split(".")
+        for part in parts[:-1]:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return
+        name = parts[-1]
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "__pysb_face__", False):
+            return
+        try:
+            setattr(owner, name, _f_make_face(original, params, {}, make_prepare(params)))
+        except (AttributeError, TypeError):
+            pass
+
+    return patcher
 
 
 def _f_dir_of(args, kwargs, key="path"):
