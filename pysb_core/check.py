@@ -8,14 +8,14 @@ same rule merge.
 
 from __future__ import annotations
 
-from pysb_core.records import field, mutable_record, record
+from pysb_core.records import Record, field, mutable_record, record
 
 #: Families whose rules the user may leave unenforced by opting out of the Python layer.
 PYTHON_ONLY_FAMILIES = frozenset({"imports", "api"})
 
 
 @record
-class RuleReport:
+class RuleReport(Record):
     family: str
     rule: str
     source: str
@@ -27,7 +27,7 @@ class RuleReport:
 
 
 @mutable_record
-class CheckReport:
+class CheckReport(Record):
     """Collects, family by family, the layers that enforce each rule.
 
     ``python_guards`` is false under ``--no-python-guards`` (or when the Python layer is

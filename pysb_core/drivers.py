@@ -12,13 +12,13 @@ from typing import Any
 from pysb_core.entrypoints import entry_points
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Provider, ProviderStatus
-from pysb_core.records import record
+from pysb_core.records import Record, record
 
 GROUP = "pysb.providers"
 
 
 @record
-class ProviderInfo:
+class ProviderInfo(Record):
     """A provider as ``pysb providers`` shows it."""
 
     name: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from pysb_core.records import asdict, field, record
+from pysb_core.records import Record, asdict, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @record
-class Event:
+class Event(Record):
     """One line of ``--events`` (SPEC §7); ``data`` carries family-specific details."""
 
     layer: Literal["python", "os"]

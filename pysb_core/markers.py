@@ -12,7 +12,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing is not imported inside the sandbox
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeVar
+    from typing import Any, TypeVar, overload
 
     F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,7 +25,25 @@ class HookimplMarker:
     def __init__(self, project_name: str) -> None:
         self.project_name = project_name
 
-    def __call__(
+    if TYPE_CHECKING:
+
+        @overload
+        def __call__(self, function: F) -> F: ...
+
+        @overload
+        def __call__(
+            self,
+            function: None = None,
+            *,
+            hookwrapper: bool = False,
+            optionalhook: bool = False,
+            tryfirst: bool = False,
+            trylast: bool = False,
+            specname: str | None = None,
+            wrapper: bool = False,
+        ) -> Callable[[F], F]: ...
+
+    def __call__(  # type: ignore[misc]
         self,
         function: F | None = None,
         *,

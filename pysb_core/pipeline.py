@@ -22,7 +22,7 @@ from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, LoadedPlugin, get_plugin_manager
 from pysb_core.policy import Exposure, Policy
 from pysb_core.provider import Provider
-from pysb_core.records import field, mutable_record
+from pysb_core.records import Record, field, mutable_record
 
 #: The ``-c`` stub that starts the bootstrap; the payload fd number follows as argv[1].
 BOOT_STUB = (
@@ -32,7 +32,7 @@ BOOT_STUB = (
 
 
 @mutable_record
-class Program:
+class Program(Record):
     """What the sandboxed interpreter runs (one of CPython's ways, or a framework entry)."""
 
     mode: str  # "code" | "module" | "script" | "stdin" | "repl" | "entry"

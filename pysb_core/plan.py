@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pysb_core.records import field, mutable_record, record
+from pysb_core.records import Record, field, mutable_record, record
 
 if TYPE_CHECKING:
     import subprocess
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @record
-class ChildSetup:
+class ChildSetup(Record):
     """A function the sandboxed interpreter calls after the guards are installed and before
     the program starts: ``module.function(**args)``. Landlock restricts the process here."""
 
@@ -30,7 +30,7 @@ class ChildSetup:
 
 
 @mutable_record
-class LaunchPlan:
+class LaunchPlan(Record):
     """Everything a provider needs to start the sandboxed interpreter.
 
     ``argv`` is the interpreter command *as it must run inside* (absolute interpreter path,
@@ -103,7 +103,7 @@ class LaunchPlan:
 
 
 @mutable_record
-class LaunchSpec:
+class LaunchSpec(Record):
     """A provider's concrete start: the host command, and hooks around it.
 
     ``on_started(proc)`` runs right after the host process is spawned (attach a user-mode

@@ -18,7 +18,7 @@ import pluggy
 from pysb_core import hookspecs
 from pysb_core.entrypoints import EntryPoint, entry_points
 from pysb_core.errors import SandboxError
-from pysb_core.records import record
+from pysb_core.records import Record, record
 
 if TYPE_CHECKING:
     from pysb_core.check import CheckReport
@@ -46,7 +46,7 @@ class PluginLoadError(SandboxError):
 
 
 @record
-class LoadedPlugin:
+class LoadedPlugin(Record):
     """A plugin the manager holds, with where it came from (for ``pysb plugins``)."""
 
     name: str

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from pysb_core.records import asdict, field, record
+from pysb_core.records import Record, asdict, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @record
-class Exposure:
+class Exposure(Record):
     """A host directory made visible inside the sandbox.
 
     ``path`` is the canonical host path; ``target`` is where the sandbox sees it (equal to
@@ -43,7 +43,7 @@ class Exposure:
 
 
 @record
-class IgnoreRule:
+class IgnoreRule(Record):
     """A glob hiding paths below the exposures (a relative glob matches any component)."""
 
     pattern: str
@@ -51,7 +51,7 @@ class IgnoreRule:
 
 
 @record
-class PortRange:
+class PortRange(Record):
     low: int
     high: int
 
@@ -69,7 +69,7 @@ class PortRange:
 
 
 @record
-class NetworkRule:
+class NetworkRule(Record):
     """``ACTION PROTO NETWORK PORTS DIRECTION`` (SPEC §4).
 
     ``network`` is ``*``, an IP, a CIDR or a host name (``is_host`` true); host names are
@@ -98,7 +98,7 @@ class NetworkRule:
 
 
 @record
-class ApiRule:
+class ApiRule(Record):
     """``allow`` or ``deny`` of a registered sensitive function, a category, or ``*``."""
 
     action: Action
@@ -107,7 +107,7 @@ class ApiRule:
 
 
 @record
-class Limits:
+class Limits(Record):
     """Resource limits; ``None`` means unlimited. Sizes in bytes, times in seconds."""
 
     memory: int | None = None
@@ -125,7 +125,7 @@ class Limits:
 
 
 @record
-class Policy:
+class Policy(Record):
     """Everything a run is allowed to do, with the origin of each grant.
 
     ``imports`` is ``None`` when absent (nothing but the interpreter's own modules),

@@ -43,7 +43,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pysb_core.records import field, record
+from pysb_core.records import Record, field, record
 
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan, LaunchSpec
@@ -75,7 +75,7 @@ class Capability(enum.StrEnum):
 
 
 @record
-class ProviderStatus:
+class ProviderStatus(Record):
     """Whether a provider can run on this machine, and if not, why and how to fix it."""
 
     available: bool

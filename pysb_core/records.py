@@ -88,6 +88,20 @@ def _repr(self: Any) -> str:
     return f"{type(self).__name__}({inner})"
 
 
+class Record:
+    """Base of every record: the methods ``@record`` installs, declared for type checkers."""
+
+    __slots__ = ()
+
+    def replace(self: T, **changes: Any) -> T:
+        """A copy with ``changes`` applied (like ``dataclasses.replace``)."""
+        return _replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Fields as plain data, recursively (JSON-ready)."""
+        return asdict(self)  # type: ignore[no-any-return]
+
+
 def _replace(self: T, **changes: Any) -> T:
     values = {name: getattr(self, name) for name in self._fields}  # type: ignore[attr-defined]
     values.update(changes)
@@ -107,10 +121,6 @@ def asdict(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: asdict(v) for k, v in value.items()}
     return value
-
-
-def _to_dict(self: Any) -> dict[str, Any]:
-    return asdict(self)
 
 
 @dataclass_transform(field_specifiers=(field,))
@@ -141,8 +151,6 @@ def _make(cls: type[T], *, frozen: bool) -> type[T]:
         "__hash__": _hash if frozen else None,
         "__repr__": _repr,
         "__reduce__": _reduce,
-        "replace": _replace,
-        "to_dict": _to_dict,
     }
     if frozen:
         methods["__setattr__"] = _setattr

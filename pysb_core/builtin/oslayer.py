@@ -78,5 +78,5 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             policy.imports_source or "<profile>",
             False,
         )
-    for rule in policy.api:
-        add("api", f"api: {rule.action}: {rule.target}", rule.source, False)
+    for api_rule in policy.api:
+        add("api", f"api: {api_rule.action}: {api_rule.target}", api_rule.source, False)

@@ -186,7 +186,7 @@ def main(fd: str) -> None:
 
     # Framework modules the program's mode needs are imported now, before the guards
     # (the import guard evicts framework modules; references held here stay usable).
-    entry_fn = runpy = code = None
+    entry_fn = runpy = code = None  # modules once imported; typed loosely on purpose
     mode = program["mode"]
     if mode == "entry":
         import importlib
@@ -194,7 +194,7 @@ def main(fd: str) -> None:
         modname, _, fname = program["entry"].partition(":")
         entry_fn = getattr(importlib.import_module(modname), fname)
     elif mode == "repl":
-        import code
+        import code  # type: ignore[assignment]
 
         try:
             import readline  # noqa: F401 - line editing, as in CPython's own REPL
@@ -205,7 +205,7 @@ def main(fd: str) -> None:
         or (mode == "script" and "source" not in program)
         or (mode == "script" and program["source"][:2] == b"PK")
     ):
-        import runpy
+        import runpy  # type: ignore[assignment]
 
         program.pop("source", None)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 
-from pysb_core.records import field, mutable_record
+from pysb_core.records import Record, field, mutable_record
 
 #: CPython flags without an argument, and those taking one.
 PY_FLAGS = frozenset("bBdEhiIOPqsSuvVx")
@@ -41,7 +41,7 @@ class UsageError(Exception):
 
 
 @mutable_record
-class RunArgs:
+class RunArgs(Record):
     options: dict[str, object] = field(default_factory=dict)
     python_opts: list[str] = field(default_factory=list)
     mode: str = "auto"  # "code" | "module" | "script" | "stdin" | "auto" (REPL or stdin)
@@ -77,8 +77,9 @@ def _long_option(arg: str, rest: list[str], out: RunArgs) -> None:
             raise UsageError(f"option --{name} requires a value")
         value = rest.pop(0)
     if repeatable:
-        out.options.setdefault(name, [])
-        out.options[name].append(value)  # type: ignore[union-attr]
+        values = out.options.setdefault(name, [])
+        assert isinstance(values, list)
+        values.append(value)
     else:
         out.options[name] = value
 

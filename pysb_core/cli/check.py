@@ -94,9 +94,9 @@ def run_check(
             print(f"profile:  {profile_path or '(none)'}")
             print(f"provider: {provider_name}")
             width = max((len(r["rule"]) for r in rules), default=10)
-            for r in rules:
-                layers = ", ".join(r["layers"]) or "NONE"
-                print(f"  {r['rule']:<{width}}  [{layers}]  {r['source']}")
+            for row in rules:
+                layers = ", ".join(row["layers"]) or "NONE"
+                print(f"  {row['rule']:<{width}}  [{layers}]  {row['source']}")
         for n in notes:
             print(f"note: {n}")
         for d in details:

@@ -144,7 +144,7 @@ def _run(session, args: RunArgs) -> int:
 
     program, interactive = _program(args, session)
     policy = session.policy
-    status = ExitCode.SETUP_FAILED
+    status: int = ExitCode.SETUP_FAILED
 
     def wall_time_hit() -> None:
         src = policy.limits.sources.get("wall_time", "the profile")
