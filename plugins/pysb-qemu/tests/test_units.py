@@ -236,3 +236,15 @@ def test_too_many_shares_fail_closed() -> None:
     spec = vm.VmSpec(cached, vm.Accel("tcg", "test"), shares=shares)
     with pytest.raises(Exception, match="separate directories"):
         spec.check_devices()
+
+
+def test_prune_cache_keeps_the_newest(tmp_path: Path) -> None:
+    for i in range(5):
+        d = tmp_path / f"key{i}"
+        d.mkdir()
+        (d / "meta.json").write_text("{}")
+        os.utime(d / "meta.json", ns=(i * 10**9, i * 10**9))
+    (tmp_path / ".key9.tmp").mkdir()  # a build in progress is never touched
+    removed = assets.prune_cache(tmp_path, keep=3)
+    assert sorted(p.name for p in removed) == ["key0", "key1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".key9.tmp", "key2", "key3", "key4"]

@@ -336,4 +336,21 @@ def ensure_assets(*, progress: bool = True) -> GuestAssets:
         ) from exc
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    prune_cache(directory.parent, keep=KEEP_CACHES)
     return assets
+
+
+#: Cached guests kept (each about 70 MB): the newest few, for pysb versions side by side.
+KEEP_CACHES = 3
+
+
+def prune_cache(root: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` most recently built guests; return what was removed."""
+    built = sorted(
+        (d for d in root.iterdir() if d.is_dir() and (d / "meta.json").is_file()),
+        key=lambda d: (d / "meta.json").stat().st_mtime_ns,
+        reverse=True,
+    )
+    for old in built[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return built[keep:]

@@ -103,7 +103,11 @@ rm -f /pysb/marker
 (
   while read -r cmd arg; do
     case "$cmd" in
-      sig) [ -s /run/pysb.pid ] && kill "-$arg" "$(cat /run/pysb.pid)" 2>/dev/null ;;
+      sig)
+        # A signal sent while the program is still starting waits for it (up to 10 s).
+        i=0
+        while [ ! -s /run/pysb.pid ] && [ $i -lt 1000 ]; do usleep 10000; i=$((i + 1)); done
+        [ -s /run/pysb.pid ] && kill "-$arg" "$(cat /run/pysb.pid)" 2>/dev/null ;;
     esac
   done
 ) <&250 &
