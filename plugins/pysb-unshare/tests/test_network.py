@@ -264,3 +264,61 @@ def test_each_helper_filters_and_forwards(helper, servers):
         for fn in plan.cleanups:
             fn()
     assert b.accepted == 0
+
+
+class UdpEcho:
+    """A UDP echo server on the host's 127.0.0.1 (bounded: closed by the test)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, addr = self.sock.recvfrom(512)
+            except OSError:
+                continue
+            self.seen += 1
+            self.sock.sendto(b"echo:" + data, addr)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def test_udp_rule_by_port():
+    a, b = UdpEcho(), UdpEcho()
+    try:
+        code = (
+            "import socket, sys\n"
+            "for port in sys.argv[1:]:\n"
+            "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)\n"
+            "    s.connect(('127.0.0.1', int(port)))\n"
+            "    try:\n"
+            "        s.send(b'hi'); print(s.recv(64).decode())\n"
+            "    except OSError as e:\n"
+            "        print(type(e).__name__)\n"
+        )
+        plan = make_plan(
+            [sys.executable, "-c", code, str(a.port), str(b.port)],
+            rules=[f"allow udp 127.0.0.1 {a.port} out"],
+        )
+        res = run_plan(plan)
+        # refused in the namespace: the kernel fails send() (EPERM) or reports the ICMP
+        out = res.stdout.split()
+        assert out[0] == "echo:hi", res
+        assert out[1] in ("PermissionError", "ConnectionRefusedError"), res
+        assert a.seen == 1 and b.seen == 0
+    finally:
+        a.close()
+        b.close()
