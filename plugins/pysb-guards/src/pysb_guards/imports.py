@@ -269,7 +269,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     add_handler, _close = _seal.audit_registry()
     face_codes = tuple(
         _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
-        for p in (None, _prepare_import)
+        for p in (None, _seal._allow_all)
     )
     mark = _seal.sealed_mark()
     ns = _seal.seal_group(
@@ -322,7 +322,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     ns["_e_restore_finder"]()
 
     # __import__, importlib.__import__ and importlib.import_module
-    import_face = _seal.guard(builtins.__import__, ns["_e_judge_import"], prepare=_prepare_import)
+    import_face = _seal.guard(builtins.__import__, ns["_e_judge_import"])
     builtins.__import__ = import_face
     state["import_face"] = import_face
     ns["_e_on_import"]("importlib", ns["_e_patch_importlib"])
@@ -366,28 +366,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
             _seal.guard(ns["_e_visit"], _seal._allow_all),
         )
     )
-
-
-def _prepare_import(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Make the name an exact ``str`` before the judge sees it (no user code in judges)."""
-    if args:
-        name = args[0]
-        if type(name) is not str and issubclass(type(name), str):
-            args = (str.__str__(name), *args[1:])
-    elif "name" in kwargs and issubclass(type(kwargs["name"]), str):
-        kwargs = {**kwargs, "name": str.__str__(kwargs["name"])}
-    return args, kwargs
-
-
-def _prepare_import_module(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    args, kwargs = _prepare_import(args, kwargs)
-    pkg = args[1] if len(args) > 1 else kwargs.get("package")
-    if pkg is not None and type(pkg) is not str and issubclass(type(pkg), str):
-        if len(args) > 1:
-            args = (args[0], str.__str__(pkg), *args[2:])
-        else:
-            kwargs = {**kwargs, "package": str.__str__(pkg)}
-    return args, kwargs
 
 
 def _text(value: Any) -> str | None:
@@ -529,31 +507,48 @@ def _e_resolve(name, globals_, level):
 
 
 def _e_judge_import(args, kwargs):
-    """Judge of ``__import__(name, globals, locals, fromlist, level)``."""
+    """Judge of ``__import__(name, globals, locals, fromlist, level)``.
+
+    Only C ``str`` methods are called on the name (a subclass cannot run code here).
+    """
     name = args[0] if args else kwargs.get("name")
-    if type(name) is not str:
+    kind = type(name)
+    if kind is not str and not issubclass(kind, str):
         return None  # the original raises its own TypeError
     level = args[4] if len(args) > 4 else kwargs.get("level", 0)
-    if level:
-        if type(level) is not int:
+    if not level:
+        top = str.partition(name, ".")[0]
+        state = STATE
+        if (state["star"] and top not in NEVER) or top in state["allowed"]:
             return None
-        name = _e_resolve(name, args[1] if len(args) > 1 else kwargs.get("globals"), level)
-        if name is None:
-            return None
+        return _e_decide(str.__str__(name))
+    if type(level) is not int:
+        return None
+    name = _e_resolve(str.__str__(name), args[1] if len(args) > 1 else kwargs.get("globals"), level)
+    if name is None:
+        return None
     return _e_decide(name)
 
 
 def _e_judge_import_module(args, kwargs):
     name = args[0] if args else kwargs.get("name")
-    if type(name) is not str:
+    kind = type(name)
+    if kind is not str and not issubclass(kind, str):
         return None
+    name = str.__str__(name)
     if name.startswith("."):
         package = args[1] if len(args) > 1 else kwargs.get("package")
-        if type(package) is not str:
+        if type(package) is not str and not issubclass(type(package), str):
             return None
+        package = str.__str__(package)
         level = len(name) - len(name.lstrip("."))
         bits = package.rsplit(".", level - 1)
         name = bits[0] + ("." + name[level:] if name[level:] else "")
+    else:
+        top = name.partition(".")[0]
+        state = STATE
+        if (state["star"] and top not in NEVER) or top in state["allowed"]:
+            return None
     return _e_decide(name)
 
 
