@@ -264,7 +264,11 @@ class UnshareProvider(Provider):
                 os.close(fd)
             cfg_fd = ctl_r = status_w = -1
             if net.enabled:
-                if _read_status(status_r, proc) != b"R":
+                ready = _read_status(status_r, proc)
+                if ready != b"R":
+                    if ready == b"E":
+                        msg = _read_status(status_r, proc, until_eof=True)
+                        raise SandboxError(msg.decode(errors="replace").strip())
                     raise SandboxError("unshare: the sandbox did not start its namespaces")
                 net.attach(proc.pid)
             os.write(ctl_w, b"G")

@@ -5,11 +5,12 @@ Standalone on purpose -- no pysb import, only the standard library -- so that it
 few milliseconds and nothing from the host's ``sys.path`` is trusted. Three processes::
 
     P0  exec'd by ``unshare`` (new user, mount, net, ipc, uts, cgroup namespaces; its
-        children go to a new PID namespace). Brings ``lo`` up, tells pysb it is ready
-        ("R"), waits for "G" (pysb has loaded the packet filter and attached the user-mode
+        children go to a new PID namespace). Brings ``lo`` up, sets the host name, tells
+        pysb it is ready ("R"), waits for "G" (pysb has loaded the packet filter and attached the user-mode
         network by then), forks P1, forwards signals to it, and ends like the program did
         (same exit code, or killed by the same signal).
-    P1  PID 1 of the new PID namespace: builds the root (tmpfs + binds), mounts /proc,
+    P1  PID 1 of the new PID namespace: builds the root (tmpfs + binds), mounts /proc
+        (and through it forbids nested user namespaces, then makes /proc/sys read-only),
         pivots into it, forks P2, forwards signals, reaps orphans, and reports P2's wait
         status to P0. A thread watches the lifeline pipe: EOF means pysb died, and P1
         exits. When P1 exits the kernel kills everything left in the namespace.
@@ -452,6 +453,11 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
         trace(cfg, f"P1: {len(cfg['ops'])} root steps done")
         ensure(root, "/proc", is_dir=True)
         mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        # No nested user namespaces: one would give the program a full capability set over
+        # namespaces of its own (locked mounts still hold, but far more kernel is reachable).
+        # Through the fresh /proc: the host's may be read-only (containers).
+        with open(root + "/proc/sys/user/max_user_namespaces", "w") as f:
+            f.write("0")
         harden_proc(root + "/proc")
         pivot(root)
         set_readonly("/", recursive=False)
@@ -505,13 +511,9 @@ def main() -> None:
     trace(cfg, "P0 started")
     try:
         loopback_up()
-        with open("/proc/sys/kernel/hostname", "w") as f:
-            f.write(cfg.get("hostname", "sandbox"))
-        # No nested user namespaces: one would give the program a full capability set over
-        # namespaces of its own (locked mounts still hold, but far more kernel is reachable).
-        with open("/proc/sys/user/max_user_namespaces", "w") as f:
-            f.write("0")
-    except OSError as exc:
+        name = cfg.get("hostname", "sandbox").encode()
+        _check(_libc.sethostname(name, len(name)), "sethostname")
+    except (OSError, SetupError) as exc:
         _write(status_w, f"Eunshare: cannot set up the namespaces: {exc}".encode())
         os._exit(125)
     if cfg.get("network"):
