@@ -267,8 +267,8 @@ class UnshareProvider(Provider):
                 ready = _read_status(status_r, proc)
                 if ready != b"R":
                     if ready == b"E":
-                        msg = _read_status(status_r, proc, until_eof=True)
-                        raise SandboxError(msg.decode(errors="replace").strip())
+                        early = _read_status(status_r, proc, until_eof=True)
+                        raise SandboxError(early.decode(errors="replace").strip())
                     raise SandboxError("unshare: the sandbox did not start its namespaces")
                 net.attach(proc.pid)
             os.write(ctl_w, b"G")
