@@ -7,8 +7,8 @@ few milliseconds and nothing from the host's ``sys.path`` is trusted. Three proc
     P0  exec'd by ``unshare`` (new user, mount, net, ipc, uts, cgroup namespaces; its
         children go to a new PID namespace). Brings ``lo`` up, sets the host name, tells
         pysb it is ready ("R"), waits for "G" (pysb has loaded the packet filter and
-        attached the user-mode network by then), forks P1, forwards signals to it, and ends like the program did
-        (same exit code, or killed by the same signal).
+        attached the user-mode network by then), forks P1, forwards signals to it, and
+        ends like the program did (same exit code, or killed by the same signal).
     P1  PID 1 of the new PID namespace: builds the root (tmpfs + binds), mounts /proc
         (and through it forbids nested user namespaces, then makes /proc/sys read-only),
         pivots into it, forks P2, forwards signals, reaps orphans, and reports P2's wait
