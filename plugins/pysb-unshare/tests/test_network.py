@@ -322,3 +322,15 @@ def test_udp_rule_by_port():
     finally:
         a.close()
         b.close()
+
+
+def test_describe_names_the_fix_when_helpers_are_missing(monkeypatch):
+    from pysb_core.netns import usernet
+    from pysb_unshare import UnshareProvider
+
+    monkeypatch.setattr(usernet.Slirp4netns, "binary", classmethod(lambda cls: None))
+    monkeypatch.setattr(usernet.Pasta, "binary", classmethod(lambda cls: None))
+    plan = make_plan(["true"], rules=["allow tcp 127.0.0.1 8000 out"])
+    text = "\n".join(UnshareProvider().describe(plan))
+    assert "cannot be enforced here" in text
+    assert "apt-get install slirp4netns nftables" in text

@@ -178,7 +178,12 @@ class UnshareProvider(Provider):
         for h in plan.hidden:
             lines.append(f"  masked: {h}")
         try:
-            lines += self.network(plan).describe()
+            net = self.network(plan)
+            lines += [
+                f"network: rules cannot be enforced here: {reason} (fix: {fix})"
+                for reason, fix in net.problems()
+            ]
+            lines += net.describe()
         except ProviderUnavailableError as exc:
             lines.append(f"network: cannot be enforced: {exc}")
         return lines
