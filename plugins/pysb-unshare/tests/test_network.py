@@ -325,8 +325,9 @@ def test_udp_rule_by_port():
 
 
 def test_describe_names_the_fix_when_helpers_are_missing(monkeypatch):
-    from pysb_core.netns import usernet
     from pysb_unshare import UnshareProvider
+
+    from pysb_core.netns import usernet
 
     monkeypatch.setattr(usernet.Slirp4netns, "binary", classmethod(lambda cls: None))
     monkeypatch.setattr(usernet.Pasta, "binary", classmethod(lambda cls: None))
