@@ -201,3 +201,18 @@ def test_restricted_network_setting_is_read(tmp_path) -> None:
     conf.write_text("restricted-network no\n")
     assert not network.restricted_network(str(conf))
     assert not network.restricted_network(str(tmp_path / "missing"))
+
+
+def test_firejail_run_dir_and_other_mounts_are_read_only() -> None:
+    layout = HostLayout(
+        top_level=dict(LAYOUT.top_level),
+        etc=LAYOUT.etc,
+        mounts=frozenset({"/", "/usr/local", "/opt/data", "/proc", "/run/user/0", "/work"}),
+    )
+    argv = build_argv(plan([exp("/work/app")]), layout).argv
+    assert "--read-only=/run/firejail" in argv
+    assert argv.index("--read-only=/run/firejail") < argv.index("--read-write=/run/firejail/mnt")
+    assert "--read-only=/usr/local" in argv  # a separate mount in the visible system
+    for hidden in ("/opt/data", "/proc", "/run/user/0"):  # blacklisted or firejail's
+        assert f"--read-only={hidden}" not in argv
+    assert argv.count("--read-only=/work") == 1  # the whitelisted top covers it

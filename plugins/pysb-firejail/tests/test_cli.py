@@ -8,6 +8,7 @@ it (``PYSB_REQUIRE_PROVIDERS=firejail``).
 
 from __future__ import annotations
 
+import os
 import resource
 
 import pytest
@@ -175,3 +176,10 @@ def test_inherited_descriptors_keep_their_numbers(project: Project) -> None:
     res = project.run(*RUN, "-c", "import sys; print(sys.stdin.read().upper())", input="abc")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ABC"
+
+
+def test_firejails_host_directory_is_not_writable(project: Project) -> None:
+    _profile(project)
+    res = _sh(project, "touch /run/firejail/pysb-test-x")
+    assert res.returncode != 0
+    assert not os.path.exists("/run/firejail/pysb-test-x")

@@ -201,6 +201,22 @@ def build_argv(
     # which firejail itself writes to while it sets the sandbox up.
     tops = sorted({top_of(p) for p in cmd.whitelisted} - {"/tmp", "/run"})
     argv += [f"--read-only={t}" for t in tops]
+    if FIREJAIL_RUN in cmd.whitelisted:
+        # The host's own /run/firejail, bound in: read-only, or a root program could
+        # write into firejail's bookkeeping on the host. Its mnt/ is this sandbox's own
+        # tmpfs, which firejail writes to while it finishes the set-up.
+        argv += [f"--read-only={FIREJAIL_RUN}", f"--read-write={FIREJAIL_RUN}/mnt"]
+    # Other file systems mounted in the visible part of the tree (a separate /usr...):
+    # the read-only remount of / stops at their mount points.
+    hidden_tops = set(cmd.blacklisted)
+    done: list[str] = ["/", *tops]
+    for m in sorted(layout.mounts, key=depth):
+        if any(is_below(m, r) for r in (*_RESERVED, "/tmp", "/run", *hidden_tops)):
+            continue
+        if any(is_below(m, d) and (d != "/" or m == "/") for d in done):
+            continue
+        argv.append(f"--read-only={m}")
+        done.append(m)
     # Each remount costs firejail about a millisecond and a half, so only the exposures
     # whose state differs from what they inherit get an entry of their own (read-only is
     # recursive: below a read-only top, every whitelisted path is read-only already).

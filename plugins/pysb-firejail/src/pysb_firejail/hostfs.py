@@ -60,6 +60,9 @@ class HostLayout:
     resolved: dict[str, str] = field(default_factory=dict)
     existing: frozenset[str] = frozenset()
     firejail_run: bool = True
+    #: Mount points of the host (``/proc/self/mountinfo``): firejail's ``--read-only=/``
+    #: does not reach into other mounts, so visible ones get their own entry.
+    mounts: frozenset[str] = frozenset()
 
 
 def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
@@ -82,7 +85,21 @@ def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
     etc = frozenset(p for p in wanted if os.path.lexists(p))
     resolved = {p: os.path.realpath(p) for p in extra_paths if os.path.islink(p)}
     existing = frozenset(p for p in (*extra_paths, *resolved.values()) if os.path.lexists(p))
-    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN))
+    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN), _mounts())
+
+
+def _mounts() -> frozenset[str]:
+    out = set()
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4:
+                    # octal escapes (\040 for a space) as the kernel writes them
+                    out.add(fields[4].encode().decode("unicode_escape"))
+    except OSError:
+        pass
+    return frozenset(out)
 
 
 def is_below(path: str, root: str) -> bool:
