@@ -88,3 +88,59 @@ def test_check_describes_the_vm(project) -> None:
     res = run_pysb("check", "--provider", "qemu", "--no-python-guards", cwd=root)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "qemu" in res.stdout
+
+
+def _pty_session(cwd, steps: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+    """Run ``pysb run --provider qemu`` (a REPL) on a pty: wait for the first prompt, then
+    for each (input, expected) write the input and wait until ``expected`` is seen."""
+    import os
+    import pty
+    import select
+    import time
+
+    from pysb_core.testing import pysb_command
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.chdir(cwd)
+        cmd = [*pysb_command(), "run", "--provider", "qemu", "--no-python-guards"]
+        os.execv(cmd[0], cmd)
+    out = b""
+
+    def pump(until: bytes, seconds: float = 90) -> None:
+        nonlocal out
+        start = len(out)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and until not in out[start:]:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    pump(b">>> ")
+    for data, expected in steps:
+        os.write(fd, data)
+        pump(expected)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return out.decode(errors="replace"), os.waitstatus_to_exitcode(status)
+
+
+def test_repl_on_a_terminal_with_ctrl_c(project) -> None:
+    """The REPL runs in the VM; Ctrl-C interrupts the running statement, the REPL goes on."""
+    root, _ = project
+    out, status = _pty_session(
+        root,
+        [
+            (b"import time; print('sleep' + 'ing', flush=True); time.sleep(60)\n", b"sleeping\r\n"),
+            (b"\x03", b"KeyboardInterrupt\r\n>>> "),
+            (b"print(6 * 7)\n", b"42\r\n>>> "),
+            (b"exit()\n", b""),
+        ],
+    )
+    assert status == 0, out
+    assert "provider qemu" in out
+    assert "KeyboardInterrupt" in out
+    assert "\r\n42\r\n" in out
