@@ -137,6 +137,19 @@ def build(door, refusal, value, prepare):
             return r
         return face
 
+    if getattr(prepare, "skips_lone_str", False):
+        def face(*args, **kwargs):
+            if kwargs or len(args) != 1 or args[0].__class__ is not str:
+                args, kwargs = prepare(args, kwargs)
+            r = door(*args, **kwargs)
+            c = r.__class__
+            if c is refusal:
+                raise r.exc.with_traceback(r.tb)
+            if c is value:
+                return r.value
+            return r
+        return face
+
     def face(*args, **kwargs):
         args, kwargs = prepare(args, kwargs)
         r = door(*args, **kwargs)
@@ -158,7 +171,11 @@ def make_face(
     like: Any = None,
     prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
 ) -> Callable[..., Any]:
-    """The public side of ``door``: raise refusals, answer values, look like ``like``."""
+    """The public side of ``door``: raise refusals, answer values, look like ``like``.
+
+    ``prepare(args, kwargs)`` normalises arguments before the door sees them; when it
+    says ``skips_lone_str``, a call with one exact ``str`` argument skips it.
+    """
     face = _build_face(door, Refusal, Value, prepare)
     if like is not None:
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):

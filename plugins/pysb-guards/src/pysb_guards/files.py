@@ -455,6 +455,8 @@ def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
         return norm(value)
 
     def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if not kwargs and len(args) == 1 and type(args[0]) is str:
+            return args, kwargs  # the common case, as fast as possible
         if slots:
             pos, kw = slots[0]
             args = list(args)
@@ -473,6 +475,7 @@ def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
             args = (args[0], int(args[1]), *args[2:])
         return args, kwargs
 
+    prepare.skips_lone_str = True  # type: ignore[attr-defined]  # a lone str is normalised
     return prepare
 
 
@@ -767,7 +770,7 @@ _ALLOWED: Any = None  # a unique sentinel in the sealed namespace (see install)
 def _f_check(path, write, follow, dir_fd, kind):
     """The one decision: None (go on as asked), a host path str/bytes (a renamed
     exposure: use it instead), or a Refusal."""
-    text = _f_text(path)
+    text = path if path.__class__ is str else _f_text(path)
     if text is None:
         if type(path) is int or path is None:
             return None  # a file descriptor (a capability the program holds) or the cwd
@@ -900,6 +903,25 @@ def _f_make_face(original, params, options, prepare):
         if new_args is None:
             return None
         return (tuple(new_args[0]), new_args[1])
+
+    simple = (
+        len(params) == 1
+        and params[0][0] == 0
+        and type(params[0][3]) is bool
+        and type(params[0][4]) is bool
+        and not (is_access or mutates or is_symlink or is_chdir)
+    )
+    if simple:
+        general = judge
+        _, _, _, s_write, s_follow, s_kind, _ = params[0]
+
+        def judge(args, kwargs):
+            if not kwargs and len(args) == 1:
+                verdict = _f_check(args[0], s_write, s_follow, None, s_kind)
+                if verdict is None or verdict.__class__ is REFUSAL:
+                    return verdict
+                return ((verdict,), {})
+            return general(args, kwargs)
 
     post = None
     if post_kind == "listdir":

@@ -321,11 +321,15 @@ def install(policy: Policy, recorder: Recorder) -> None:
     state["find_face"] = ns["_e_face"](ns["_e_find_spec"])
     ns["_e_restore_finder"]()
 
-    # __import__, importlib.__import__ and importlib.import_module
-    import_face = _seal.guard(builtins.__import__, ns["_e_judge_import"])
-    builtins.__import__ = import_face
-    state["import_face"] = import_face
-    ns["_e_on_import"]("importlib", ns["_e_patch_importlib"])
+    # __import__, importlib.__import__ and importlib.import_module see imports of modules
+    # already in sys.modules. With `imports: "*"` there is nothing for them to refuse (the
+    # guards' own modules are kept out of sys.modules, so the finder still refuses those):
+    # no patch, no cost.
+    if not star:
+        import_face = _seal.guard(builtins.__import__, ns["_e_judge_import"])
+        builtins.__import__ = import_face
+        state["import_face"] = import_face
+        ns["_e_on_import"]("importlib", ns["_e_patch_importlib"])
 
     # Fresh instances of C modules come only from these four functions of _imp.
     for name in ("create_builtin", "create_dynamic"):
