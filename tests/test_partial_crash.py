@@ -25,7 +25,14 @@ from pysb_core.remote.testkit import (
 )
 from pysb_core.testing import require_provider
 
-PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail"]
+PROVIDERS = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),  # each restart boots a VM
+]
 
 FUNCTIONS = """
 import os, time
@@ -97,13 +104,16 @@ def env(tmp_path: Path, provider: str):
     mod = write_module(tmp_path, FUNCTIONS)
     profile = tmp_path / ".pysb.yaml"
     profile.write_text(profile_text(provider, tmp_path, rw))
-    kwargs = {"profile": str(profile), "cwd": str(tmp_path)}
+    kwargs = {"profile": str(profile), "cwd": str(tmp_path), "start_timeout": 180.0}
     return mod, rw, kwargs
 
 
 def _kill_worker(box) -> int:
-    """SIGKILL the worker by its own host PID, after checking it is our descendant."""
-    pid = worker_host_pid(box.pid)
+    """SIGKILL the worker by its own host PID, after checking it is our descendant.
+
+    Under qemu the worker lives in a VM and has no host PID: the VM's process is killed.
+    """
+    pid = box.pid if box.provider_name == "qemu" else worker_host_pid(box.pid)
     assert pid != os.getpid() and pid > 1 and is_descendant(pid)
     os.kill(pid, signal.SIGKILL)
     return pid
