@@ -48,6 +48,8 @@ def _staging_dir() -> str:
     path = os.path.join(tempfile.gettempdir(), f"pysb-unshare-root-{os.geteuid()}")
     try:
         os.mkdir(path, 0o700)
+    except PermissionError as exc:
+        raise SandboxError(f"cannot create the staging directory {path}: {exc.strerror}") from None
     except FileExistsError:
         st = os.lstat(path)
         import stat
