@@ -1,0 +1,385 @@
+"""The program the escape tests run *inside* the sandbox (standard library only).
+
+Usage: ``probe.py JSON`` where JSON is a list of ``[label, attempt, {kwargs}]``. Every attempt
+runs in turn; the result of each is ``"ok"`` / ``"ok:<detail>"`` when the operation went
+through, or ``"err:<ERRNO NAME>"`` (``"err:<ExceptionClass>"``) when the system refused it.
+One line ``PROBE-RESULT {json}`` is printed at the end, so the test reads an exact verdict
+per attempt rather than guessing from exit codes.
+
+The attempts are raw system calls (``os.*``, ``ctypes`` syscalls): the tests run with
+``--no-python-guards``, so only the kernel can refuse them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import termios
+import time
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.syscall.restype = ctypes.c_long
+
+# x86_64 system call numbers used below (the tests run on x86_64).
+SYS_FINIT_MODULE = 313
+SYS_DELETE_MODULE = 176
+SYS_SETNS = 308
+SYS_UNSHARE = 272
+SYS_PTRACE = 101
+SYS_MOUNT = 165
+PTRACE_ATTACH = 16
+PTRACE_SEIZE = 0x4206
+PTRACE_DETACH = 17
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+
+def _errname(code: int) -> str:
+    return "err:" + errno.errorcode.get(code, str(code))
+
+
+def _syscall(number: int, *args: object) -> str:
+    ctypes.set_errno(0)
+    ret = LIBC.syscall(number, *args)
+    if ret == -1:
+        return _errname(ctypes.get_errno())
+    return f"ok:{ret}"
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def read(path: str, dir_fd: str | None = None) -> str:
+    fd_dir = os.open(dir_fd, os.O_RDONLY | os.O_DIRECTORY) if dir_fd else None
+    try:
+        fd = os.open(path, os.O_RDONLY, dir_fd=fd_dir)
+    finally:
+        if fd_dir is not None:
+            os.close(fd_dir)
+    try:
+        return "ok:" + os.read(fd, 200).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd: int) -> str:
+    """Read an inherited fd as it is (the rights it was lent with)."""
+    return "ok:" + os.read(fd, 200).decode(errors="replace")
+
+
+def write_fd(fd: int, data: str) -> str:
+    os.write(fd, data.encode())
+    return "ok"
+
+
+def read_fd_path(fd: int, rel: str) -> str:
+    """``openat(fd, rel)`` on an fd the sandbox inherited (fd 0 in the tests)."""
+    new = os.open(rel, os.O_RDONLY, dir_fd=fd)
+    try:
+        return "ok:" + os.read(new, 200).decode(errors="replace")
+    finally:
+        os.close(new)
+
+
+def reopen_fd(fd: int, flags: str = "rdwr", data: str = "PWNED\n") -> str:
+    """Reopen an inherited fd through ``/proc/self/fd`` with more rights than it was opened
+    with, and write through the new one."""
+    return write(f"/proc/self/fd/{fd}", data, flags)
+
+
+def write(path: str, data: str = "PWNED\n", flags: str = "append") -> str:
+    mode = {
+        "append": os.O_WRONLY | os.O_APPEND,
+        "create": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+        "trunc": os.O_WRONLY | os.O_TRUNC,
+        "rdwr": os.O_RDWR,
+    }[flags]
+    fd = os.open(path, mode, 0o644)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+    return "ok"
+
+
+def listdir(path: str) -> str:
+    return "ok:" + ",".join(sorted(os.listdir(path)))
+
+
+def symlink(target: str, path: str) -> str:
+    os.symlink(target, path)
+    return "ok"
+
+
+def link(src: str, dst: str) -> str:
+    os.link(src, dst)
+    return "ok"
+
+
+def rename(src: str, dst: str) -> str:
+    os.rename(src, dst)
+    return "ok"
+
+
+def unlink(path: str) -> str:
+    os.unlink(path)
+    return "ok"
+
+
+def mkdir(path: str) -> str:
+    os.mkdir(path)
+    return "ok"
+
+
+def chmod(path: str, mode: int) -> str:
+    os.chmod(path, mode)
+    return "ok"
+
+
+def utime(path: str, stamp: int) -> str:
+    os.utime(path, (stamp, stamp))
+    return "ok"
+
+
+def truncate(path: str, size: int = 0) -> str:
+    os.truncate(path, size)
+    return "ok"
+
+
+# -- environment and processes ---------------------------------------------------------------
+
+
+def environ() -> str:
+    return "ok:" + json.dumps(dict(os.environ))
+
+
+def scan_proc(needle: str) -> str:
+    """Every ``/proc/PID/{environ,cmdline}`` readable here; ``leak:...`` names those showing
+    ``needle``. ``ok:N`` is the number of files read (none leaking)."""
+    read_ok, leaks = 0, []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            read_ok += 1
+            if needle.encode() in data:
+                leaks.append(f"{pid}/{name}")
+    return f"leak:{','.join(leaks)}" if leaks else f"ok:{read_ok}"
+
+
+def parent_file(name: str) -> str:
+    """``/proc/<parent>/<name>`` of this process (pysb itself under landlock)."""
+    return read(f"/proc/{os.getppid()}/{name}")
+
+
+def caps() -> str:
+    """The effective and bounding capability sets, as the kernel reports them."""
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f if line.startswith("Cap"))
+    return "ok:" + json.dumps({k: v.strip() for k, v in fields.items()})
+
+
+def getppid() -> str:
+    return f"ok:{os.getppid()}"
+
+
+def kill(pid: int, sig: int) -> str:
+    os.kill(pid, sig)
+    return "ok"
+
+
+def parent_kill(sig: int) -> str:
+    os.kill(os.getppid(), sig)
+    return "ok"
+
+
+def ptrace(pid: int, request: str = "attach") -> str:
+    req = PTRACE_ATTACH if request == "attach" else PTRACE_SEIZE
+    result = _syscall(SYS_PTRACE, ctypes.c_long(req), ctypes.c_long(pid), None, None)
+    if result.startswith("ok"):
+        _syscall(SYS_PTRACE, ctypes.c_long(PTRACE_DETACH), ctypes.c_long(pid), None, None)
+    return result
+
+
+def setns(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _syscall(SYS_SETNS, ctypes.c_int(fd), ctypes.c_int(0))
+    finally:
+        os.close(fd)
+
+
+def unshare(flags: int) -> str:
+    return _syscall(SYS_UNSHARE, ctypes.c_int(flags))
+
+
+def mount_tmpfs(target: str) -> str:
+    return _syscall(
+        SYS_MOUNT, b"none", target.encode(), b"tmpfs", ctypes.c_ulong(0), ctypes.c_char_p(None)
+    )
+
+
+def mount_bind(source: str, target: str) -> str:
+    return _syscall(
+        SYS_MOUNT,
+        source.encode(),
+        target.encode(),
+        ctypes.c_char_p(None),
+        ctypes.c_ulong(MS_BIND | MS_REC),
+        ctypes.c_char_p(None),
+    )
+
+
+def finit_module() -> str:
+    fd = os.open("/dev/null", os.O_RDONLY)
+    try:
+        return _syscall(SYS_FINIT_MODULE, ctypes.c_int(fd), b"", ctypes.c_int(0))
+    finally:
+        os.close(fd)
+
+
+def delete_module(name: str) -> str:
+    """EPERM without CAP_SYS_MODULE; ENOENT would mean the capability check passed."""
+    return _syscall(SYS_DELETE_MODULE, name.encode(), ctypes.c_uint(os.O_NONBLOCK))
+
+
+def tiocsti(text: str) -> str:
+    for ch in text.encode():
+        fcntl.ioctl(0, termios.TIOCSTI, bytes([ch]))
+    return "ok"
+
+
+def fds() -> str:
+    """The fds open in the program, without the one ``listdir`` itself uses."""
+    names = os.listdir("/proc/self/fd")
+    out = {}
+    for name in names:
+        try:
+            out[name] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # listdir's own directory fd, closed by now
+    return "ok:" + json.dumps(out, sort_keys=True)
+
+
+# -- network ---------------------------------------------------------------------------------
+
+
+def tcp_connect(host: str, port: int) -> str:
+    with socket.create_connection((host, port), timeout=5) as conn:
+        return "ok:" + conn.recv(16).decode(errors="replace").strip()
+
+
+def socketpair() -> str:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"x")
+        return "ok" if b.recv(1) == b"x" else "err:mismatch"
+
+
+def raw_socket(kind: str) -> str:
+    family, stype, proto = {
+        "icmp": (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
+        "packet": (socket.AF_PACKET, socket.SOCK_RAW, 0x0300),  # htons(ETH_P_ALL)
+        "tcp-raw": (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP),
+    }[kind]
+    socket.socket(family, stype, proto).close()
+    return "ok"
+
+
+def netlink_route() -> str:
+    """Open a NETLINK_ROUTE socket and ask to bring ``lo`` up (a no-op that needs CAP_NET_ADMIN)."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as nl:
+        nl.bind((0, 0))
+        index = socket.if_nametoindex("lo")
+        # struct nlmsghdr + struct ifinfomsg: RTM_NEWLINK, NLM_F_REQUEST|NLM_F_ACK, IFF_UP.
+        body = struct.pack("BxHiII", socket.AF_UNSPEC, 0, index, 1, 1)
+        msg = struct.pack("IHHII", 16 + len(body), 16, 0x1 | 0x4, 1, 0) + body
+        nl.send(msg)
+        reply = nl.recv(4096)
+        code = struct.unpack_from("i", reply, 16)[0]
+        return "ok" if code == 0 else _errname(-code)
+
+
+def abstract_unix(name: str) -> str:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect("\0" + name)
+        return "ok:" + s.recv(16).decode(errors="replace").strip()
+
+
+def interfaces() -> str:
+    return "ok:" + ",".join(sorted(name for _, name in socket.if_nameindex()))
+
+
+# -- resources -------------------------------------------------------------------------------
+
+
+def fork_many(limit: int, sleep: float = 30) -> str:
+    """Fork up to ``limit`` children that sleep ``sleep`` s (then exit by themselves); report
+    how many the kernel allowed, then kill and reap them all."""
+    children = []
+    error = ""
+    try:
+        for _ in range(limit):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(sleep)
+                os._exit(0)
+            children.append(pid)
+    except OSError as exc:
+        error = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            os.waitpid(pid, 0)
+    return f"ok:{len(children)}:{error}"
+
+
+def allocate(mib: int) -> str:
+    """Allocate (and touch) up to ``mib`` MiB in 16 MiB steps; report how far it got."""
+    chunks = []
+    try:
+        for _ in range(mib // 16):
+            chunks.append(bytearray(16 << 20))
+    except MemoryError:
+        return f"ok:{len(chunks) * 16}:MemoryError"
+    finally:
+        del chunks[:]
+    return f"ok:{mib}:"
+
+
+ATTEMPTS = {name: obj for name, obj in globals().items() if callable(obj) and name[0] != "_"}
+
+
+def main() -> None:
+    results: dict[str, str] = {}
+    for label, attempt, kwargs in json.loads(sys.argv[1]):
+        try:
+            results[label] = ATTEMPTS[attempt](**kwargs)
+        except OSError as exc:
+            results[label] = _errname(exc.errno) if exc.errno else "err:" + type(exc).__name__
+        except Exception as exc:  # a refusal in another shape is still a refusal: name it
+            results[label] = "err:" + type(exc).__name__ + ":" + str(exc)[:80]
+    sys.stdout.write("PROBE-RESULT " + json.dumps(results) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
