@@ -105,33 +105,42 @@ class Supervisor:
             sock.shutdown(socket.SHUT_WR)
 
     def guest_to_host(self, sock: socket.socket, host_fd: int, done: threading.Event) -> None:
-        """Copy until the end marker (or EOF); a broken host fd drops output, not the run."""
+        """Copy until the end marker (or EOF).
+
+        A host fd that breaks (``pysb run ... | head -1``) does not stall the guest: the
+        rest is read and dropped (a blocked guest writer would hang the run), and the
+        program gets SIGPIPE, as it would natively (CPython ignores it: its output is
+        then discarded; ``sh`` or ``cat`` die as usual).
+        """
         pending = b""
         broken = False
+
+        def emit(data: bytes) -> None:
+            nonlocal broken
+            if not data or broken:
+                return
+            try:
+                _write_all(host_fd, data)
+            except OSError:
+                broken = True
+                self.forward_signal(signal.SIGPIPE, None)
+
         try:
             while True:
                 data = sock.recv(1 << 16)
                 if not data:
-                    out, pending = pending, b""
-                    if out and not broken:
-                        _write_all(host_fd, out)
+                    emit(pending)
                     break
                 pending += data
                 at = pending.find(self.marker)
                 if at >= 0:
-                    out = pending[:at]
-                    if out and not broken:
-                        _write_all(host_fd, out)
+                    emit(pending[:at])
                     break
                 # Hold back only a tail that could be the start of the marker, so that
                 # interactive output (a prompt, a short reply) is never delayed.
                 hold = _marker_prefix_len(pending, self.marker)
-                out, pending = pending[: len(pending) - hold], pending[len(pending) - hold :]
-                if out and not broken:
-                    try:
-                        _write_all(host_fd, out)
-                    except OSError:
-                        broken = True
+                emit(pending[: len(pending) - hold])
+                pending = pending[len(pending) - hold :]
         except OSError:
             pass
         finally:
