@@ -1,0 +1,648 @@
+"""The file guard's decision engine (sealed: see ``_seal.seal_group``).
+
+These functions never run with this module's globals: :func:`pysb_guards.files.install`
+re-creates every ``_f_*`` function in one private namespace that also holds the names
+declared below (``ST``, ``RECORDER``, ``LSTAT``...). The module-level values here are
+placeholders for linters and readers only.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+ST: dict[str, Any] = None  # type: ignore[assignment]  # sealed
+RECORDER: Any = None  # type: ignore[assignment]  # sealed
+FDENIED: Any = None  # type: ignore[assignment]  # sealed
+WDENIED: Any = None  # type: ignore[assignment]  # sealed
+REFUSAL: Any = None  # type: ignore[assignment]  # sealed
+VALUE: Any = None  # type: ignore[assignment]  # sealed
+LSTAT: Any = None  # type: ignore[assignment]  # sealed
+STAT: Any = None  # type: ignore[assignment]  # sealed
+READLINK: Any = None  # type: ignore[assignment]  # sealed
+GETCWD: Any = None  # type: ignore[assignment]  # sealed
+S_ISLNK: Any = None  # type: ignore[assignment]  # sealed
+S_ISDIR: Any = None  # type: ignore[assignment]  # sealed
+FSENC: str = None  # type: ignore[assignment]  # sealed
+ENOENT: int = None  # type: ignore[assignment]  # sealed
+EACCES: int = None  # type: ignore[assignment]  # sealed
+WRITE_FLAGS: int = None  # type: ignore[assignment]  # sealed
+GETFRAME: Any = None  # type: ignore[assignment]  # sealed
+DOOR_NS: Any = None  # type: ignore[assignment]  # sealed
+MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
+MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
+SCANDIR_RESULT: Any = None  # type: ignore[assignment]  # sealed
+
+
+def _f_text(p):
+    kind = type(p)
+    if kind is str:
+        return p
+    if kind is bytes:
+        return p.decode(FSENC, "surrogateescape")
+    return None
+
+
+def _f_cwd():
+    cwd = ST["cwd"]
+    if cwd is None:
+        try:
+            cwd = GETCWD()
+        except OSError:
+            cwd = ST["cwd_hint"] or "/"
+        ST["cwd"] = cwd
+    return cwd
+
+
+def _f_abs(text, dir_fd):
+    if text.startswith("/"):
+        return text
+    if dir_fd is None or dir_fd == -1 or dir_fd == -100:
+        base = _f_cwd()
+    else:
+        try:
+            base = READLINK(f"/proc/self/fd/{dir_fd}")
+        except OSError:
+            return None
+    if base == "/":
+        return "/" + text
+    return base + "/" + text
+
+
+def _f_translate(abspath):
+    for target, path in ST["renames"]:
+        if abspath == target or abspath.startswith(target + "/") or target == "/":
+            return path + abspath[len(target) :] if target != "/" else path + abspath
+    return None
+
+
+def _f_realpath(path):
+    """Canonical form of an absolute path (symlinks resolved, missing tail kept)."""
+    out = ""
+    rest = [p for p in path.split("/") if p and p != "."]
+    rest.reverse()
+    links = 0
+    missing = False
+    while rest:
+        name = rest.pop()
+        if name == "..":
+            out = out[: out.rfind("/")] if out else ""
+            continue
+        candidate = out + "/" + name
+        if missing:
+            out = candidate
+            continue
+        try:
+            st = LSTAT(candidate)
+        except OSError:
+            missing = True
+            out = candidate
+            continue
+        if S_ISLNK(st.st_mode):
+            links += 1
+            if links > 40:
+                return candidate
+            try:
+                target = READLINK(candidate)
+            except OSError:
+                out = candidate
+                continue
+            if target.startswith("/"):
+                out = ""
+            more = [p for p in target.split("/") if p and p != "."]
+            more.reverse()
+            rest.extend(more)
+            continue
+        out = candidate
+    return out or "/"
+
+
+def _f_canon(abspath, follow):
+    if follow:
+        return _f_realpath(abspath)
+    stripped = abspath.rstrip("/")
+    head, _, tail = stripped.rpartition("/")
+    if tail in ("", ".", ".."):
+        return _f_realpath(abspath)
+    base = _f_realpath(head or "/")
+    return (base if base != "/" else "") + "/" + tail
+
+
+def _f_exposure(canon):
+    by = ST["by_path"]
+    p = canon
+    while True:
+        e = by.get(p)
+        if e is not None:
+            return e
+        if p == "/" or not p:
+            return None
+        i = p.rfind("/")
+        p = p[:i] or "/"
+
+
+def _f_ignored(canon, exp):
+    rules = ST["ignore"]
+    if not rules or exp[4]:
+        return None
+    root = exp[0]
+    if canon == root:
+        return None
+    rel = canon[len(root) :].lstrip("/")
+    cur = root.rstrip("/")
+    for name in rel.split("/"):
+        cur = cur + "/" + name
+        for kind, match, pattern, source in rules:
+            if match(name if kind == "name" else cur):
+                return (pattern, source)
+    return None
+
+
+def _f_shown(canon):
+    cwd = ST["cwd_hint"] or _f_cwd()
+    if cwd and cwd != "/" and (canon == cwd or canon.startswith(cwd + "/")):
+        rest = canon[len(cwd) :].lstrip("/")
+        return "./" + rest if rest else "."
+    return canon
+
+
+def _f_rule_dir(canon, kind):
+    """The directory a suggested rule names: the path itself for a directory."""
+    if kind in ("list", "chdir"):
+        return canon
+    try:
+        if S_ISDIR(STAT(canon).st_mode):
+            return canon
+    except OSError:
+        pass
+    return canon.rpartition("/")[0] or "/"
+
+
+def _f_deny(exc_type, message, canon, rule, detail, err):
+    exc = exc_type(message, target=canon, suggested_rule=rule)
+    exc.errno = err
+    exc.strerror = message
+    exc.filename = canon
+    seen = ST["denied"]
+    if (canon, detail) not in seen:  # one event per path and kind, not one per probe
+        if len(seen) < 10000:
+            seen.add((canon, detail))
+        RECORDER.deny("files", canon, detail, rule)
+    return REFUSAL(exc)
+
+
+def _f_decide(canon, write, kind):
+    """None when ``canon`` may be accessed so, else a Refusal naming the rule to add."""
+    if canon in ST["devices"]:
+        return None
+    exp = _f_exposure(canon)
+    detail = "write" if write else kind
+    if exp is None:
+        key = "expose-rw" if write else "expose-ro"
+        rule = f"files: {key}: [{_f_shown(_f_rule_dir(canon, kind))}]"
+        return _f_deny(
+            FDENIED,
+            f"'{canon}' is not exposed to the sandbox: add `{rule}` to the profile",
+            canon,
+            rule,
+            detail,
+            ENOENT,
+        )
+    hidden = _f_ignored(canon, exp)
+    if hidden is not None:
+        return _f_deny(
+            FDENIED,
+            f"'{canon}' is hidden by `files: ignore: [{hidden[0]}]` ({hidden[1]}); "
+            "remove that rule to make it visible",
+            canon,
+            "",
+            detail,
+            ENOENT,
+        )
+    if write:
+        if canon in ST["profile"]:
+            return _f_deny(
+                WDENIED,
+                f"'{canon}' is a profile file of this sandbox: it is never writable from inside",
+                canon,
+                "",
+                detail,
+                EACCES,
+            )
+        if not exp[2]:
+            rule = f"files: expose-rw: [{_f_shown(_f_rule_dir(canon, kind))}]"
+            return _f_deny(
+                WDENIED,
+                f"write to '{canon}' refused: `files: expose-ro: [{_f_shown(exp[0])}]` "
+                f"({exp[3]}) exposes it read-only; add `{rule}` to the profile",
+                canon,
+                rule,
+                detail,
+                EACCES,
+            )
+    return None
+
+
+def _f_learn(canon, write, kind):
+    exp = _f_exposure(canon)
+    if exp is not None and exp[4]:
+        return
+    if canon in ST["devices"]:
+        return
+    try:
+        isdir = S_ISDIR(STAT(canon).st_mode)
+        exists = True
+    except OSError:
+        isdir = exists = False
+    key = "expose-rw" if write else "expose-ro"
+    directory = canon if isdir and kind in ("list", "chdir") else canon.rpartition("/")[0] or "/"
+    RECORDER.learn(
+        "files",
+        canon,
+        "write" if write and kind != "mkdir" else kind,
+        f"files: {key}: [{directory}]",
+        write=bool(write),
+        isdir=isdir,
+        exists=exists,
+    )
+
+
+_ALLOWED: Any = None  # a unique sentinel in the sealed namespace (see install)
+
+
+def _f_check(path, write, follow, dir_fd, kind):
+    """The one decision: None (go on as asked), a host path str/bytes (a renamed
+    exposure: use it instead), or a Refusal."""
+    text = path if path.__class__ is str else _f_text(path)
+    if text is None:
+        if type(path) is int or path is None:
+            return None  # a file descriptor (a capability the program holds) or the cwd
+        return REFUSAL(TypeError(f"pysb: a path must be str or bytes, not {type(path).__name__}"))
+    cache = ST["cache"]
+    key = None
+    if ST["learning"]:
+        pass  # every access is recorded, so nothing is answered from the cache
+    elif dir_fd is None or dir_fd == -1 or dir_fd == -100:
+        key = (text, write, follow) if text.startswith("/") else (ST["cwd"], text, write, follow)
+        hit = cache.get(key)
+        if hit is not None:
+            if hit is _ALLOWED:
+                return None
+            if hit.__class__ is tuple:  # a denial: rebuilt (a fresh exception each time)
+                return _f_decide(hit[0], write, kind)
+            return hit
+    absolute = _f_abs(text, dir_fd)
+    if absolute is None:
+        return REFUSAL(FDENIED(f"pysb: directory descriptor {dir_fd} cannot be resolved"))
+    translated = _f_translate(absolute) if ST["renames"] else None
+    canon = _f_canon(translated or absolute, follow)
+    if ST["learning"]:
+        _f_learn(canon, write, kind)
+        verdict = None
+    else:
+        verdict = _f_decide(canon, write, kind)
+        if verdict is not None:
+            if key is not None:
+                cache[key] = (canon,)
+            return verdict
+    result = _ALLOWED
+    if translated is not None:
+        result = translated if type(path) is str else translated.encode(FSENC, "surrogateescape")
+    if key is not None:
+        if len(cache) > 4096:
+            cache.clear()
+        cache[key] = result
+    return None if result is _ALLOWED else result
+
+
+def _f_check_symlink_target(src, dst, dir_fd):
+    """A new symlink must point inside the exposures (resolved from its directory)."""
+    text = _f_text(src)
+    dtext = _f_text(dst)
+    if text is None or dtext is None:
+        return None
+    if not text.startswith("/"):
+        parent = _f_abs(dtext, dir_fd)
+        if parent is None:
+            return None
+        text = parent.rpartition("/")[0] + "/" + text
+    canon = _f_realpath(text)
+    if ST["learning"]:
+        return None
+    if _f_exposure(canon) is None or _f_decide(canon, False, "read") is not None:
+        rule = f"files: expose-ro: [{_f_shown(_f_rule_dir(canon, 'read'))}]"
+        return _f_deny(
+            FDENIED,
+            f"symlink to '{canon}' refused: it points outside the exposures; add `{rule}`",
+            canon,
+            rule,
+            "symlink",
+            ENOENT,
+        )
+    return None
+
+
+def _f_make_face(original, params, options, prepare):
+    """A face and door for one os function, driven by its FACES entry."""
+    is_access = options.get("access", False)
+    mutates = options.get("mutates", False)
+    is_symlink = options.get("symlink", False)
+    is_chdir = options.get("chdir", False)
+    is_io = options.get("io", False)
+    post_kind = options.get("post")
+
+    def judge(args, kwargs):
+        if mutates or is_chdir:
+            ST["cache"].clear()
+            if is_chdir:
+                ST["cwd"] = None
+        new_args = None
+        for pos, kw, dfd_kw, write, follow, kind, default in params:
+            if pos < len(args):
+                value = args[pos]
+            elif kw in kwargs:
+                value = kwargs[kw]
+            elif default is not None:
+                value = default
+            else:
+                continue
+            dir_fd = kwargs.get(dfd_kw) if dfd_kw else None
+            if dir_fd is not None and type(dir_fd) is not int:
+                return REFUSAL(TypeError("pysb: dir_fd must be an int"))
+            if write == "flags":
+                flags = args[1] if len(args) > 1 else kwargs.get("flags", 0)
+                write = type(flags) is int and bool(flags & WRITE_FLAGS)
+            elif write == "mode":
+                mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
+                write = type(mode) is not str or any(c in mode for c in "wax+")
+            elif write == "dbmflag":
+                flag = args[1] if len(args) > 1 else kwargs.get("flag", "r")
+                write = not (type(flag) is str and flag.startswith("r"))
+            if is_access:
+                mode = args[1] if len(args) > 1 else kwargs.get("mode", 0)
+                write = type(mode) is int and bool(mode & 2)
+            if type(follow) is str:
+                flag = kwargs.get(follow, True)
+                follow = flag if type(flag) is bool else True
+            verdict = _f_check(value, write, follow, dir_fd, kind)
+            if verdict is None:
+                continue
+            if verdict.__class__ is REFUSAL:
+                if is_access and isinstance(verdict.exc, OSError):
+                    return VALUE(False)
+                return verdict
+            if new_args is None:
+                new_args = [list(args), dict(kwargs)]
+            if pos < len(args):
+                new_args[0][pos] = verdict
+            else:
+                new_args[1][kw] = verdict
+        if is_symlink:
+            src = args[0] if args else kwargs.get("src")
+            dst = args[1] if len(args) > 1 else kwargs.get("dst")
+            verdict = _f_check_symlink_target(src, dst, kwargs.get("dir_fd"))
+            if verdict is not None:
+                return verdict
+        if new_args is None:
+            return None
+        return (tuple(new_args[0]), new_args[1])
+
+    simple = (
+        len(params) == 1
+        and params[0][0] == 0
+        and type(params[0][3]) is bool
+        and type(params[0][4]) is bool
+        and not (is_access or mutates or is_symlink or is_chdir)
+    )
+    if simple:
+        general = judge
+        _, _, _, s_write, s_follow, s_kind, _ = params[0]
+
+        def judge(args, kwargs):
+            if not kwargs and len(args) == 1:
+                verdict = _f_check(args[0], s_write, s_follow, None, s_kind)
+                if verdict is None or verdict.__class__ is REFUSAL:
+                    return verdict
+                return ((verdict,), {})
+            return general(args, kwargs)
+
+    post = None
+    if post_kind == "listdir":
+        post = _f_post_listdir
+    elif post_kind == "scandir":
+        post = _f_post_scandir
+    elif post_kind == "readlink":
+        post = _f_post_readlink
+    elif post_kind == "getcwd":
+        post = _f_post_getcwd
+    del is_io
+    door = MAKE_DOOR(original, judge, post, name=getattr(original, "__name__", "door"))
+    return MAKE_FACE(door, original, prepare)
+
+
+def _f_make_path_patcher(attr, params, make_prepare):
+    """Patch ``module.<attr>`` (``Class.method`` allowed) with a judging face."""
+
+    def patcher(module):
+        owner = module
+        parts = attr.split(".")
+        for part in parts[:-1]:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return
+        name = parts[-1]
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "__pysb_face__", False):
+            return
+        try:
+            setattr(owner, name, _f_make_face(original, params, {}, make_prepare(params)))
+        except (AttributeError, TypeError):
+            pass
+
+    return patcher
+
+
+def _f_dir_of(args, kwargs, key="path"):
+    value = args[0] if args else kwargs.get(key, ".")
+    if value is None:
+        value = "."
+    if type(value) is int:
+        try:
+            return READLINK(f"/proc/self/fd/{value}")
+        except OSError:
+            return None
+    text = _f_text(value)
+    if text is None:
+        return None
+    translated = _f_translate(_f_abs(text, None)) if ST["renames"] else None
+    return _f_realpath(translated or _f_abs(text, None))
+
+
+def _f_post_listdir(result, args, kwargs):
+    if ST["learning"] or not ST["ignore"]:
+        return result
+    base = _f_dir_of(args, kwargs)
+    exp = _f_exposure(base) if base else None
+    if exp is None:
+        return result
+    out = []
+    for name in result:
+        text = name if type(name) is str else name.decode(FSENC, "surrogateescape")
+        if _f_ignored(base.rstrip("/") + "/" + text, exp) is None:
+            out.append(name)
+    return out
+
+
+def _f_post_scandir(result, args, kwargs):
+    if ST["learning"] or not ST["ignore"]:
+        return result
+    base = _f_dir_of(args, kwargs)
+    exp = _f_exposure(base) if base else None
+    entries = []
+    try:
+        for entry in result:
+            name = entry.name
+            text = name if type(name) is str else name.decode(FSENC, "surrogateescape")
+            if exp is None or _f_ignored(base.rstrip("/") + "/" + text, exp) is None:
+                entries.append(entry)
+    finally:
+        result.close()
+    return SCANDIR_RESULT(entries)
+
+
+def _f_post_readlink(result, args, kwargs):
+    """Do not reveal where a link points when that place is not exposed."""
+    if ST["learning"]:
+        return result
+    link = args[0] if args else kwargs.get("path")
+    target = _f_text(result)
+    ltext = _f_text(link)
+    if target is None or ltext is None:
+        return result
+    if not target.startswith("/"):
+        absolute = _f_abs(ltext, kwargs.get("dir_fd"))
+        if absolute is None:
+            return result
+        target = absolute.rpartition("/")[0] + "/" + target
+    canon = _f_realpath(target)
+    if _f_exposure(canon) is None:
+        return _f_deny(
+            FDENIED,
+            f"'{ltext}' points outside the exposures; its target is not shown",
+            ltext,
+            "",
+            "readlink",
+            ENOENT,
+        )
+    return result
+
+
+def _f_post_getcwd(result, args, kwargs):
+    text = _f_text(result)
+    if text is None or ST["learning"]:
+        return result
+    ST["cwd"] = text
+    canon = _f_realpath(text)
+    for target, path in ST["renames"]:
+        if canon == path or canon.startswith(path + "/"):
+            shown = target + canon[len(path) :]
+            return shown if type(result) is str else shown.encode(FSENC, "surrogateescape")
+    # The working directory's name is not a secret (os.path.abspath needs it); what is
+    # below it stays judged path by path.
+    return result
+
+
+def _f_caller_is_door():
+    """The Python frame that called the audited C function went through a guard door
+    (which already judged it, with its dir_fd)."""
+    f = GETFRAME(4)
+    return f is not None and f.f_globals is DOOR_NS
+
+
+def _f_make_handlers(events):
+    """Audit-hook handlers: each returns the exception to raise, or None."""
+
+    def on_open(args):
+        path = args[0]
+        flags = args[2] if len(args) > 2 else 0
+        kind = type(path)
+        if kind is not str and kind is not bytes:
+            if kind is int or path is None:
+                return None
+            text = _f_pathlib_text(path)
+            if text is None:
+                return TypeError("pysb: open() of a path object that is not str, bytes or pathlib")
+            path = text
+        write = type(flags) is int and bool(flags & WRITE_FLAGS)
+        verdict = _f_check(path, write, True, None, "read")
+        if verdict is None or verdict.__class__ is not REFUSAL:
+            return None
+        if args[1] is None and _f_caller_is_door():
+            return None  # os.open through its face: judged there, with its dir_fd
+        return verdict.exc
+
+    def on_sqlite(args):
+        database = args[0]
+        text = _f_text(database) if type(database) in (str, bytes) else _f_pathlib_text(database)
+        if text is None or text in ("", ":memory:"):
+            return None
+        write = True
+        if text.startswith("file:"):
+            body, _, query = text[5:].partition("?")
+            if "mode=memory" in query:
+                return None
+            write = "mode=ro" not in query
+            text = body or ":memory:"
+            if text == ":memory:":
+                return None
+        verdict = _f_check(text, write, True, None, "write" if write else "read")
+        return None if verdict is None or verdict.__class__ is not REFUSAL else verdict.exc
+
+    def make(event, pairs, write, follow, kind):
+        def handler(args):
+            if event in ("os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link"):
+                ST["cache"].clear()
+            if event == "os.chdir":
+                ST["cwd"] = None
+                ST["cache"].clear()
+            for index, dfd_index in pairs:
+                if index >= len(args):
+                    continue
+                path = args[index]
+                if type(path) is not str and type(path) is not bytes:
+                    if type(path) is int or path is None:
+                        continue
+                    text = _f_pathlib_text(path)
+                    if text is None:
+                        return TypeError(f"pysb: {event} of a path that is not str or bytes")
+                    path = text
+                dir_fd = (
+                    args[dfd_index] if dfd_index is not None and dfd_index < len(args) else None
+                )
+                if dir_fd is not None and type(dir_fd) is not int:
+                    dir_fd = None
+                follows = (True, False) if follow is None else (follow,)
+                for f in follows:
+                    verdict = _f_check(path, write, f, dir_fd, kind)
+                    if verdict is not None and verdict.__class__ is REFUSAL:
+                        return verdict.exc
+            if event == "os.symlink" and len(args) > 1:
+                dir_fd = args[2] if len(args) > 2 and type(args[2]) is int else None
+                verdict = _f_check_symlink_target(args[0], args[1], dir_fd)
+                if verdict is not None:
+                    return verdict.exc
+            return None
+
+        return handler
+
+    handlers = {"open": on_open, "sqlite3.connect": on_sqlite}
+    for event, (pairs, write, follow, kind) in events.items():
+        handlers[event] = make(event, pairs, write, follow, kind)
+    return handlers
+
+
+def _f_pathlib_text(value):
+    """Handlers never run the program's code (no __fspath__/__str__): only exact str and
+    bytes paths are judged; faces turn path objects into those before the C call."""
+    return None

@@ -1,0 +1,422 @@
+"""The import guard's decision engine (sealed: see ``_seal.seal_group``).
+
+These functions never run with this module's globals: :func:`pysb_guards.imports.install`
+re-creates every ``_e_*`` function in one private namespace that also holds the names
+declared below (``STATE``, ``RECORDER``, ``SYS``...). None of them raises on purpose: a
+refusal is returned (a ``Refusal``) and raised by a face.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+STATE: dict[str, Any] = None  # type: ignore[assignment]  # sealed
+RECORDER: Any = None  # type: ignore[assignment]  # sealed
+DENIED: Any = None  # type: ignore[assignment]  # sealed
+PREFIXES: tuple[str, ...] = None  # type: ignore[assignment]  # sealed
+IS_LIBRARY: Any = None  # type: ignore[assignment]  # sealed
+GETFRAME: Any = None  # type: ignore[assignment]  # sealed
+DOOR_NS: Any = None  # type: ignore[assignment]  # sealed
+REFUSAL: Any = None  # type: ignore[assignment]  # sealed
+SYS: Any = None  # type: ignore[assignment]  # sealed
+MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
+MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
+CLEAN_TB: Any = None  # type: ignore[assignment]  # sealed
+ALLOW: Any = None  # type: ignore[assignment]  # sealed
+IS_FACE: Any = None  # type: ignore[assignment]  # sealed
+FACE_CODES: Any = None  # type: ignore[assignment]  # sealed
+BOOT_NS: Any = None  # type: ignore[assignment]  # sealed
+MARK: Any = None  # type: ignore[assignment]  # sealed
+NEVER: Any = None  # type: ignore[assignment]  # sealed
+NAMESPACE: Any = None  # type: ignore[assignment]  # sealed
+MODULESPEC: Any = None  # type: ignore[assignment]  # sealed
+REAL_IMPORT: Any = None  # type: ignore[assignment]  # sealed
+IMP: Any = None  # type: ignore[assignment]  # sealed
+ALWAYS: frozenset[str] = None  # type: ignore[assignment]  # sealed
+KEEP: frozenset[str] = None  # type: ignore[assignment]  # sealed
+
+
+def _e_face(fn):
+    """A face for an engine function: its exceptions come out without engine frames."""
+
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as e:
+            return REFUSAL(e, CLEAN_TB(e.__traceback__, _e_private))
+
+    return MAKE_FACE(MAKE_DOOR(run, ALLOW, name=fn.__name__))
+
+
+def _e_private(frame):
+    g = frame.f_globals
+    return g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK
+
+
+def _e_top(name):
+    return name.partition(".")[0]
+
+
+def _e_allowed(top):
+    if top in STATE["program"]:
+        return True
+    if top in NEVER:
+        return False
+    return STATE["star"] or top in STATE["allowed"]
+
+
+def _e_from_library():
+    """True when the nearest frame that is neither the import system nor pysb's own is
+    library code (a module importing on its own behalf), False for the program."""
+    f = GETFRAME(1)
+    while f is not None:
+        g = f.f_globals
+        if g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK or g in BOOT_NS:
+            f = f.f_back
+            continue
+        code = f.f_code
+        if code in FACE_CODES:
+            f = f.f_back
+            continue
+        return IS_LIBRARY(code.co_filename, PREFIXES)
+    return True
+
+
+def _e_refusal(name):
+    top = _e_top(name)
+    rule = f"imports: [{top}]"
+    exc = DENIED(
+        f"import of '{name}' refused by the sandbox: add `{rule}` to the profile",
+        target=name,
+        suggested_rule=rule,
+    )
+    exc.name = name
+    exc.msg = str(exc)
+    RECORDER.deny("imports", name, "import", rule)
+    return REFUSAL(exc)
+
+
+def _e_decide(name):
+    """None when the import may go on, else a Refusal."""
+    top = _e_top(name)
+    if _e_allowed(top):
+        return None
+    if _e_from_library():
+        return None
+    if STATE["learning"]:
+        if top not in STATE["learned"] and top.isidentifier():
+            STATE["learned"].add(top)
+            RECORDER.learn("imports", top, "import", f"imports: [{top}]")
+        return None
+    return _e_refusal(name)
+
+
+def _e_resolve(name, globals_, level):
+    """Absolute name of a relative import, as importlib computes it (None if unknown)."""
+    if type(globals_) is not dict:
+        return None
+    package = dict.get(globals_, "__package__")
+    if type(package) is not str or not package:
+        modname = dict.get(globals_, "__name__")
+        if type(modname) is not str:
+            return None
+        is_pkg = dict.get(globals_, "__path__") is not None
+        package = modname if is_pkg else modname.rpartition(".")[0]
+    bits = package.rsplit(".", level - 1)
+    if len(bits) < level:
+        return None
+    return f"{bits[0]}.{name}" if name else bits[0]
+
+
+def _e_judge_import(args, kwargs):
+    """Judge of ``__import__(name, globals, locals, fromlist, level)``.
+
+    Only C ``str`` methods are called on the name (a subclass cannot run code here).
+    """
+    name = args[0] if args else kwargs.get("name")
+    kind = type(name)
+    if kind is not str and not issubclass(kind, str):
+        return None  # the original raises its own TypeError
+    level = args[4] if len(args) > 4 else kwargs.get("level", 0)
+    if not level:
+        top = str.partition(name, ".")[0]
+        state = STATE
+        if (state["star"] and top not in NEVER) or top in state["allowed"]:
+            return None
+        return _e_decide(str.__str__(name))
+    if type(level) is not int:
+        return None
+    name = _e_resolve(str.__str__(name), args[1] if len(args) > 1 else kwargs.get("globals"), level)
+    if name is None:
+        return None
+    return _e_decide(name)
+
+
+def _e_judge_import_module(args, kwargs):
+    name = args[0] if args else kwargs.get("name")
+    kind = type(name)
+    if kind is not str and not issubclass(kind, str):
+        return None
+    name = str.__str__(name)
+    if name.startswith("."):
+        package = args[1] if len(args) > 1 else kwargs.get("package")
+        if type(package) is not str and not issubclass(type(package), str):
+            return None
+        package = str.__str__(package)
+        level = len(name) - len(name.lstrip("."))
+        bits = package.rsplit(".", level - 1)
+        name = bits[0] + ("." + name[level:] if name[level:] else "")
+    else:
+        top = name.partition(".")[0]
+        state = STATE
+        if (state["star"] and top not in NEVER) or top in state["allowed"]:
+            return None
+    return _e_decide(name)
+
+
+def _e_find_spec(name, path=None, target=None):
+    """The guard finder: refuse, put a set-aside module back, or wrap a loader."""
+    if type(name) is not str:
+        return None
+    verdict = _e_decide(name)
+    if verdict is not None:
+        return verdict
+    stash = STATE["stash"]
+    if name in stash:
+        return MODULESPEC(name, _e_reinsert_loader(name, stash[name]))
+    if name in STATE["patchers"]:
+        for finder in list(SYS.meta_path):
+            if finder is STATE["finder"]:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                loader = spec.loader
+                if loader is not None and hasattr(loader, "exec_module"):
+                    spec.loader = _e_patching_loader(loader, name)
+                return spec
+    return None
+
+
+def _e_reinsert_loader(name, module):
+    """A loader without exec_module: importlib then takes ``sys.modules[name]`` as is and
+    keeps the module's own ``__spec__`` and ``__loader__``."""
+
+    def load_module(fullname):
+        SYS.modules[name] = module
+        return module
+
+    cls = type(
+        "ReinsertLoader", (), {"__slots__": (), "load_module": staticmethod(_e_face(load_module))}
+    )
+    return cls()
+
+
+def _e_patching_loader(loader, name):
+    """Wrap a loader so that the patches registered for ``name`` run after its code."""
+
+    def create_module(self, spec):
+        create = getattr(loader, "create_module", None)
+        return None if create is None else create(spec)
+
+    def exec_module(self, module):
+        loader.exec_module(module)
+        _e_run_patchers(name, module)
+
+    def get_attribute(self, attr):
+        return getattr(loader, attr)
+
+    cls = type(
+        "PatchingLoader",
+        (),
+        {
+            "__slots__": (),
+            "create_module": _e_face(create_module),
+            "exec_module": _e_face(exec_module),
+            "__getattr__": _e_face(get_attribute),
+        },
+    )
+    return cls()
+
+
+def _e_run_patchers(name, module):
+    for patcher in STATE["patchers"].get(name, ()):
+        patcher(module)
+
+
+def _e_on_import(name, patcher):
+    if STATE["armed"]:
+        return REFUSAL(PermissionError("pysb: patches are registered before user code only"))
+    STATE["patchers"].setdefault(name, []).append(patcher)
+    module = SYS.modules.get(name) or STATE["stash"].get(name)
+    if module is not None:
+        patcher(module)
+    return None
+
+
+def _e_patch_importlib(module):
+    face = STATE["import_face"]
+    if getattr(module, "__import__", None) is not None and module.__import__ is not face:
+        module.__import__ = face
+    im = getattr(module, "import_module", None)
+    if im is not None and not IS_FACE(im):
+        door = MAKE_DOOR(im, _e_judge_import_module, name="import_module")
+        module.import_module = MAKE_FACE(door, im)
+
+
+def _e_create(kind, name, origin, *rest):
+    """``_imp.create_builtin`` / ``create_dynamic``: no second instance of a loaded C
+    module (it would come with unpatched functions), and the import decision."""
+    if type(name) is not str:
+        return REFUSAL(TypeError("pysb: a module spec needs a str name"))
+    for module in (SYS.modules.get(name), STATE["stash"].get(name)):
+        if module is not None and id(module) in STATE["created"]:
+            return REFUSAL(
+                DENIED(
+                    f"a second instance of the C module '{name}' refused by the sandbox "
+                    "(it would come without the guards' patches)",
+                    target=name,
+                )
+            )
+    verdict = _e_decide(name)
+    if verdict is not None:
+        return verdict
+    spec = NAMESPACE(name=name, origin=origin)
+    if kind == "builtin":
+        module = IMP["create_builtin"](spec)
+    else:
+        module = IMP["create_dynamic"](spec, *rest)
+    STATE["created"][id(module)] = name
+    STATE.setdefault("pending", {})[id(module)] = (name, module)
+    return module
+
+
+def _e_exec_ext(kind, module):
+    key = id(module)
+    pending = STATE.setdefault("pending", {})
+    entry = pending.pop(key, None)
+    result = IMP["exec_" + kind](module)
+    if entry is not None:
+        _e_run_patchers(entry[0], module)
+    elif key not in STATE["created"]:
+        return REFUSAL(DENIED("pysb: executing a C module the sandbox did not create"))
+    return result
+
+
+def _e_exec_ext_builtin(module):
+    return _e_exec_ext("builtin", module)
+
+
+def _e_exec_ext_dynamic(module):
+    return _e_exec_ext("dynamic", module)
+
+
+def _e_visit(visitor):
+    if STATE["armed"]:
+        return REFUSAL(PermissionError("pysb: modules are visited before user code only"))
+    seen = set()
+    for module in [*SYS.modules.values(), *STATE["stash"].values()]:
+        if id(module) not in seen:
+            seen.add(id(module))
+            visitor(module)
+    return None
+
+
+def _e_allow_program(top):
+    if STATE["armed"]:
+        return REFUSAL(PermissionError("pysb: the program modules are fixed before it starts"))
+    STATE["program"].add(top)
+    return None
+
+
+def _e_evict():
+    """Set aside every module but the interpreter's own (see KEEP and ALWAYS)."""
+    stash = STATE["stash"]
+    modules = SYS.modules
+    for name in list(modules):
+        if _e_top(name) in ALWAYS or name in KEEP:
+            continue
+        parent = modules.get(name.rpartition(".")[0]) if "." in name else None
+        if parent is not None and not hasattr(parent, "__path__"):
+            continue  # os.path: importlib finds it only in sys.modules ("os is not a package")
+        stash[name] = modules.pop(name)
+
+
+def _e_arm():
+    STATE["armed"] = True
+    # Modules the other families imported while installing are set aside once more: the
+    # program finds in sys.modules only what the interpreter keeps there.
+    _e_evict()
+
+
+def _e_restore_finder():
+    """Put the guard finder first in sys.meta_path (rebuilt if it was tampered with)."""
+    mp = SYS.meta_path
+    if type(mp) is not list:
+        mp = []
+        SYS.meta_path = mp
+    finder, cls = STATE["finder"], STATE["finder_cls"]
+    face = STATE["find_face"]
+    intact = False
+    if finder is not None and type(finder) is cls:
+        entry = type.__getattribute__(cls, "__dict__").get("find_spec")
+        intact = (
+            type(entry) is staticmethod and entry.__func__ is face and cls.__mro__[1:] == (object,)
+        )
+    if not intact:
+        cls = type(
+            "GuardFinder",
+            (),
+            {"__slots__": (), "find_spec": staticmethod(face), "__module__": "pysb_guards"},
+        )
+        finder = cls()
+        STATE["finder"], STATE["finder_cls"] = finder, cls
+    if mp and mp[0] is finder:
+        return
+    mp[:] = [f for f in mp if f is not finder]
+    mp.insert(0, finder)
+
+
+def _e_audit_import(args):
+    """``import`` audit event: raised before the interpreter imports a module."""
+    _e_restore_finder()
+    return None
+
+
+def _e_module_of_file(filename):
+    """Top-level module name of a source file below a sys.path entry (None if none)."""
+    best = ""
+    for entry in SYS.path:
+        if type(entry) is not str or not entry:
+            continue
+        root = entry.rstrip("/") + "/"
+        if filename.startswith(root) and len(root) > len(best):
+            best = root
+    if not best:
+        return None
+    first = filename[len(best) :].split("/", 1)[0]
+    top = first.split(".", 1)[0]
+    return top if top.isidentifier() else None
+
+
+def _e_audit_exec(args):
+    """``exec`` audit event: a module's code about to run in a module namespace.
+
+    Loaders call ``exec(code, module.__dict__)``; whoever obtained the loader (the finder,
+    importlib._bootstrap, a hand-made spec), the module's file names its package.
+    """
+    code = args[0]
+    if getattr(code, "co_name", None) != "<module>":
+        return
+    filename = code.co_filename
+    if type(filename) is not str or filename.startswith("<"):
+        return
+    top = _e_module_of_file(filename)
+    if top is None:
+        return
+    verdict = _e_decide(top)
+    return None if verdict is None else verdict.exc
