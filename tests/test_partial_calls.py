@@ -469,3 +469,26 @@ def test_the_transport_is_an_inherited_unix_socket_not_a_port(mod, box):
         assert sockets <= _inodes_in("unix")
         for table in ("tcp", "tcp6", "udp", "udp6"):
             assert not sockets & _inodes_in(table)
+
+
+def test_the_default_profile_is_the_one_of_the_calling_module_s_package(tmp_path, monkeypatch):
+    import importlib
+    import uuid
+
+    pkg = f"pkg_{uuid.uuid4().hex[:8]}"
+    root = tmp_path / pkg
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / ".pysb.yaml").write_text(
+        profile_text("subprocess", tmp_path) + "env: {WHICH_PROFILE: the-package-one}\n"
+    )
+    (root / "tools.py").write_text(
+        "import os\nfrom pysb_core import sandbox, sandboxes\n"
+        "@sandbox\ndef which():\n    return os.environ.get('WHICH_PROFILE')\n"
+        "def main():\n    with sandboxes():\n        return which()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # no ./.pysb.yaml here: only the package's can be found
+    monkeypatch.delenv("PYSB_PROFILE", raising=False)
+    tools = importlib.import_module(f"{pkg}.tools")
+    assert tools.main() == "the-package-one"
