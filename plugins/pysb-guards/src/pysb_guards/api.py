@@ -220,7 +220,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
     defer_sweep(faces)
 
     events: dict[str, list[str]] = {}
-    for e in entries:
+    # Entries judged only through their events (pickle.Unpickler) come first: a refusal by
+    # the backstop then names the door most likely used.
+    for e in sorted(entries, key=lambda e: e.patch):
         for event in e.events:
             if e.group not in events.setdefault(event, []):
                 events[event].append(e.group)

@@ -118,11 +118,9 @@ DANGEROUS = frozenset(
         "faulthandler",
         "mmap",
         "webbrowser",
-        "os",
         "posix",
         "_interpreters",
         "_xxsubinterpreters",
-        "sys",
     }
 )
 
