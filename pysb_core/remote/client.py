@@ -310,7 +310,12 @@ class Client:
                 return  # the death handling kills the worker
             except transport.ChannelClosed:
                 return
-            call = pending.pop(cid, None) if kind >= transport.RESULT else pending.get(cid)
+            if kind == transport.RESULT or kind == transport.EXCEPTION:
+                call = pending.pop(cid, None)
+            elif kind == transport.OUT or kind == transport.ERR:
+                call = pending.get(cid)
+            else:
+                continue  # nothing else may come after READY: a forged frame is dropped
             if call is None:
                 continue
             deliver(call, (kind, payload))
