@@ -271,3 +271,14 @@ def test_an_exception_of_a_class_unknown_to_the_host_still_says_what_happened():
     rebuilt = rebuild_chain(data, {})
     assert isinstance(rebuilt, SandboxProtocolError)
     assert "module_the_host_never_imported" in str(rebuilt) and "details" in str(rebuilt)
+
+
+def test_exception_groups_keep_their_members_and_denials():
+    group = ExceptionGroup(
+        "two failures",
+        [ValueError("first"), FileDeniedError("open('/x') is denied", target="/x")],
+    )
+    rebuilt = rebuild_chain(describe_chain(group, hide_file=""), {})
+    assert type(rebuilt) is ExceptionGroup
+    assert [type(e) for e in rebuilt.exceptions] == [ValueError, FileDeniedError]
+    assert sandbox_denials(rebuilt) == ["FileDeniedError: open('/x') is denied"]
