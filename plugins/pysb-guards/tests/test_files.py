@@ -247,3 +247,24 @@ def test_c_functions_that_open_paths_are_judged(project: Path) -> None:
     for key in ("ssl", "ssl_chain", "readline", "sqlite_ro_uri"):
         assert r[key][0] == "FileDeniedError", (key, r[key])
     assert r["history_out"][0] == "WriteDeniedError"
+
+
+def test_held_pipes_reopen_through_proc_but_files_keep_their_rules(project: Path) -> None:
+    r = _run(
+        project,
+        """
+        import os
+        rd, wr = os.pipe()
+        def via_proc():
+            with open(f"/proc/self/fd/{wr}", "w") as f:
+                f.write("x")
+            return os.read(rd, 1)
+        t("pipe", via_proc)
+        ro = os.open("data/x.txt", os.O_RDONLY)
+        t("upgrade", lambda: open(f"/proc/self/fd/{ro}", "w"))
+        t("devnull", lambda: open("/dev/null", "w").write("x"))
+        """,
+    )
+    assert r["pipe"] == ("ok", "b'x'")
+    assert r["upgrade"][0] == "WriteDeniedError"  # the fd's file is still read-only
+    assert r["devnull"] == ("ok", "1")

@@ -108,6 +108,9 @@ def _f_realpath(path):
             except OSError:
                 out = candidate
                 continue
+            if candidate.startswith("/proc/") and not target.startswith("/") and ":[" in target:
+                # /proc/self/fd/N of a pipe or socket the program holds: not a path at all
+                return target
             if target.startswith("/"):
                 out = ""
             more = [p for p in target.split("/") if p and p != "."]
@@ -194,8 +197,8 @@ def _f_deny(exc_type, message, canon, rule, detail, err):
 
 def _f_decide(canon, write, kind):
     """None when ``canon`` may be accessed so, else a Refusal naming the rule to add."""
-    if canon in ST["devices"]:
-        return None
+    if canon in ST["devices"] or not canon.startswith("/"):
+        return None  # a harmless device, or a pipe/socket reopened through /proc/self/fd
     exp = _f_exposure(canon)
     detail = "write" if write else kind
     if exp is None:
