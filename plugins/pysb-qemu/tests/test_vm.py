@@ -182,14 +182,28 @@ def test_forwarded_socket_is_bidirectional(run_vm) -> None:
 
 
 def test_bootstrap_runs_the_program_with_limits(run_vm) -> None:
+    """The rlimits hold in the guest although the program is its uid 0 (no CAP_SYS_RESOURCE
+    or CAP_SYS_ADMIN, which would exempt it from RLIMIT_NPROC)."""
     code = (
-        "import resource\n"
+        "import os, resource\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+        "kids = []\n"
+        "try:\n"
+        "    for _ in range(30):\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            import time; time.sleep(5); os._exit(0)\n"
+        "        kids.append(pid)\n"
+        "except BlockingIOError:\n"
+        "    print('fork refused after', len(kids))\n"
         "print('via bootstrap')\n"
     )
-    r = run_vm(code, bootstrap=True, limits=Limits(open_files=77))
+    r = run_vm(code, bootstrap=True, limits=Limits(open_files=77, processes=12))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["77", "via bootstrap"]
+    lines = r.stdout.splitlines()
+    assert lines[0] == "77"
+    assert lines[1].startswith("fork refused after")
+    assert lines[2] == "via bootstrap"
 
 
 def test_memory_limit_surfaces_as_memory_error(run_vm) -> None:

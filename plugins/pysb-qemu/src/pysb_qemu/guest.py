@@ -290,6 +290,14 @@ def run_script(plan: LaunchPlan, ports: list[Port], payload_fds: list[int]) -> s
     return "\n".join(
         [
             "echo $$ > /run/pysb.pid",
+            *(
+                [
+                    "{ echo $$ > /sys/fs/cgroup/pysb/cgroup.procs && /bb/umount /sys/fs/cgroup; } "
+                    "|| { echo 'pysb: cannot join the pids cgroup' >&2; exit 125; }"
+                ]
+                if plan.policy.limits.processes is not None
+                else []
+            ),
             # The initramfs root (/etc, mount points, this file) becomes read-only: outside the
             # rw shares only the private tmpfs /tmp and /dev/shm stay writable, as under bwrap.
             "/bb/mount -o remount,ro / || { echo 'pysb: cannot make / read-only' >&2; exit 125; }",
@@ -350,6 +358,8 @@ def build_run_archive(
         run_script(plan, [p for p in ports if p.name != "ctl"], sorted(payloads)).encode(),
         0o500,
     )
+    if plan.policy.limits.processes is not None:
+        w.add_file("pysb/pids.max", f"{int(plan.policy.limits.processes)}\n".encode())
     if nft_rules is not None:
         w.add_file("pysb/net", b"")
         w.add_file("pysb/nft.rules", nft_rules.encode(), 0o400)

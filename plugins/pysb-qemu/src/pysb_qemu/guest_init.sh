@@ -8,6 +8,7 @@
 #   protect  PATH                       files made read-only (profile files)
 #   net      present when a rule allows network; nft.rules is loaded before the program
 #   nat      present when a rule allows the host's loopback (127.0.0.1 -> 10.0.2.2)
+#   pids.max limits.processes, enforced by a pids cgroup
 #   marker   end-of-stream marker written on every output port once the program has exited
 #   run      the program: fd set-up, cwd, dropped capabilities, exact environment, exec
 # Every failure before the program starts powers the VM off: the host reports it (fail closed).
@@ -78,6 +79,16 @@ while read -r path; do
   { mount --bind "$path" "$path" && mount -o remount,bind,ro "$path"; } \
     || fail "cannot protect $path"
 done < /pysb/protect
+
+# limits.processes: RLIMIT_NPROC never applies to uid 0 of the initial user namespace
+# (the guest's root), so a pids cgroup holds the program instead. /pysb/run joins it and
+# unmounts the cgroup filesystem before exec: without CAP_SYS_ADMIN it cannot come back.
+if [ -f /pysb/pids.max ]; then
+  { mount -t cgroup2 cgroup2 /sys/fs/cgroup \
+      && echo +pids > /sys/fs/cgroup/cgroup.subtree_control \
+      && mkdir /sys/fs/cgroup/pysb \
+      && cat /pysb/pids.max > /sys/fs/cgroup/pysb/pids.max; } || fail "cannot set up the pids cgroup"
+fi
 
 ip link set lo up
 if [ -f /pysb/net ]; then

@@ -21,6 +21,9 @@ from pysb_qemu import guest, netfilter, vm
 
 OPTION_KEYS = ("memory", "accel", "cpus")
 ACCELS = ("auto", "kvm", "tcg")
+NETWORK_CAPS = frozenset(
+    {Capability.TCP_PORT, Capability.TCP_HOST, Capability.UDP_PORT, Capability.UDP_HOST}
+)
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
 
 
@@ -89,6 +92,13 @@ class QemuProvider(Provider):
             accel=accel.name,
             accel_reason=accel.reason,
         )
+
+    def enforced(self) -> frozenset[Capability]:
+        """Without nft on the host (shared into the guest) network rules cannot be filtered:
+        they are then not enforced, and pysb refuses a profile that has some (fail closed)."""
+        if os.access("/usr/sbin/nft", os.X_OK):
+            return self.capabilities
+        return self.capabilities - NETWORK_CAPS
 
     def _accel_option(self) -> str:
         return str(self.options.get("accel", "auto"))
