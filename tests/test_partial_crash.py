@@ -238,3 +238,49 @@ def test_ctrl_c_in_the_host_stops_waiting_and_leaves_nothing_running(tmp_path: P
             app.wait()
     assert app.returncode == -signal.SIGINT
     assert not Path(f"/proc/{worker}").exists()
+
+
+def test_a_host_killed_outright_leaves_no_worker_behind(tmp_path: Path):
+    import subprocess
+    import sys
+
+    project = tmp_path / "project"
+    project.mkdir()
+    write_module(project, FUNCTIONS, prefix="hostkill")
+    name = next(p.stem for p in project.glob("hostkill_*.py"))
+    profile = project / ".pysb.yaml"
+    profile.write_text(profile_text("subprocess", project, project))
+    pid_file = project / "pid"
+    (project / "app.py").write_text(
+        f"import sys, time\nsys.path.insert(0, {str(project)!r})\n"
+        f"import {name} as m\nfrom pysb_core import sandboxes\n"
+        f"with sandboxes(profile={str(profile)!r}) as s:\n"
+        f"    m.mark({str(project / 'runs')!r})\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(s.pid))\n"
+        "    time.sleep(60)\n"
+    )
+    app = subprocess.Popen([sys.executable, str(project / "app.py")], stderr=subprocess.DEVNULL)
+    try:
+        worker = int(wait_for_file(pid_file, timeout=60))
+        assert is_descendant(worker, app.pid)
+        app.kill()  # our own child, by its PID: no clean-up code runs in it
+        app.wait(timeout=30)
+        assert _gone(worker), "the worker outlived its host"
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+
+
+def _gone(pid: int, within: float = 30.0) -> bool:
+    """True once ``pid`` has exited (gone, or a zombie waiting for its parent)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
