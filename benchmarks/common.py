@@ -84,15 +84,19 @@ def free_port() -> int:
 def reason_from(stderr: str, rc: int | None, provider: str = "") -> str:
     """One line saying why a command failed, from its stderr.
 
-    The last line of a traceback names the exception; a line starting with the launcher's
-    own name (``bwrap: Unknown option --argv0``) usually names the cause, so it comes first.
+    pysb's first ``pysb: error:`` line states the refusal (later lines add details and
+    the fix). Otherwise the last line (a traceback's names the exception), preceded by a
+    line starting with the launcher's own name (``bwrap: Unknown option --argv0``), which
+    usually names the cause.
     """
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    pysb_error = next((ln for ln in lines if ln.startswith("pysb: error:")), None)
     last = lines[-1] if lines else f"exit status {rc}, nothing on stderr"
     cause = next(
         (ln for ln in lines if provider and ln.startswith(f"{provider}:") and ln != last), None
     )
     text = f"{cause} ... {last}" if cause else last
+    text = pysb_error or text
     if rc is not None and rc != 0:
         text = f"{text} (rc {rc})"
     return text[:400]

@@ -32,14 +32,18 @@ def _one(argv: list[str], ctx: Context) -> dict[str, Any]:
             stderr=err,
         )
     parent = 0
-    child: tuple[int, str] | None = None
+    # Last VmHWM seen per descendant: a forked child shows its parent's pages until it
+    # execs (then its high-water mark starts again), so only the last reading counts.
+    last: dict[int, tuple[int, str]] = {}
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         parent = max(parent, _procs.peak_rss_kib(proc.pid) or 0)
-        big = _procs.largest_descendant(proc.pid)
-        if big is not None and (child is None or big[0] > child[0]):
-            child = big
+        for pid in _procs.descendants(proc.pid):
+            rss = _procs.peak_rss_kib(pid)
+            if rss is not None:
+                last[pid] = (rss, _procs.process_name(pid))
         time.sleep(0.002)
+    child = max(last.values()) if last else None
     if proc.poll() is None:
         proc.kill()  # our own child, by PID
         proc.wait()

@@ -13,7 +13,7 @@ from typing import Any
 import profiles
 from common import Context, clean_env, run_json
 
-#: A provider whose start takes seconds (a VM under software emulation): fewer repetitions.
+#: A provider whose start takes seconds (a VM under software emulation): the quick counts.
 SLOW = {"qemu"}
 
 
@@ -30,10 +30,8 @@ def run(ctx: Context) -> dict[str, Any]:
     for name in ctx.usable(ctx.pysb_providers):
         ctx.log(f"partial: pysb under {name}")
         argv = worker_argv(ctx, "pysb", name, str(ours))
-        if ctx.quick:
+        if ctx.quick or name in SLOW:
             argv.append("--quick")
-        if name in SLOW:
-            argv.append("--heavy")
         entry = run_json(argv, ctx.workdir, timeout=600, env=clean_env(), provider=name)
         result["pysb"][name] = entry
         failed = _failures(entry)

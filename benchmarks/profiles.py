@@ -33,17 +33,19 @@ def partial(workdir: Path) -> tuple[Path, Path]:
 
 
 def guards(workdir: Path, port: int) -> tuple[Path, Path]:
-    """Guard-loop profiles: the loops' imports, threads, one variable, one loopback port."""
-    ours = workdir / "guards.pysb.yaml"
+    """Guard-loop profiles: the loops' imports, threads, one variable, one loopback port.
+
+    ``port`` 0: no network rule (for a provider that refuses loopback rules; the loops
+    then leave ``connect`` out).
+    """
+    ours = workdir / f"guards-{port}.pysb.yaml"
+    network = f"network:\n  - allow tcp 127.0.0.1 {port} in\n  - allow tcp 127.0.0.1 {port} out\n"
     ours.write_text(
         "version: 1\n"
         f"imports: [{', '.join(GUARD_IMPORTS)}]\n"
         "api: {allow: [threads]}\n"
         "env: {BENCH_VAR: x}\n"
-        f"files:\n  expose-ro: [{workdir}]\n"
-        "network:\n"
-        f"  - allow tcp 127.0.0.1 {port} in\n"
-        f"  - allow tcp 127.0.0.1 {port} out\n"
+        f"files:\n  expose-ro: [{workdir}]\n" + (network if port else "")
     )
     ref = workdir / "guards.py-sandboxes"
     ref.write_text(

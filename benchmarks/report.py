@@ -1,8 +1,9 @@
 """The Markdown report (docs/performance.md) from the JSON results.
 
 The file keeps a hand-written part at the top: everything above the ``GENERATED`` marker
-is preserved on every run (a file without the marker is kept whole, as notes, and the
-marker is added below it). Everything below the marker is replaced.
+is preserved on every run. A file without the marker (notes someone wrote before the
+first run) gets the default header, with its text kept in the "Notes" section. Everything
+below the marker is replaced.
 """
 
 from __future__ import annotations
@@ -309,6 +310,9 @@ def guards(res: dict[str, Any]) -> list[str]:
             cells = [f"{label}, {name}"]
             for op, _ in ops:
                 got = entry[op]
+                if failed(got):
+                    cells.append(failed(got) or "")
+                    continue
                 target = targets.GUARDS.get(op) if impl == "pysb" else None
                 ratio = got["ratio"]
                 cells.append(f"{fmt_s(got['median_s'])} ({fmt_ratio(ratio)}{mark(target, ratio)})")
@@ -362,7 +366,9 @@ def render(results: dict[str, Any]) -> str:
         f"Linux {machine['kernel']}, {machine['os']}",
         f"- Python {machine['python']} ({machine['python_path']}); pysb {meta['pysb_version']}",
         f"- Load average (1/5/15 min): {meta['load_before']} at the start, "
-        f"{meta['load_after']} at the end; the run took {meta['duration_s']:.0f} s",
+        f"{meta['load_after']} at the end; the run took {meta['duration_s']:.0f} s ("
+        + ", ".join(f"{k} {v:.0f} s" for k, v in meta.get("section_durations_s", {}).items())
+        + ")",
         "- Reference: "
         + (
             f"pysandboxes {ref['version']} in `{ref['venv']}`"
@@ -396,12 +402,25 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def adopt(text: str) -> str:
+    """The header for a file written by hand without the marker: its text becomes notes.
+
+    Its title is dropped (the default header has one) and its ``##`` sections become
+    ``###`` sections of "Notes", so that notes other people put there are kept.
+    """
+    lines = text.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    body = "\n".join("#" + ln if ln.startswith("## ") else ln for ln in lines).strip()
+    return DEFAULT_HEADER.rstrip() + ("\n\n" + body if body else "") + "\n"
+
+
 def write(path: Path, results: dict[str, Any]) -> None:
     """Write the report, keeping the hand-written part above the marker."""
     header = DEFAULT_HEADER
     if path.exists():
         text = path.read_text()
-        header = text.split(MARKER, 1)[0] if MARKER in text else text
+        header = text.split(MARKER, 1)[0] if MARKER in text else adopt(text)
     header = header.rstrip() + "\n\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + render(results))

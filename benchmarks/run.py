@@ -170,11 +170,14 @@ def main(argv: list[str] | None = None) -> int:
             ctx.ref_providers = reference.probe_providers(ctx, ref_profile)
             results["providers"]["reference"] = ctx.ref_providers
     try:
+        durations = results["meta"]["section_durations_s"] = {}
         for name in ns.sections:
+            began = time.monotonic()
             try:
                 results["sections"][name] = SECTIONS[name](ctx)
             except Exception:
                 ctx.errors.append(f"{name}: harness error: {traceback.format_exc(limit=3)}")
+            durations[name] = round(time.monotonic() - began, 1)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     results["meta"]["load_after"] = load()

@@ -23,10 +23,10 @@ from common import Context, clean_env, median, reason_from
 def _runs(ctx: Context, kind: str, provider: str) -> tuple[int, int]:
     """(warm-up runs, counted runs): bounded so that the whole run takes minutes."""
     if provider == "qemu":
-        return (0, 1) if ctx.quick else (1, 5)
+        return (0, 1) if ctx.quick else (0, 3)  # the probe run boots it once already
     if ctx.quick:
         return (1, 3)
-    return {"python": (3, 30), "pysb": (3, 15), "ref": (1, 7)}[kind]
+    return {"python": (3, 20), "pysb": (2, 10), "ref": (1, 5)}[kind]
 
 
 def _probe(argv: list[str], cwd: Path, provider: str) -> str | None:

@@ -85,7 +85,10 @@ def test_quick_run_writes_markdown_below_the_marker_and_keeps_the_header(quick_r
     assert regenerated.startswith(custom)
     assert "OLD GENERATED TABLE" not in regenerated
     assert regenerated.count(report.MARKER) == 1
-    # A file without the marker is kept whole, as the header.
-    md_path.write_text("# Notes only\n")
+    # A file without the marker: its text is kept in the default header's Notes section.
+    md_path.write_text("# Performance\n\n## bwrap start-up\n\nabout 4 ms over python\n")
     report.write(md_path, data)
-    assert md_path.read_text().startswith("# Notes only\n\n" + report.MARKER)
+    header = md_path.read_text().split(report.MARKER, 1)[0]
+    assert header.startswith(report.DEFAULT_HEADER.rstrip())
+    notes = header.split("## Notes", 1)[1]
+    assert "### bwrap start-up\n\nabout 4 ms over python" in notes
