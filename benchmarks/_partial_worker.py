@@ -61,7 +61,7 @@ def _step(out: dict[str, Any], key: str, fn: Callable[[], Any]) -> None:
         out[key] = {"error": _error(exc)}
 
 
-def start_stop(impl: Impl, reps: int) -> dict[str, float]:
+def start_stop(impl: Impl, reps: int) -> dict[str, Any]:
     starts, firsts, stops = [], [], []
     for _ in range(reps):
         box = impl.factory()
@@ -176,8 +176,12 @@ def measure(impl: Impl, quick: bool, heavy: bool) -> dict[str, Any]:
         _step(out, "calls_per_s_8_tasks", lambda: tasks_rate(impl, 8, per_thread))
         for mib in (1, 10):
             for direction in ("argument", "result"):
-                key = f"{direction}_{mib}mib"
-                _step(out, key, lambda m=mib, d=direction: payload(impl, m * MIB, pay_reps, d))
+                nbytes = mib * MIB
+
+                def move(n: int = nbytes, d: str = direction) -> dict[str, float]:
+                    return payload(impl, n, pay_reps, d)
+
+                _step(out, f"{direction}_{mib}mib", move)
     return out
 
 

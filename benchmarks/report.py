@@ -202,7 +202,7 @@ def _partial_value(entry: dict[str, Any], step: str, key: str | None) -> Any:
 
 
 def _target_key(step: str, key: str | None) -> str:
-    return key if step in ("start_stop", "latency") else step
+    return key if key is not None and step in ("start_stop", "latency") else step
 
 
 def partial(res: dict[str, Any]) -> list[str]:
