@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from pysb_firejail import FirejailProvider
@@ -109,3 +110,36 @@ def test_signals_reach_the_program_not_firejail() -> None:
             proc.wait()
     assert out == b"usr1\n"
     assert proc.returncode == 7
+
+
+def test_kill_ends_the_program_before_it_returns() -> None:
+    code = "import time; print('up', flush=True); time.sleep(60)"
+    proc = launch(make_plan([sys.executable, "-c", code]), stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+        program = proc.program_pid()  # type: ignore[attr-defined]
+        assert program is not None
+        proc.kill()
+        try:
+            stat = Path(f"/proc/{program}/stat").read_text()
+        except OSError:
+            stat = ") Z"
+        state = stat.rsplit(")", 1)[1].split()[0]
+        assert state == "Z", f"program {program} still running ({state})"
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_arguments_reach_the_program_verbatim() -> None:
+    """firejail 0.9.72 starts the program through ``/bin/bash -c`` with each argument
+    quoted; nothing a shell would interpret may change them."""
+    args = ["a'b", 'c"d', "$HOME", "x  y", "new\nline", "\\", "`id`", "*", ""]
+    code = "import sys, json; print(json.dumps(sys.argv[1:]))"
+    proc = launch(make_plan([sys.executable, "-c", code, *args]), stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=60)
+    import json
+
+    assert json.loads(out) == args

@@ -8,6 +8,8 @@ Two things firejail does that a plain ``python`` start would not:
   environment is put back here to exactly the profile's, before the program can read it
   or pass it on (``os.environ`` edits call ``setenv``/``unsetenv``: native code and child
   processes agree);
+- it keeps the program in the caller's session, where ``ioctl(TIOCSTI)`` could type into
+  the user's shell: a seccomp filter refusing it is loaded here (``tty_filter``);
 - it keeps the program in the terminal's foreground process group together with firejail
   itself, and firejail answers a Ctrl-C by shutting the sandbox down. When a standard
   stream is a terminal, the program moves into a process group of its own and makes it
@@ -41,8 +43,15 @@ def _take_foreground() -> None:
         return
 
 
-def setup(env: dict[str, str] | None = None, foreground: bool = False) -> None:
-    """Make ``os.environ`` exactly ``env``; take the terminal's foreground if asked."""
+def setup(
+    env: dict[str, str] | None = None, foreground: bool = False, tty_filter: bool = False
+) -> None:
+    """Make ``os.environ`` exactly ``env``; load the terminal-injection filter
+    (:mod:`pysb_firejail.ttyfilter`) and take the terminal's foreground if asked."""
+    if tty_filter:
+        from pysb_firejail import ttyfilter
+
+        ttyfilter.install()
     if env is not None:
         for name in [n for n in os.environ if n not in env]:
             os.environ.pop(name, None)

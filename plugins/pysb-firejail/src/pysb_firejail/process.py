@@ -13,6 +13,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie whose files are already closed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _children(pid: int) -> list[int]:
@@ -36,6 +46,36 @@ class FirejailProcess(subprocess.Popen[bytes]):
                 return None
             pid = kids[0]
         return pid
+
+    def kill(self) -> None:
+        """SIGKILL the program and the sandbox's PID 1 first, then firejail, and wait
+        (briefly) until the program is gone.
+
+        Killing only firejail ends the sandbox a few milliseconds later, asynchronously;
+        meanwhile the program still holds its files and sockets open, and a caller that
+        kills a worker and sends the next request at once (partial mode's timeout) would
+        send it to a dying worker.
+        """
+        if self.poll() is not None:
+            return
+        chain = []
+        pid = self.pid
+        for _ in range(2):  # firejail -> sandbox PID 1 -> program: our descendants
+            kids = _children(pid)
+            if len(kids) != 1:
+                break
+            pid = kids[0]
+            chain.append(pid)
+        for target in reversed(chain):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        super().kill()
+        if chain:
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and _alive(chain[-1]):
+                time.sleep(0.002)
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is not None:

@@ -188,6 +188,6 @@ class FirejailProvider(Provider):
             ChildSetup(
                 module="pysb_firejail.child",
                 function="setup",
-                args={"env": dict(plan.env), "foreground": True},
+                args={"env": dict(plan.env), "foreground": True, "tty_filter": True},
             )
         )
