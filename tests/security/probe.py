@@ -113,6 +113,14 @@ def write(path: str, data: str = "PWNED\n", flags: str = "append") -> str:
     return "ok"
 
 
+def open_only(path: str, flags: str = "write") -> str:
+    """Open without reading or writing anything: whether the kernel hands out the fd at all
+    (used on files where a successful write would do harm: sysctls, sysrq-trigger)."""
+    fd = os.open(path, os.O_WRONLY if flags == "write" else os.O_RDONLY)
+    os.close(fd)
+    return "ok"
+
+
 def listdir(path: str) -> str:
     return "ok:" + ",".join(sorted(os.listdir(path)))
 
@@ -265,6 +273,21 @@ def tiocsti(text: str) -> str:
     return "ok"
 
 
+def read_key(description: str, keyring: int) -> str:
+    """Find a ``user`` key by description in a keyring (-4 user, -3 session) and read it."""
+    ctypes.set_errno(0)
+    serial = LIBC.syscall(
+        250, ctypes.c_long(10), ctypes.c_long(keyring), b"user", description.encode(), None
+    )  # keyctl(KEYCTL_SEARCH, ...)
+    if serial == -1:
+        return _errname(ctypes.get_errno())
+    buf = ctypes.create_string_buffer(256)
+    got = LIBC.syscall(250, ctypes.c_long(11), ctypes.c_long(serial), buf, ctypes.c_long(256))
+    if got == -1:
+        return _errname(ctypes.get_errno())
+    return "ok:" + buf.raw[: min(got, 256)].decode(errors="replace")
+
+
 def fds() -> str:
     """The fds open in the program, without the one ``listdir`` itself uses."""
     names = os.listdir("/proc/self/fd")
@@ -320,6 +343,14 @@ def abstract_unix(name: str) -> str:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(5)
         s.connect("\0" + name)
+        return "ok:" + s.recv(16).decode(errors="replace").strip()
+
+
+def unix_connect(path: str) -> str:
+    """Connect to a named Unix socket (docker.sock, D-Bus, an agent) and read its greeting."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(path)
         return "ok:" + s.recv(16).decode(errors="replace").strip()
 
 
