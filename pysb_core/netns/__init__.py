@@ -38,9 +38,25 @@ Modules: :mod:`~pysb_core.netns.nft` (pure ruleset compiler), :mod:`~pysb_core.n
 
 from __future__ import annotations
 
-from pysb_core.netns.nft import CompiledNetwork, Forward, UserNetLayout, compile_network
-from pysb_core.netns.session import NetnsNetwork
-from pysb_core.netns.usernet import INSTALL_HINT, Pasta, Slirp4netns, UserNet, choose_helper
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pysb_core.netns.nft import CompiledNetwork, Forward, UserNetLayout, compile_network
+    from pysb_core.netns.session import NetnsNetwork
+    from pysb_core.netns.usernet import INSTALL_HINT, Pasta, Slirp4netns, UserNet, choose_helper
+
+_WHERE = {
+    "CompiledNetwork": "nft",
+    "Forward": "nft",
+    "UserNetLayout": "nft",
+    "compile_network": "nft",
+    "NetnsNetwork": "session",
+    "INSTALL_HINT": "usernet",
+    "Pasta": "usernet",
+    "Slirp4netns": "usernet",
+    "UserNet": "usernet",
+    "choose_helper": "usernet",
+}
 
 __all__ = [
     "INSTALL_HINT",
@@ -54,3 +70,13 @@ __all__ = [
     "choose_helper",
     "compile_network",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy exports: a run without network rules never imports the helpers' modules."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pysb_core.netns' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"pysb_core.netns.{module}"), name)

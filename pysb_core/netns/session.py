@@ -21,13 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.netns import nft
-from pysb_core.netns.usernet import INSTALL_HINT, Pasta, UserNet, choose_helper
 from pysb_core.netrules import hosts_file_text
-from pysb_core.policy import NetworkRule
 
 if TYPE_CHECKING:
+    from pysb_core.netns import nft
+    from pysb_core.netns.usernet import UserNet
     from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import NetworkRule
 
 _SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
 
@@ -67,6 +67,8 @@ class NetnsNetwork:
     @property
     def helper_class(self) -> type[UserNet]:
         if self._helper_cls is None:
+            from pysb_core.netns.usernet import choose_helper
+
             self._helper_cls = choose_helper(self._helper_name)
         return self._helper_cls
 
@@ -75,11 +77,15 @@ class NetnsNetwork:
         try:
             return self.helper_class.layout
         except ProviderUnavailableError:
-            return nft.SLIRP4NETNS
+            from pysb_core.netns.nft import SLIRP4NETNS
+
+            return SLIRP4NETNS
 
     @property
     def compiled(self) -> nft.CompiledNetwork:
         if self._compiled is None:
+            from pysb_core.netns import nft
+
             self._compiled = nft.compile_network(self.rules, self.pins, self.layout)
         return self._compiled
 
@@ -91,9 +97,16 @@ class NetnsNetwork:
         try:
             self.helper_class  # noqa: B018 - probing
         except ProviderUnavailableError as exc:
+            from pysb_core.netns.usernet import INSTALL_HINT
+
             out.append((exc.reason, exc.fix or INSTALL_HINT))
         if _which("nft") is None:
-            out.append(("network rules need nftables (nft) inside the namespace", INSTALL_HINT))
+            out.append(
+                (
+                    "network rules need nftables (nft) inside the namespace",
+                    "apt-get install slirp4netns nftables",
+                )
+            )
         if _which("nsenter") is None:
             out.append(
                 ("network rules need nsenter to load the filter", "apt-get install util-linux")
@@ -151,6 +164,8 @@ class NetnsNetwork:
             return
         self.check()
         self.load_filter(pid)
+        from pysb_core.netns.usernet import Pasta
+
         c = self.compiled
         cls = self.helper_class
         kwargs: dict[str, object] = {}

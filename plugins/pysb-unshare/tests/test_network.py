@@ -193,7 +193,7 @@ def test_filter_failure_fails_closed(tmp_path, monkeypatch):
         c.ruleset = c.ruleset.replace("policy drop", "policy nonsense")
         return c
 
-    monkeypatch.setattr("pysb_core.netns.session.nft.compile_network", broken)
+    monkeypatch.setattr("pysb_core.netns.nft.compile_network", broken)
     marker = tmp_path / "ran"
     plan = sh(f"touch {marker}", rules=["allow tcp 127.0.0.1 9 out"], rw=[str(tmp_path)])
     with pytest.raises(SandboxError, match="network filter could not be loaded"):

@@ -20,12 +20,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.netns import NetnsNetwork
 from pysb_core.plan import LaunchPlan, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
+
+if TYPE_CHECKING:
+    from pysb_core.netns import NetnsNetwork
 
 __all__ = ["UnshareProvider"]
 
@@ -162,6 +164,8 @@ class UnshareProvider(Provider):
         }
 
     def network(self, plan: LaunchPlan) -> NetnsNetwork:
+        from pysb_core.netns.session import NetnsNetwork
+
         return NetnsNetwork.from_plan(plan, helper=self.options.get("network-helper"))
 
     def describe(self, plan: LaunchPlan) -> list[str]:
