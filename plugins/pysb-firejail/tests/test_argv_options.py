@@ -216,3 +216,19 @@ def test_firejail_run_dir_and_other_mounts_are_read_only() -> None:
     for hidden in ("/opt/data", "/proc", "/run/user/0"):  # blacklisted or firejail's
         assert f"--read-only={hidden}" not in argv
     assert argv.count("--read-only=/work") == 1  # the whitelisted top covers it
+
+
+def test_whole_tmp_exposed_read_write_is_the_hosts() -> None:
+    argv = build_argv(plan([exp("/tmp", True)]), LAYOUT).argv
+    assert "--private-tmp" not in argv
+    assert "--read-write=/tmp" in argv  # the host's /tmp, under the read-only /
+
+
+def test_root_exposed_read_only() -> None:
+    cmd = build_argv(plan([exp("/"), exp("/work/app/out", True)]), LAYOUT)
+    assert not cmd.blacklisted
+    assert "--private-tmp" not in cmd.argv
+    assert cmd.whitelisted == ["/run/firejail"]  # /run reduced even then
+    assert "--read-write=/work/app/out" in cmd.argv
+    with pytest.raises(SandboxError, match="/run"):
+        build_argv(plan([exp("/run")]), LAYOUT)

@@ -183,3 +183,12 @@ def test_firejails_host_directory_is_not_writable(project: Project) -> None:
     res = _sh(project, "touch /run/firejail/pysb-test-x")
     assert res.returncode != 0
     assert not os.path.exists("/run/firejail/pysb-test-x")
+
+
+def test_exposing_tmp_read_write_reaches_the_host(project: Project, tmp_path) -> None:
+    target = tmp_path / "through-tmp.txt"
+    _profile(project, "files: {expose-rw: [/tmp]}", "providers: {firejail: {hostname: pysbbox}}")
+    res = _sh(project, f"echo via-tmp > {target} && hostname")
+    assert res.returncode == 0, res.stderr
+    assert target.read_text() == "via-tmp\n"
+    assert res.stdout.strip() == "pysbbox"

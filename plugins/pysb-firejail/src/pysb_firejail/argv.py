@@ -158,6 +158,13 @@ def build_argv(
     cmd = FirejailCommand(argv=argv)
     root_exposed = any(e.path == "/" for e in exposures)
     paths = [e.path for e in exposures]
+    if "/run" in paths:
+        raise SandboxError(
+            "firejail cannot expose /run as a whole (it needs /run/firejail for itself); "
+            "expose the parts of /run the program needs"
+        )
+    #: /tmp is a private tmpfs unless the profile exposes it (or all of /).
+    tmp_private = not root_exposed and "/tmp" not in paths
 
     # -- 2. the view: whitelist or blacklist each top-level entry ----------------------
     whitelist: list[str] = []
@@ -180,15 +187,18 @@ def build_argv(
             if ETC_HOSTS in layout.etc:  # replaced by --hosts-file when names are pinned
                 whitelist.append(ETC_HOSTS)
             whitelist += [p for p in paths if is_below(p, "/etc")]
-        if "/run" not in paths:
-            if layout.firejail_run:
-                whitelist.append(FIREJAIL_RUN)
-            whitelist += [p for p in paths if is_below(p, "/run")]
-        if "/tmp" not in paths:
+        if tmp_private:
             tmp = [p for p in paths if is_below(p, "/tmp")]
             whitelist += tmp
             if not tmp:
                 argv.append("--private-tmp")
+    # /run is reduced to firejail's own directory (and exposures below /run) even when
+    # all of / is exposed: the host's /run is a separate, writable mount that firejail
+    # cannot make read-only without breaking its own start.
+    if layout.firejail_run:
+        whitelist.append(FIREJAIL_RUN)
+    whitelist += [p for p in paths if is_below(p, "/run")]
+    if whitelist:
         # A path below another whitelisted one is already visible through it.
         unique = set(whitelist)
         kept = sorted(p for p in unique if not any(is_below(p, q) and p != q for q in unique))
@@ -211,7 +221,8 @@ def build_argv(
     hidden_tops = set(cmd.blacklisted)
     done: list[str] = ["/", *tops]
     for m in sorted(layout.mounts, key=depth):
-        if any(is_below(m, r) for r in (*_RESERVED, "/tmp", "/run", *hidden_tops)):
+        private = ("/run", "/tmp") if tmp_private else ("/run",)
+        if any(is_below(m, r) for r in (*_RESERVED, *private, *hidden_tops)):
             continue
         if any(is_below(m, d) and (d != "/" or m == "/") for d in done):
             continue
@@ -227,8 +238,8 @@ def build_argv(
         parents = [p for p in state if is_below(e.path, p) and p != e.path]
         if parents:
             inherited = state[max(parents, key=depth)]
-        else:
-            inherited = is_below(e.path, "/tmp") or is_below(e.path, "/run")
+        else:  # the private tmpfs trees are writable, the rest of / is read-only
+            inherited = (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run")
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)
