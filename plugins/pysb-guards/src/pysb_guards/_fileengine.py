@@ -88,6 +88,7 @@ def _f_realpath(path):
         name = rest.pop()
         if name == "..":
             out = out[: out.rfind("/")] if out else ""
+            missing = False  # back in a directory that may exist: resolve again
             continue
         candidate = out + "/" + name
         if missing:
@@ -101,8 +102,10 @@ def _f_realpath(path):
             continue
         if S_ISLNK(st.st_mode):
             links += 1
-            if links > 40:
-                return candidate
+            if links > 40:  # a loop: the kernel says ELOOP; keep going lexically, as
+                missing = True  # os.path.realpath does
+                out = candidate
+                continue
             try:
                 target = READLINK(candidate)
             except OSError:
