@@ -15,7 +15,6 @@ import tempfile
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from pysb_guards import _fileengine, _seal
 
 NS = _seal.seal_group(
