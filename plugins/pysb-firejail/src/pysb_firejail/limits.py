@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,7 +95,15 @@ class PidsCgroup:
             os.close(fd)
 
     def remove(self) -> None:
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass  # a process is still in it (firejail exits before its last child)
+        """Remove the cgroup; its last processes may take a moment to be reaped."""
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return  # a process left behind keeps it; it is empty and harmless
+                time.sleep(0.01)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pysb_core.policy import NetworkRule
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 @dataclass(frozen=True)
