@@ -268,3 +268,40 @@ def test_held_pipes_reopen_through_proc_but_files_keep_their_rules(project: Path
     assert r["pipe"] == ("ok", "b'x'")
     assert r["upgrade"][0] == "WriteDeniedError"  # the fd's file is still read-only
     assert r["devnull"] == ("ok", "1")
+
+
+def test_everyday_library_code_works_inside_the_exposures(project: Path, python: str) -> None:
+    tmp = project / "out" / "tmp"
+    tmp.mkdir()
+    r = _run(
+        project,
+        """
+        import os, shutil, tempfile, pathlib, zipfile
+        def temp():
+            with tempfile.NamedTemporaryFile("w", delete=False) as f:
+                f.write("t")
+            return os.path.dirname(f.name) == os.environ["TMPDIR"]
+        t("tempfile", temp)
+        def tree():
+            base = pathlib.Path("out/tree")
+            (base / "a" / "b").mkdir(parents=True)
+            (base / "a" / "b" / "f.txt").write_text("x")
+            shutil.copytree(base, "out/tree2")
+            shutil.rmtree(base)
+            return sorted(str(p.relative_to("out")) for p in pathlib.Path("out/tree2").rglob("*"))
+        t("tree", tree)
+        def zipped():
+            with zipfile.ZipFile("out/z.zip", "w") as z:
+                z.write("data/x.txt")
+            return zipfile.ZipFile("out/z.zip").read("data/x.txt")
+        t("zip", zipped)
+        t("rmtree_ro", lambda: shutil.rmtree("data"))
+        """,
+        env={"TMPDIR": str(tmp)},
+        python=python,
+    )
+    assert r["tempfile"] == ("ok", "True")
+    assert r["tree"] == ("ok", "['tree2/a', 'tree2/a/b', 'tree2/a/b/f.txt']")
+    assert r["zip"] == ("ok", "b'data'")
+    assert r["rmtree_ro"][0] == "WriteDeniedError"
+    assert (project / "data" / "x.txt").exists()
