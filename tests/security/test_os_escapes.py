@@ -42,13 +42,6 @@ FD_REOPEN_HOLE = pytest.mark.xfail(
     "/proc/self/fd/N reopens the host file with any mode DAC allows (a file given as "
     "stdin read-only becomes writable, a file given as stderr becomes readable)",
 )
-#: firejail leaves the program in the caller's session with TIOCSTI allowed.
-TIOCSTI_HOLE = pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: under firejail the program shares the caller's session and controlling "
-    "terminal, and neither firejail's default seccomp filter nor pysb refuses "
-    "ioctl(TIOCSTI): it can type commands into the shell that started pysb",
-)
 #: bwrap as root: the sandbox's uid 0 is the host's root, and /proc/sys stays writable.
 PROC_SYS_HOLE = pytest.mark.xfail(
     os.geteuid() == 0,
@@ -587,7 +580,7 @@ def _run_on_pty(argv: list[str], cwd: Path) -> tuple[int, bytes]:
     return status, output
 
 
-@pytest.mark.parametrize("provider", providers(firejail=TIOCSTI_HOLE))
+@pytest.mark.parametrize("provider", providers())
 def test_tiocsti_cannot_type_into_the_terminal(provider: str, tmp_path: Path) -> None:
     import json
 
@@ -782,14 +775,9 @@ def test_probe_reports_refusals_and_successes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.provider("qemu")
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: under qemu 'limits: processes' is an RLIMIT_NPROC applied to the guest's "
-    "uid 0, which the guest kernel ignores; the VM bounds the damage (its RAM), but the run "
-    "starts with a limit it does not enforce",
-)
 def test_qemu_process_limit(tmp_path: Path) -> None:
-    """A fork loop inside the VM is harmless to the host (bounded at 48, reaped)."""
+    """A fork loop inside the VM is harmless to the host (bounded at 48, reaped); the guest's
+    uid 0 ignores RLIMIT_NPROC, so this needs the guest's pids cgroup."""
     box = bench("qemu", tmp_path, "limits: {processes: 12, wall-time: 120s}\n")
     out = box.run([("fork", "fork_many", {"limit": 48, "sleep": 30})])
     forked = int(out["fork"].split(":")[1])
