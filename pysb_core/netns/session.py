@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -100,10 +101,10 @@ class NetnsNetwork:
             from pysb_core.netns.usernet import INSTALL_HINT
 
             out.append((exc.reason, exc.fix or INSTALL_HINT))
-        if _which("nft") is None:
+        if self.backend is None:
             out.append(
                 (
-                    "network rules need nftables (nft) inside the namespace",
+                    "network rules need nftables (nft), or iptables-restore, inside the namespace",
                     "apt-get install slirp4netns nftables",
                 )
             )
@@ -124,7 +125,8 @@ class NetnsNetwork:
         if not self.enabled:
             return ["network: no allow rule -> own network namespace, loopback only"]
         c = self.compiled
-        lines = [f"network: own namespace + {self.layout.name} + nftables (loaded before start)"]
+        kind = "iptables" if self.backend == "iptables" else "nftables"
+        lines = [f"network: own namespace + {self.layout.name} + {kind} (loaded before start)"]
         for protos, ports in c.host_loopback:
             lines.append(
                 f"  host loopback reachable: {protos} 127.0.0.1 {','.join(str(p) for p in ports)}"
@@ -139,7 +141,7 @@ class NetnsNetwork:
             else "  DNS: none (names resolve only through the pinned /etc/hosts)"
         )
         lines += [f"  note: {n}" for n in c.notes]
-        lines += ["  " + ln for ln in c.ruleset.rstrip().splitlines()]
+        lines += ["  " + ln for ln in self.ruleset_text().rstrip().splitlines()]
         return lines
 
     # -- files for a sandbox with its own /etc --------------------------------------------
@@ -179,35 +181,67 @@ class NetnsNetwork:
         helper.start(pid)
         self.helper = helper
 
+    @property
+    def backend(self) -> str | None:
+        """``nft``, else ``iptables`` (iptables-restore and ip6tables-restore), else None."""
+        if _which("nft"):
+            return "nft"
+        if _which("iptables-restore") and _which("ip6tables-restore"):
+            return "iptables"
+        return None
+
+    def ruleset_text(self) -> str:
+        """What :meth:`load_filter` loads, as text (for ``pysb check``)."""
+        if self.backend == "iptables":
+            from pysb_core.netns.iptables import compile_iptables
+
+            v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
+            return f"# iptables-restore\n{v4}# ip6tables-restore\n{v6}"
+        return self.compiled.ruleset
+
     def load_filter(self, pid: int) -> None:
         """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not."""
         c = self.compiled
+        backend = self.backend
+        nsenter = _which("nsenter")
+        if nsenter is None or backend is None:
+            raise SandboxError(
+                "cannot load the network filter: nsenter, or both nft and iptables-restore, "
+                "are missing (apt-get install nftables)"
+            )
         script = ""
         if self.layout.host_loopback_nat and (c.host_loopback or c.inbound):
             # 127.0.0.1 may only be routed out of tap0 (and accepted from it) with this on.
             script = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
-        script += 'exec "$0" -f -'
-        nsenter = _which("nsenter")
-        nft_bin = _which("nft")
-        if nsenter is None or nft_bin is None:
-            raise SandboxError("cannot load the network filter: nsenter or nft is missing")
-        argv = [
-            nsenter,
-            f"--target={pid}",
-            "--user",
-            "--net",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-            nft_bin,
-        ]
+        tmpdir = None
+        stdin = b""
+        if backend == "nft":
+            script += 'exec "$0" -f -'
+            args = [str(_which("nft"))]
+            stdin = c.ruleset.encode()
+        else:
+            from pysb_core.netns.iptables import compile_iptables
+
+            v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
+            tmpdir = tempfile.mkdtemp(prefix="pysb-ipt-")
+            files = []
+            for name, text in (("v4", v4), ("v6", v6)):
+                path = os.path.join(tmpdir, name)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                files.append(path)
+            script += '"$0" "$2" && exec "$1" "$3"'
+            args = [str(_which("iptables-restore")), str(_which("ip6tables-restore")), *files]
+        argv = [nsenter, f"--target={pid}", "--user", "--net", "--", "/bin/sh", "-c", script]
         try:
             done = subprocess.run(
-                argv, input=c.ruleset.encode(), capture_output=True, timeout=20, check=False
+                [*argv, *args], input=stdin, capture_output=True, timeout=20, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SandboxError(f"cannot load the network filter: {exc}") from exc
+        finally:
+            if tmpdir is not None:
+                shutil.rmtree(tmpdir, ignore_errors=True)
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace").strip()
             raise SandboxError(

@@ -335,3 +335,35 @@ def test_describe_names_the_fix_when_helpers_are_missing(monkeypatch):
     text = "\n".join(UnshareProvider().describe(plan))
     assert "cannot be enforced here" in text
     assert "apt-get install slirp4netns nftables" in text
+
+
+def test_iptables_fallback_without_nft(servers, monkeypatch):
+    """No ``nft`` on the host: the same filter is loaded with iptables-restore."""
+    import shutil as _shutil
+
+    from pysb_core.netns import session
+
+    if not (
+        _shutil.which("iptables-restore", path="/usr/sbin:/sbin")
+        and _shutil.which("ip6tables-restore", path="/usr/sbin:/sbin")
+    ):
+        pytest.skip("iptables-restore is not installed")
+    real = session._which
+    monkeypatch.setattr(session, "_which", lambda name: None if name == "nft" else real(name))
+    a, b, c = servers
+    ports = sorted([a.port, b.port, c.port])
+    plan = sh(
+        "".join(probe("127.0.0.1", p) for p in ports) + probe("10.0.2.2", ports[0]),
+        rules=[
+            f"allow tcp 127.0.0.1 {ports[0]}-{ports[2]} out",
+            f"deny tcp 127.0.0.1 {ports[1]} out",
+            "allow tcp 0.0.0.0/0 1-65535 out",
+        ],
+    )
+    from pysb_unshare import UnshareProvider
+
+    text = "\n".join(UnshareProvider().describe(plan))
+    assert "iptables-restore" in text and "+ iptables" in text
+    res = run_plan(plan)
+    lines = [ln for ln in res.stdout.splitlines() if ln]
+    assert lines == ["ok", "REFUSED", "ok", "REFUSED"], res

@@ -152,3 +152,37 @@ def test_nft_accepts_the_ruleset(texts):
         env={"PATH": "/usr/sbin:/sbin:/usr/bin:/bin"},
     )
     assert done.returncode == 0, (done.stderr, c.ruleset)
+
+
+@pytest.mark.parametrize("texts", CASES)
+def test_iptables_restore_accepts_the_fallback(texts):
+    """The iptables fallback parses too (``--test``: nothing is loaded)."""
+    from pysb_core.netns.iptables import compile_iptables
+
+    tools = [
+        shutil.which(t, path="/usr/sbin:/sbin") for t in ("iptables-restore", "ip6tables-restore")
+    ]
+    if not all(tools) or not shutil.which("unshare"):
+        pytest.skip("iptables-restore or unshare missing")
+    v4, v6 = compile_iptables(rules(*texts), {})
+    for tool, text in zip(tools, (v4, v6), strict=True):
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--net", tool, "--test"],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, (tool, done.stderr, text)
+
+
+def test_iptables_judges_the_original_destination():
+    from pysb_core.netns.iptables import compile_iptables
+
+    v4, _ = compile_iptables(rules("allow tcp 127.0.0.1 8000 out", "deny tcp * 22 out"), {})
+    want = "-m conntrack --ctorigdst 127.0.0.1/32 -p tcp -m multiport --dports 8000 -j ACCEPT"
+    assert f"-A OUTPUT {want}" in v4
+    assert "-j DNAT --to-destination 10.0.2.2" in v4
+    deny = v4.index("--dports 22 -j REJECT")
+    allow = v4.index("--dports 8000 -j ACCEPT")
+    assert deny < allow
