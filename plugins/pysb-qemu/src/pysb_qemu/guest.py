@@ -358,6 +358,8 @@ def build_run_archive(
         run_script(plan, [p for p in ports if p.name != "ctl"], sorted(payloads)).encode(),
         0o500,
     )
+    if os.environ.get("PYSB_QEMU_DEBUG"):
+        w.add_file("pysb/debug", b"")
     if plan.policy.limits.processes is not None:
         w.add_file("pysb/pids.max", f"{int(plan.policy.limits.processes)}\n".encode())
     if nft_rules is not None:

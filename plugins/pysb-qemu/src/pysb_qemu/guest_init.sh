@@ -15,6 +15,13 @@
 export PATH=/bb
 CTL=
 
+# With PYSB_QEMU_DEBUG set on the host, /pysb/debug exists: stage times on the console.
+stage() {
+  [ -f /pysb/debug ] || return 0
+  read -r up _ < /proc/uptime
+  echo "pysb-guest: $up s: $1" > /dev/ttyS0
+}
+
 fail() {
   echo "pysb-guest: $*" > /dev/ttyS0
   [ -n "$CTL" ] && echo "fail $*" >&250
@@ -22,19 +29,16 @@ fail() {
   poweroff -f
 }
 
-find_port() {
-  for d in /sys/class/virtio-ports/*; do
-    [ -r "$d/name" ] && [ "$(cat "$d/name")" = "$1" ] && { echo "/dev/${d##*/}"; return 0; }
-  done
-  return 1
-}
-
-wait_port() {
-  i=0
-  until find_port "$1"; do
-    i=$((i + 1))
-    [ $i -gt 1000 ] && return 1
-    usleep 5000
+# Port names (ctl, fd0, fd1...) become shell variables P_<name>=/dev/vportNpM once every
+# expected port has its name (names arrive after the devices). Builtins only: no forks.
+ports_ready() {
+  set -- /sys/class/virtio-ports/*
+  [ -e "$1" ] && [ $# -ge "$want" ] || return 1
+  for d in "$@"; do
+    name=
+    [ -r "$d/name" ] && read -r name < "$d/name"
+    [ -n "$name" ] || return 1
+    eval "P_$name=/dev/\${d##*/}"
   done
 }
 
@@ -45,16 +49,28 @@ mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+stage "init started"
 while read -r m; do
   insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
 done < /modules/core.order
+stage "modules loaded"
 
-dev=$(wait_port ctl) || fail "the control port did not appear"
-exec 250<>"$dev"
+want=1
+while read -r _; do want=$((want + 1)); done < /pysb/ports
+i=0
+until ports_ready; do
+  i=$((i + 1))
+  [ $i -gt 1000 ] && fail "the virtio-serial ports did not appear"
+  usleep 5000
+done
+[ -n "$P_ctl" ] || fail "the control port did not appear"
+exec 250<>"$P_ctl"
 CTL=1
+stage "ports found"
 k=200
 while read -r name gfd dir; do
-  dev=$(wait_port "$name") || fail "port $name did not appear"
+  eval "dev=\$P_$name"
+  [ -n "$dev" ] || fail "port $name did not appear"
   eval "exec $k<>\"\$dev\""
   k=$((k + 1))
 done < /pysb/ports
@@ -79,6 +95,7 @@ while read -r path; do
   { mount --bind "$path" "$path" && mount -o remount,bind,ro "$path"; } \
     || fail "cannot protect $path"
 done < /pysb/protect
+stage "shares mounted"
 
 # limits.processes: RLIMIT_NPROC never applies to uid 0 of the initial user namespace
 # (the guest's root), so a pids cgroup holds the program instead. /pysb/run joins it and
@@ -123,8 +140,10 @@ rm -f /pysb/marker
   done
 ) <&250 &
 READER=$!
+stage "program starts"
 /bb/sh /pysb/run
 rc=$?
+stage "program exited ($rc)"
 kill $READER 2>/dev/null
 sync
 k=200
