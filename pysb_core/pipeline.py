@@ -57,14 +57,11 @@ def _warn(stream: IO[str] | None, message: str) -> None:
 
 def _memory_text(policy: Policy) -> str | None:
     """``512M (.pysb.yaml:7)``: how the child names the memory limit when it is hit."""
-    memory = policy.limits.memory
-    if memory is None:
+    from pysb_core.builtin.oslayer import limit_text
+
+    if policy.limits.memory is None:
         return None
-    value = f"{memory} bytes"
-    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if memory % size == 0:
-            value = f"{memory // size}{unit}"
-            break
+    value = limit_text("memory", policy.limits.memory)
     source = policy.limits.sources.get("memory")
     return f"{value} ({source})" if source else value
 

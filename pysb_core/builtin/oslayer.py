@@ -37,6 +37,18 @@ def network_rule_enforced(rule: NetworkRule, caps: frozenset[C]) -> bool:
     return True
 
 
+def limit_text(key: str, value: float) -> str:
+    """A limit as a person writes it: ``512M``, ``30s``."""
+    if key == "memory":
+        for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+            if value % size == 0:
+                return f"{int(value) // size}{unit}"
+        return f"{int(value)}"
+    if key in ("cpu_time", "wall_time"):
+        return f"{value:g}s"
+    return str(value)
+
+
 @hookimpl(trylast=True)
 def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
     caps = provider.enforced() if provider is not None else frozenset()
@@ -63,12 +75,12 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
         value = getattr(limits, key)
         if value is None:
             continue
+        name = key.replace("_", "-")
         # wall-time is enforced by pysb's own parent process, outside the sandbox.
-        text = f"limits: {key.replace('_', '-')}: {value}"
         add(
             "limits",
-            text,
-            limits.sources.get(key, "<profile>"),
+            f"limits: {name}: {limit_text(key, value)}",
+            limits.sources.get(name, "<profile>"),
             key == "wall_time" or C.LIMITS in caps,
         )
     if policy.imports is not None:

@@ -25,6 +25,14 @@ def _provider_notes(policy: Any) -> list[str]:
     ]
 
 
+def _source_key(source: str) -> tuple[int, str, int]:
+    """Rules in profile order: file, then line; ``<cli>`` and implicit ones last."""
+    path, _, line = source.rpartition(":")
+    if line.isdigit():
+        return (0, path, int(line))
+    return (1, source, 0)
+
+
 def run_check(
     profile: str | None, provider: str | None, no_python_guards: bool, as_json: bool
 ) -> int:
@@ -53,7 +61,7 @@ def run_check(
         provider_name = session.provider.name
         profile_path = policy.profile_path
         report = session.report
-        for r in report.rules:
+        for r in sorted(report.rules, key=lambda r: _source_key(r.source)):
             rules.append(
                 {"rule": r.rule, "source": r.source, "layers": list(r.layers), "family": r.family}
             )

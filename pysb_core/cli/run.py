@@ -147,7 +147,7 @@ def _run(session, args: RunArgs) -> int:
     status: int = ExitCode.SETUP_FAILED
 
     def wall_time_hit() -> None:
-        src = policy.limits.sources.get("wall_time", "the profile")
+        src = policy.limits.sources.get("wall-time", "the profile")
         sys.stderr.write(
             f"pysb: wall-time limit of {policy.limits.wall_time:g}s reached ({src}); "
             "the sandbox was killed\n"
@@ -168,7 +168,7 @@ def _run(session, args: RunArgs) -> int:
                 proc, wall_time=policy.limits.wall_time, on_wall_time=wall_time_hit, pending=pending
             )
         if status == 128 + 24 and policy.limits.cpu_time is not None:  # SIGXCPU
-            src = policy.limits.sources.get("cpu_time", "the profile")
+            src = policy.limits.sources.get("cpu-time", "the profile")
             sys.stderr.write(f"pysb: cpu-time limit of {policy.limits.cpu_time}s reached ({src})\n")
         return status
     finally:
