@@ -36,33 +36,3 @@ class SessionLauncher:
 
     def finish(self, returncode: int | None) -> None:
         self.session.finish(returncode)
-
-
-class DirectLauncher:
-    """Start a worker as a plain ``python`` child, with no sandbox at all.
-
-    For tests of the protocol and the life cycle only (it never goes through a profile or
-    a provider); ``sandboxes()`` never uses it.
-    """
-
-    def __init__(self, python: str | None = None) -> None:
-        self.python = python or sys.executable
-        self.finished: list[int | None] = []
-
-    def spawn(self, args: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:
-        import json
-        import os
-
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        code = (
-            f"import sys,json;sys.path.insert(0,{root!r});"
-            "from pysb_core.remote.worker import serve;serve(json.loads(sys.argv[1]),lambda:None)"
-        )
-        return subprocess.Popen(
-            [self.python, "-I", "-c", code, json.dumps(args)],
-            pass_fds=fds,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def finish(self, returncode: int | None) -> None:
-        self.finished.append(returncode)
