@@ -190,21 +190,21 @@ def plan_layout(plan: LaunchPlan) -> GuestLayout:
         # An exposed file already visible through a share (libpython under the prefix)
         # needs nothing; others are copied in.
         holder = layout._deepest(e.path)
-        shown = layout.guest_path(e.path) == e.target and holder is not None
-        if shown and (holder.writable or not e.writable):  # type: ignore[union-attr]
+        shown = holder is not None and layout.guest_path(e.path) == e.target
+        if holder is not None and shown and (holder.writable or not e.writable):
             continue
         _snapshot_file(layout, e.path, e.target, e.writable)
     layout.shares.sort(key=lambda s: (s.guest.count("/"), s.guest))
     for path in plan.hidden:
-        guest = layout.guest_path(path)
-        if guest is not None and os.path.lexists(path):
+        seen = layout.guest_path(path)
+        if seen is not None and os.path.lexists(path):
             kind = "dir" if os.path.isdir(path) and not os.path.islink(path) else "file"
-            layout.hide.append((kind, _check_path(guest)))
+            layout.hide.append((kind, _check_path(seen)))
     for path in plan.protected:
-        guest = layout.guest_path(path)
-        share = layout._deepest(path)
-        if guest is not None and share is not None and share.writable and os.path.exists(path):
-            layout.protect.append(_check_path(guest))
+        seen = layout.guest_path(path)
+        holder = layout._deepest(path)
+        if seen is not None and holder is not None and holder.writable and os.path.exists(path):
+            layout.protect.append(_check_path(seen))
     return layout
 
 

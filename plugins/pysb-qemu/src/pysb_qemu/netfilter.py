@@ -76,9 +76,19 @@ def _daddr(nets: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> lis
     return out
 
 
-def _is_host_loopback(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _within(inner: Net, outer: Net) -> bool:
+    """``inner.subnet_of(outer)`` for IPv4 networks; False for anything else."""
+    if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        return inner.subnet_of(outer)
+    return False
+
+
+def _is_host_loopback(net: Net) -> bool:
     """A network meaning the host's loopback: 127/8 (the SPEC's loopback) or slirp's alias."""
-    return net.version == 4 and (net.subnet_of(_LOOPBACK4) or net == HOST_LOOPBACK)
+    return _within(net, _LOOPBACK4) or net == HOST_LOOPBACK
 
 
 class _Chains:
@@ -107,9 +117,10 @@ class _Chains:
         loop = [n for n in nets if _is_host_loopback(n)]
         other = [n for n in nets if not _is_host_loopback(n)]
         self.main += [f"{d}{match}{verdict}{comment}" for d in _daddr(other)]
-        if loop or (deny and any(n.version == 4 and HOST_LOOPBACK.subnet_of(n) for n in other)):
+        covers_alias = any(_within(HOST_LOOPBACK, n) for n in other)
+        if loop or (deny and covers_alias):
             self.hostlo.append(f"{match}{verdict}{comment}")
-        local = [n for n in loop if n.subnet_of(_LOOPBACK4)]
+        local = [n for n in loop if _within(n, _LOOPBACK4)]
         if local and not deny:
             self.dnat += [
                 f"{d}{match}dnat to {HOST_LOOPBACK.network_address}{comment}" for d in _daddr(local)
