@@ -7,6 +7,7 @@ and talks to the host only through virtio-serial ports pysb created. See docs/qe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -236,8 +237,6 @@ class QemuProvider(Provider):
                 "lifeline_fd": lifeline_r,
                 "debug": bool(os.environ.get("PYSB_QEMU_DEBUG")),
             }
-            import json
-
             config_fd = os.memfd_create("pysb-qemu-config", os.MFD_CLOEXEC)
             opened.append(config_fd)
             _write_all(config_fd, json.dumps(config).encode())
