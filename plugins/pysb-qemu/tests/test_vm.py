@@ -371,3 +371,51 @@ def test_sigint_reaches_the_program(run_vm) -> None:
     )
     assert r.returncode == 130
     assert "KeyboardInterrupt" in r.stderr
+
+
+LAUNCHER = """
+import sys, time
+from pysb_core.plan import LaunchPlan
+from pysb_core.policy import Policy
+from pysb_qemu import QemuProvider
+py = sys.executable
+plan = LaunchPlan(policy=Policy(provider="qemu"), python=py,
+                  argv=[py, "-c", "import time; time.sleep(120)"], env={}, cwd="/")
+proc = QemuProvider().launch(plan)
+print(proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_killing_pysb_leaves_no_supervisor_or_qemu(qemu_provider) -> None:
+    """The lifeline: when the process that launched the VM dies (SIGKILL, no clean-up),
+    the supervisor kills QEMU and exits."""
+    import subprocess
+    import sys
+
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        supervisor = int(launcher.stdout.readline())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _children(supervisor):
+            time.sleep(0.05)
+        qemu = _children(supervisor)
+        assert len(qemu) == 1 and _running(qemu[0])
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (_running(qemu[0]) or _alive(supervisor)):
+        time.sleep(0.05)
+    assert not _running(qemu[0])
+    assert not _alive(supervisor)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
