@@ -344,7 +344,7 @@ def test_killing_the_supervisor_leaves_no_qemu(run_vm) -> None:
 
     def kill_early(proc) -> None:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not _children(proc.pid):
+        while time.monotonic() < deadline and not any(map(_running, _children(proc.pid))):
             time.sleep(0.05)
         seen["qemu"] = _children(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
@@ -353,6 +353,7 @@ def test_killing_the_supervisor_leaves_no_qemu(run_vm) -> None:
     assert r.returncode == -signal.SIGKILL
     assert len(seen["qemu"]) == 1
     qemu = seen["qemu"][0]
+    assert b"qemu-system" in Path(f"/proc/{qemu}/cmdline").read_bytes() or not _running(qemu)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _running(qemu):
         time.sleep(0.05)
@@ -399,7 +400,7 @@ def test_killing_pysb_leaves_no_supervisor_or_qemu(qemu_provider) -> None:
     try:
         supervisor = int(launcher.stdout.readline())
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not _children(supervisor):
+        while time.monotonic() < deadline and not any(map(_running, _children(supervisor))):
             time.sleep(0.05)
         qemu = _children(supervisor)
         assert len(qemu) == 1 and _running(qemu[0])
