@@ -16,12 +16,14 @@ line numbers and function names (so ``traceback`` prints the child's source line
 
 from __future__ import annotations
 
-import pickle
-import types
-from typing import Any
+import _pickle  # the worker imports this module: no `pickle`, `typing` or `types` there
 
 from pysb_core.errors import SandboxProtocolError
-from pysb_core.remote import unpickler
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    import types
+    from typing import Any
 
 _MAX_LINKS = 16
 _MAX_FRAMES = 200
@@ -45,12 +47,12 @@ def describe_chain(exc: BaseException, hide_file: str) -> bytes:
             relation, current = "cause", current.__cause__
         else:
             relation, current = "context", current.__context__
-    return pickle.dumps(links, protocol=5)
+    return _pickle.dumps(links, protocol=5)
 
 
 def _describe(exc: BaseException, relation: str, hide_file: str) -> dict[str, Any]:
     try:
-        pickled: bytes | None = pickle.dumps(exc, protocol=5)
+        pickled: bytes | None = _pickle.dumps(exc, protocol=5)
     except Exception:
         pickled = None
     try:
@@ -87,6 +89,8 @@ def _describe(exc: BaseException, relation: str, hide_file: str) -> dict[str, An
 
 def rebuild_chain(data: bytes | bytearray, allowed: dict[tuple[str, str], Any]) -> BaseException:
     """Decode what :func:`describe_chain` sent (parent side), under the restricted unpickler."""
+    from pysb_core.remote import unpickler
+
     links = unpickler.loads(data, {})
     if not isinstance(links, list) or not links:
         return SandboxProtocolError("the sandbox sent a malformed exception")
@@ -102,6 +106,8 @@ def rebuild_chain(data: bytes | bytearray, allowed: dict[tuple[str, str], Any]) 
 
 
 def _rebuild(link: dict[str, Any], allowed: dict[tuple[str, str], Any]) -> BaseException:
+    from pysb_core.remote import unpickler
+
     module = str(link.get("module", "?"))
     qualname = str(link.get("qualname", "?"))
     message = str(link.get("message", ""))
@@ -160,6 +166,8 @@ def _frame_for(filename: str, lineno: int, name: str) -> types.FrameType | None:
 
 def remote_traceback(frames: list[Any]) -> types.TracebackType | None:
     """Build a traceback whose frames name the child's files, lines and functions."""
+    import types
+
     tb: types.TracebackType | None = None
     for entry in reversed(frames[:_MAX_FRAMES]):
         try:

@@ -16,27 +16,28 @@ task is serving), before its RESULT, so the caller sees them in order and unmixe
 
 from __future__ import annotations
 
+import _pickle  # the C module: `pickle` would import functools, re, enum... (~5-20 ms)
 import contextvars
-import ctypes
 import importlib
 import io
 import os
-import pickle
-import resource
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
 
 from pysb_core.errors import DeniedError, SandboxBaseExceptionError, SandboxError
 from pysb_core.remote import transport
 from pysb_core.remote.exceptions import describe_chain
 from pysb_core.remote.state import mark_in_sandbox
 
+TYPE_CHECKING = False  # typing is not imported inside the sandbox (start-up budget)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+    from typing import Any
+
 # Captured now, before any guard is installed. (The API guard later sweeps module globals
 # and points them at its faces; that is fine for these, whose faces let framework calls
 # through -- except pickle.loads, hence _ArgsUnpickler below.)
-_dumps = pickle.dumps
+_dumps = _pickle.dumps
 _import_module = importlib.import_module
 _Thread = threading.Thread
 _exit = os._exit
@@ -46,7 +47,7 @@ _HERE = os.path.abspath(__file__)
 _current: contextvars.ContextVar[int | None] = contextvars.ContextVar("pysb_call", default=None)
 
 
-class _ArgsUnpickler(pickle.Unpickler):
+class _ArgsUnpickler(_pickle.Unpickler):
     """Decodes the host's requests (the trusted direction).
 
     Its own ``find_class`` imports through ``importlib`` (so the import guard sees a
@@ -324,11 +325,15 @@ def _fit_memory_limit() -> None:
     glibc gives each new thread its own malloc arena (up to 8 per core), and RLIMIT_AS
     counts the reservation: a dozen idle threads would exhaust a 512 MiB limit.
     """
+    import resource
+
     try:
         if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
             return
+        import ctypes  # only now: costs ~2 ms (a framework import, before arming)
+
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
-    except (OSError, AttributeError, ValueError):
+    except (OSError, AttributeError, ValueError, ImportError):
         pass  # not glibc: nothing to tune
 
 
