@@ -129,6 +129,20 @@ def test_cwd_is_the_plans(run_vm, tmp_path: Path) -> None:
     assert r.stdout.strip() == str(tmp_path)
 
 
+def test_cwd_follows_a_rename_or_is_created_empty(run_vm, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "sub" / "f.txt").write_text("x")
+    hidden = tmp_path / "unexposed"
+    hidden.mkdir()
+    (hidden / "secret.txt").write_text("s")
+    code = "import os; print(os.getcwd(), sorted(os.listdir('.')))"
+    renamed = run_vm(code, exposures=[Exposure(str(data), "/data", False)], cwd=str(data / "sub"))
+    empty = run_vm(code, cwd=str(hidden))
+    assert renamed.stdout.strip() == "/data/sub ['f.txt']", renamed.stderr
+    assert empty.stdout.strip() == f"{hidden} []", empty.stderr
+
+
 def test_payload_fd_and_write_channel(run_vm) -> None:
     """The bootstrap's two kinds of inherited fd: a memfd payload and a report pipe."""
     payload = os.memfd_create("payload", 0)

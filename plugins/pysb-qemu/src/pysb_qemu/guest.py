@@ -252,8 +252,14 @@ def etc_files(plan: LaunchPlan) -> dict[str, bytes]:
     }
 
 
-def run_script(plan: LaunchPlan, ports: list[Port], payload_fds: list[int]) -> str:
-    """The guest's ``/pysb/run``: fds, working directory, capabilities, environment, exec."""
+def run_script(
+    plan: LaunchPlan, ports: list[Port], payload_fds: list[int], cwd: str | None = None
+) -> str:
+    """The guest's ``/pysb/run``: fds, working directory, capabilities, environment, exec.
+
+    ``cwd`` is the working directory as the guest names it (a renamed exposure moves it);
+    one that no share shows is created empty, as bwrap does, before ``/`` turns read-only.
+    """
     argv = plan.argv
     if not argv or not os.path.isabs(argv[0]) or "=" in argv[0]:
         raise SandboxError(f"qemu: the command must start with an absolute path: {argv!r}")
@@ -286,7 +292,7 @@ def run_script(plan: LaunchPlan, ports: list[Port], payload_fds: list[int]) -> s
         *(f"{k}={v}" for k, v in plan.env.items()),
         *argv,
     ]
-    cwd = shlex.quote(plan.cwd)
+    where = shlex.quote(_check_path(cwd or plan.cwd))
     return "\n".join(
         [
             "echo $$ > /run/pysb.pid",
@@ -298,11 +304,13 @@ def run_script(plan: LaunchPlan, ports: list[Port], payload_fds: list[int]) -> s
                 if plan.policy.limits.processes is not None
                 else []
             ),
+            # From here on, errors reach the program's stderr (the user), not the console.
+            "exec " + " ".join(redirs),
+            f"[ -d {where} ] || /bb/mkdir -p {where} 2>/dev/null",
             # The initramfs root (/etc, mount points, this file) becomes read-only: outside the
             # rw shares only the private tmpfs /tmp and /dev/shm stay writable, as under bwrap.
             "/bb/mount -o remount,ro / || { echo 'pysb: cannot make / read-only' >&2; exit 125; }",
-            "exec " + " ".join(redirs),
-            f'cd -- {cwd} || {{ echo "pysb: cannot enter the working directory" {cwd} >&2; '
+            f"cd -- {where} || {{ echo 'pysb: cannot enter the working directory' {where} >&2; "
             "exit 125; }",
             "exec " + " ".join(shlex.quote(a) for a in cmd),
             "",
@@ -353,9 +361,10 @@ def build_run_archive(
     w.add_file("pysb/hide", lines([f"{k} {p}" for k, p in layout.hide]))
     w.add_file("pysb/protect", lines(layout.protect))
     w.add_file("pysb/marker", lines([marker]), 0o400)
+    cwd = layout.guest_path(os.path.realpath(plan.cwd)) or plan.cwd
     w.add_file(
         "pysb/run",
-        run_script(plan, [p for p in ports if p.name != "ctl"], sorted(payloads)).encode(),
+        run_script(plan, [p for p in ports if p.name != "ctl"], sorted(payloads), cwd).encode(),
         0o500,
     )
     if os.environ.get("PYSB_QEMU_DEBUG"):
