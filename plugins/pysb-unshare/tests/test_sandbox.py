@@ -437,3 +437,35 @@ def test_only_the_planned_fds_are_open_inside():
     fds = json.loads(res.stdout)
     # 0-2, the passed fd, and the directory fd listdir itself holds (the highest one)
     assert fds[:3] == [0, 1, 2] and w in fds and len(fds) == 5, (fds, res)
+
+
+def test_callers_session_keyring_is_left_behind():
+    """A key in the session keyring of whoever started pysb is not reachable inside."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if os.uname().machine != "x86_64":
+        pytest.skip("syscall numbers below are x86_64's")
+    desc = f"pysb-unshare-test-{os.getpid()}".encode()
+    payload = b"KEY-SECRET-" + os.urandom(4).hex().encode()
+    serial = libc.syscall(
+        248, b"user", desc, payload, ctypes.c_size_t(len(payload)), ctypes.c_long(-3)
+    )  # add_key(..., KEY_SPEC_SESSION_KEYRING)
+    if serial == -1:
+        pytest.skip(f"add_key: {os.strerror(ctypes.get_errno())}")
+    code = (
+        "import ctypes, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True); libc.syscall.restype = ctypes.c_long\n"
+        "found = libc.syscall(250, 10, ctypes.c_long(-3), b'user', sys.argv[1].encode(), 0)\n"
+        "buf = ctypes.create_string_buffer(256)\n"
+        "n = libc.syscall(250, 11, ctypes.c_long(int(sys.argv[2])), buf, 256)\n"
+        "print(found, n, buf.raw[:max(n, 0)].decode(errors='replace'))\n"
+    )
+    try:
+        res = run_plan(make_plan([sys.executable, "-c", code, desc.decode(), str(serial)]))
+    finally:
+        libc.syscall(250, ctypes.c_long(21), ctypes.c_long(serial))  # KEYCTL_INVALIDATE
+    assert payload.decode() not in res.stdout, res
+    found, n = res.stdout.split()[:2]
+    assert found == "-1" and n == "-1", res

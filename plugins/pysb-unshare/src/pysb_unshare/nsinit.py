@@ -26,6 +26,7 @@ group (Ctrl-C, window size) reach P0 and P1, and P1 alone forwards them to the p
 from __future__ import annotations
 
 import ctypes
+import errno
 import marshal
 import os
 import signal
@@ -51,10 +52,11 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SI_KERNEL = 0x80
-_SYS = {  # syscall numbers (mount_setattr, pivot_root) per machine
-    "x86_64": (442, 155),
-    "aarch64": (442, 41),
+_SYS = {  # syscall numbers (mount_setattr, pivot_root, keyctl) per machine
+    "x86_64": (442, 155, 250),
+    "aarch64": (442, 41, 219),
 }
+KEYCTL_JOIN_SESSION_KEYRING = 1
 FORWARDED = (
     signal.SIGINT,
     signal.SIGTERM,
@@ -348,6 +350,18 @@ def drop_privileges() -> None:
     _check(_libc.capset(header, data), "capset")
 
 
+def new_session_keyring() -> None:
+    """Leave the session keyring of whoever started pysb (tokens, Kerberos tickets live
+    there): the program gets a new, empty, anonymous one."""
+    nr = _SYS.get(os.uname().machine)
+    if nr is None:
+        raise SetupError(f"unsupported machine {os.uname().machine}")
+    if _libc.syscall(nr[2], KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        err = ctypes.get_errno()
+        if err != errno.ENOSYS:  # a kernel without keyrings has nothing to leak
+            raise SetupError(f"cannot leave the caller's session keyring: {os.strerror(err)}")
+
+
 def _write(fd: int, data: bytes) -> None:
     try:
         os.write(fd, data)
@@ -368,6 +382,7 @@ def _exec_program(cfg: dict, exec_w: int) -> None:
                 f"cannot enter the working directory {cfg['cwd']}: {exc.strerror}"
             ) from None
         drop_privileges()
+        new_session_keyring()
         # Its own session, without a controlling terminal: TIOCSTI on the user's terminal
         # would otherwise let it type commands into the shell that started pysb.
         os.setsid()
