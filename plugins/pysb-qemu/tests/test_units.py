@@ -248,3 +248,19 @@ def test_prune_cache_keeps_the_newest(tmp_path: Path) -> None:
     removed = assets.prune_cache(tmp_path, keep=3)
     assert sorted(p.name for p in removed) == ["key0", "key1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".key9.tmp", "key2", "key3", "key4"]
+
+
+def test_a_kernel_without_pvh_is_booted_compressed(tmp_path: Path, monkeypatch) -> None:
+    """Not xz (Ubuntu's zstd) or no PVH note: the cache holds the bzImage itself."""
+    real = assets.find_kernel()
+    image = tmp_path / "vmlinuz-test"
+    image.write_bytes(b"MZ not an xz kernel" * 100)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        assets, "find_kernel", lambda: assets.Kernel("9.9-test", image, real.modules)
+    )
+    built = assets.ensure_assets(progress=False)
+    assert not built.pvh
+    assert built.vmlinux.name == "bzImage"
+    assert built.vmlinux.read_bytes() == image.read_bytes()
+    assert assets.ensure_assets(progress=False) == built  # found in the cache the second time

@@ -61,9 +61,10 @@ class GuestAssets:
 
     key: str
     directory: Path
-    vmlinux: Path
+    vmlinux: Path  # the PVH ELF, or the bzImage itself when none could be extracted
     initrd: Path
     kernel_version: str
+    pvh: bool = True
 
 
 def cache_root() -> Path:
@@ -299,11 +300,17 @@ def ensure_assets(*, progress: bool = True) -> GuestAssets:
     template = init_template()
     key = cache_key(kernel, busybox, template)
     directory = cache_root() / key
-    assets = GuestAssets(
-        key, directory, directory / "vmlinux", directory / "initrd.base", kernel.version
-    )
-    if (directory / "meta.json").is_file():
-        return assets
+
+    def found() -> GuestAssets | None:
+        for name, pvh in (("vmlinux", True), ("bzImage", False)):
+            if (directory / "meta.json").is_file() and (directory / name).is_file():
+                initrd = directory / "initrd.base"
+                return GuestAssets(key, directory, directory / name, initrd, kernel.version, pvh)
+        return None
+
+    cached = found()
+    if cached is not None:
+        return cached
     if progress:
         print(
             f"pysb: building the qemu guest from kernel {kernel.version} and busybox "
@@ -314,7 +321,17 @@ def ensure_assets(*, progress: bool = True) -> GuestAssets:
     directory.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=directory.parent))
     try:
-        (scratch / "vmlinux").write_bytes(extract_vmlinux(kernel.image.read_bytes()))
+        image = kernel.image.read_bytes()
+        try:
+            (scratch / "vmlinux").write_bytes(extract_vmlinux(image))
+        except ProviderUnavailableError as exc:
+            # Not xz (Ubuntu's zstd) or no PVH note: boot the bzImage itself. It works on
+            # microvm, only slower (the guest decompresses it; about 3 s more under TCG).
+            if progress:
+                print(
+                    f"pysb: {exc.reason}; booting the compressed kernel (slower)", file=sys.stderr
+                )
+            (scratch / "bzImage").write_bytes(image)
         (scratch / "initrd.base").write_bytes(build_base_initramfs(kernel, busybox, template))
         meta = {
             "kernel": kernel.version,
@@ -337,7 +354,10 @@ def ensure_assets(*, progress: bool = True) -> GuestAssets:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     prune_cache(directory.parent, keep=KEEP_CACHES)
-    return assets
+    built = found()
+    if built is None:
+        raise ProviderUnavailableError(f"qemu: the guest cache {directory} is incomplete")
+    return built
 
 
 #: Cached guests kept (each about 70 MB): the newest few, for pysb versions side by side.

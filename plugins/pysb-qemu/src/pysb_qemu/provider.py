@@ -112,7 +112,7 @@ class QemuProvider(Provider):
             return [f"qemu: unavailable: {exc.reason}"]
         layout = guest.plan_layout(plan)
         lines = [
-            f"qemu: kernel {kernel.version}, accelerator {accel.reason}",
+            f"qemu: kernel {kernel.version} (from {kernel.image}), accelerator {accel.reason}",
             f"qemu: {self._memory_mib(plan)} MiB RAM, {self._cpus()} vCPU(s), microvm machine",
         ]
         for s in layout.shares:
