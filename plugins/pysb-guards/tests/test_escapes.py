@@ -219,3 +219,48 @@ def test_the_probes_do_escape_without_the_guards(tmp_path: Path, code: str) -> N
     can fail."""
     res = _attempt(tmp_path, code, families=())
     assert ESCAPED in res.stdout or (tmp_path / "marker").exists(), res.stderr
+
+
+def test_code_run_under_a_judge_cannot_reach_its_frame(tmp_path: Path) -> None:
+    """A finder the program adds, and a signal delivered while a judge reports a denial
+    (SIGPIPE from the report channel, redirected to a dead pipe), run while guard code is
+    on the stack: neither may walk up to a sealed frame and flip the guard's state."""
+    res = _attempt(
+        tmp_path,
+        "import sys, os, signal\n"
+        "seen = []\n"
+        "def hunt(f, where):\n"
+        "    while f is not None:\n"
+        "        g = f.f_globals\n"
+        "        if '__pysb_sealed__' in g:\n"
+        "            print('ESCAPED', where)\n"
+        "            for key in ('STATE', 'ST'):\n"
+        "                if key in g:\n"
+        "                    g[key]['star'] = True\n"
+        "                    g[key]['by_path']['/'] = ('/', '/', True, 'x', False)\n"
+        "        f = f.f_back\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        seen.append(name)\n"
+        "        try:\n            hunt(sys._getframe(), 'finder')\n"
+        "        except PermissionError:\n            seen.append('refused')\n"
+        "        return None\n"
+        "sys.meta_path.insert(1, Spy())\n"
+        "import pty\n"
+        "assert 'pty' in seen, seen\n"
+        "def handler(signum, frame):\n"
+        "    seen.append(('signal', frame is None))\n"
+        "    hunt(frame, 'signal frame')\n"
+        "    try:\n        hunt(sys._getframe(), 'signal stack')\n"
+        "    except PermissionError:\n        seen.append('refused')\n"
+        "signal.signal(signal.SIGPIPE, handler)\n"
+        "f = sys._getframe()\nrecorder = None\n"
+        "while f is not None:\n"
+        "    recorder = f.f_locals.get('recorder') or recorder\n    f = f.f_back\n"
+        "r, w = os.pipe()\nos.close(r)\nos.dup2(w, recorder._fd)\n"
+        "try:\n    open(SECRET)\nexcept OSError:\n    pass\n"
+        "print(seen)\n"
+        "try:\n    print('ESCAPED read', open(SECRET).read())\nexcept OSError:\n    pass\n",
+    )
+    _assert_held(tmp_path, res)
+    assert "'pty'" in res.stdout and "('signal', True)" in res.stdout, res.stdout + res.stderr

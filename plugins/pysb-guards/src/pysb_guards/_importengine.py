@@ -23,7 +23,6 @@ REFUSAL: Any = None  # type: ignore[assignment]  # sealed
 SYS: Any = None  # type: ignore[assignment]  # sealed
 MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
 MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
-CLEAN_TB: Any = None  # type: ignore[assignment]  # sealed
 ALLOW: Any = None  # type: ignore[assignment]  # sealed
 IS_FACE: Any = None  # type: ignore[assignment]  # sealed
 FACE_CODES: Any = None  # type: ignore[assignment]  # sealed
@@ -32,27 +31,9 @@ MARK: Any = None  # type: ignore[assignment]  # sealed
 NEVER: Any = None  # type: ignore[assignment]  # sealed
 NAMESPACE: Any = None  # type: ignore[assignment]  # sealed
 MODULESPEC: Any = None  # type: ignore[assignment]  # sealed
-REAL_IMPORT: Any = None  # type: ignore[assignment]  # sealed
-IMP: Any = None  # type: ignore[assignment]  # sealed
+MODULES: dict[str, Any] = None  # type: ignore[assignment]  # sealed
 ALWAYS: frozenset[str] = None  # type: ignore[assignment]  # sealed
 KEEP: frozenset[str] = None  # type: ignore[assignment]  # sealed
-
-
-def _e_face(fn):
-    """A face for an engine function: its exceptions come out without engine frames."""
-
-    def run(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as e:
-            return REFUSAL(e, CLEAN_TB(e.__traceback__, _e_private))
-
-    return MAKE_FACE(MAKE_DOOR(run, ALLOW, name=fn.__name__))
-
-
-def _e_private(frame):
-    g = frame.f_globals
-    return g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK
 
 
 def _e_top(name):
@@ -176,71 +157,24 @@ def _e_judge_import_module(args, kwargs):
     return _e_decide(name)
 
 
-def _e_find_spec(name, path=None, target=None):
-    """The guard finder: refuse, put a set-aside module back, or wrap a loader."""
-    if type(name) is not str:
+def _e_find_action(name):
+    """What the guard finder does for ``name``: refuse (a Refusal), put a set-aside
+    module back (``("stash", module)``), have its loader patched (``("patch", None)``), or
+    nothing (None). Pure decision: the finder's own code (plain, in imports.py) calls the
+    other finders, which may be the program's."""
+    kind = type(name)
+    if kind is not str and not issubclass(kind, str):
         return None
+    name = str.__str__(name)
     verdict = _e_decide(name)
     if verdict is not None:
         return verdict
-    stash = STATE["stash"]
-    if name in stash:
-        return MODULESPEC(name, _e_reinsert_loader(name, stash[name]))
+    module = STATE["stash"].get(name)
+    if module is not None:
+        return ("stash", module)
     if name in STATE["patchers"]:
-        for finder in list(SYS.meta_path):
-            if finder is STATE["finder"]:
-                continue
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                loader = spec.loader
-                if loader is not None and hasattr(loader, "exec_module"):
-                    spec.loader = _e_patching_loader(loader, name)
-                return spec
+        return ("patch", None)
     return None
-
-
-def _e_reinsert_loader(name, module):
-    """A loader without exec_module: importlib then takes ``sys.modules[name]`` as is and
-    keeps the module's own ``__spec__`` and ``__loader__``."""
-
-    def load_module(fullname):
-        SYS.modules[name] = module
-        return module
-
-    cls = type(
-        "ReinsertLoader", (), {"__slots__": (), "load_module": staticmethod(_e_face(load_module))}
-    )
-    return cls()
-
-
-def _e_patching_loader(loader, name):
-    """Wrap a loader so that the patches registered for ``name`` run after its code."""
-
-    def create_module(self, spec):
-        create = getattr(loader, "create_module", None)
-        return None if create is None else create(spec)
-
-    def exec_module(self, module):
-        loader.exec_module(module)
-        _e_run_patchers(name, module)
-
-    def get_attribute(self, attr):
-        return getattr(loader, attr)
-
-    cls = type(
-        "PatchingLoader",
-        (),
-        {
-            "__slots__": (),
-            "create_module": _e_face(create_module),
-            "exec_module": _e_face(exec_module),
-            "__getattr__": _e_face(get_attribute),
-        },
-    )
-    return cls()
 
 
 def _e_run_patchers(name, module):
@@ -268,12 +202,17 @@ def _e_patch_importlib(module):
         module.import_module = MAKE_FACE(door, im)
 
 
-def _e_create(kind, name, origin, *rest):
-    """``_imp.create_builtin`` / ``create_dynamic``: no second instance of a loaded C
-    module (it would come with unpatched functions), and the import decision."""
+def _e_judge_create(args, kwargs):
+    """``_imp.create_builtin`` / ``create_dynamic``: the import decision, and no second
+    instance of a loaded C module (it would come with unpatched functions). The face
+    handed us a private namespace holding the spec's exact name and origin."""
+    spec = args[0] if args else None
+    if type(spec) is not NAMESPACE:
+        return REFUSAL(TypeError("pysb: module specs reach _imp through the guard's face"))
+    name = spec.name
     if type(name) is not str:
         return REFUSAL(TypeError("pysb: a module spec needs a str name"))
-    for module in (SYS.modules.get(name), STATE["stash"].get(name)):
+    for module in (MODULES.get(name), STATE["stash"].get(name)):
         if module is not None and id(module) in STATE["created"]:
             return REFUSAL(
                 DENIED(
@@ -282,37 +221,30 @@ def _e_create(kind, name, origin, *rest):
                     target=name,
                 )
             )
-    verdict = _e_decide(name)
-    if verdict is not None:
-        return verdict
-    spec = NAMESPACE(name=name, origin=origin)
-    if kind == "builtin":
-        module = IMP["create_builtin"](spec)
-    else:
-        module = IMP["create_dynamic"](spec, *rest)
+    return _e_decide(name)
+
+
+def _e_post_create(module, args, kwargs):
+    name = args[0].name
     STATE["created"][id(module)] = name
-    STATE.setdefault("pending", {})[id(module)] = (name, module)
+    STATE["pending"][id(module)] = name
     return module
 
 
-def _e_exec_ext(kind, module):
+def _e_judge_exec(args, kwargs):
+    module = args[0] if args else None
     key = id(module)
-    pending = STATE.setdefault("pending", {})
-    entry = pending.pop(key, None)
-    result = IMP["exec_" + kind](module)
-    if entry is not None:
-        _e_run_patchers(entry[0], module)
-    elif key not in STATE["created"]:
+    if key not in STATE["pending"] and key not in STATE["created"]:
         return REFUSAL(DENIED("pysb: executing a C module the sandbox did not create"))
+    return None
+
+
+def _e_post_exec(result, args, kwargs):
+    module = args[0]
+    name = STATE["pending"].pop(id(module), None)
+    if name is not None:
+        _e_run_patchers(name, module)
     return result
-
-
-def _e_exec_ext_builtin(module):
-    return _e_exec_ext("builtin", module)
-
-
-def _e_exec_ext_dynamic(module):
-    return _e_exec_ext("dynamic", module)
 
 
 def _e_visit(visitor):

@@ -264,14 +264,42 @@ def audit_hook(event, args):
 """
 
 
-def _hook_factory(door_ns: dict, function_type: type, frame_type: type) -> tuple:
+def _hook_factory(
+    door_ns: dict, function_type: type, frame_type: type, getframe: Any, get_ident: Any, mark: Any
+) -> tuple:
     """Build the dispatcher of the single audit hook and the function adding handlers.
 
     Handlers *return* the exception to raise (or None): the hook itself is a door, so a
     traceback of a refusal shows only the door's frame, whose code is not readable.
+
+    The dispatcher also keeps the guards' frames out of the program's reach: a frame
+    obtained by ``sys._getframe``, ``tb_frame``, ``gi_frame``, ``cr_frame`` or ``ag_frame``
+    from code that is not the guards' own is refused when a sealed frame lies on its
+    chain (code the program runs while a judge is on the stack -- a signal handler -- must
+    not walk up to the judge's globals).
     """
     handlers: dict[str, tuple] = {}
     closed = [False]
+    busy: set = set()
+    frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
+
+    def sealed_chain(frame):
+        while frame is not None:
+            if dict.get(frame.f_globals, "__pysb_sealed__") is mark:
+                return True
+            frame = frame.f_back
+        return False
+
+    def guard_frame(frame):
+        """None when ``frame`` may be handed out, else the exception refusing it."""
+        caller = getframe(4)  # guard_frame, dispatch, the hook (a door), the C function's caller
+        if caller is not None:
+            g = caller.f_globals
+            if g is door_ns or dict.get(g, "__pysb_sealed__") is mark:
+                return None  # the guards' own frame walks
+        if sealed_chain(frame):
+            return PermissionError("pysb: frames of the sandbox's guards are not reachable")
+        return None
 
     def dispatch(event, args):
         hs = handlers.get(event)
@@ -288,6 +316,24 @@ def _hook_factory(door_ns: dict, function_type: type, frame_type: type) -> tuple
             door_frame = name == "f_code" and type(obj) is frame_type
             if door_code or (door_frame and obj.f_globals is door_ns):
                 return AttributeError("pysb: the code of a guard door is not readable")
+            if name in frame_attrs:
+                me = get_ident()
+                if me in busy:
+                    return None
+                busy.add(me)
+                try:
+                    return guard_frame(getattr(obj, name, None))
+                finally:
+                    busy.discard(me)
+        elif event == "sys._getframe":
+            me = get_ident()
+            if me in busy:
+                return None
+            busy.add(me)
+            try:
+                return guard_frame(args[0])
+            finally:
+                busy.discard(me)
         return None
 
     def add(event, handler):
@@ -299,7 +345,11 @@ def _hook_factory(door_ns: dict, function_type: type, frame_type: type) -> tuple
     def close():
         closed[0] = True
 
-    return dispatch, add, close
+    def safe_frame(frame):
+        """The frame a program's signal handler may receive (None inside the guards)."""
+        return None if sealed_chain(frame) else frame
+
+    return dispatch, add, close, safe_frame
 
 
 def _make_hook(dispatch: Callable[[str, tuple], Any]) -> Callable[[str, tuple], None]:
@@ -321,10 +371,15 @@ def audit_registry() -> tuple[Callable[[str, Callable[[tuple], None]], None], Ca
     guards are armed) nobody can add, remove or replace a handler from Python.
     """
     if not _installed:
-        dispatch, add, close = sealed(_hook_factory)(DOOR_NS, _FunctionType, _FrameType)
+        import _thread
+
+        dispatch, add, close, safe_frame = sealed(_hook_factory)(
+            DOOR_NS, _FunctionType, _FrameType, sys._getframe, _thread.get_ident, sealed_mark()
+        )
         sys.addaudithook(_make_hook(dispatch))
         allow = _allow_all
         _installed.append((guard(_returning(add), allow), guard(close, allow)))
+        _guard_signal_handlers(guard(safe_frame, allow))
     return _installed[0]
 
 
@@ -357,3 +412,53 @@ def _allow_all(args: tuple, kwargs: dict) -> None:
 
 def caller_is_door(frame: Any) -> bool:
     return frame is not None and frame.f_globals is DOOR_NS
+
+
+def _guard_signal_handlers(safe_frame: Callable[[Any], Any]) -> None:
+    """A handler the program installs receives ``None`` instead of a frame of the guards.
+
+    Python calls a signal handler between any two bytecodes, with the interrupted frame:
+    it could be a judge's, whose globals hold the guard's state. ``signal.signal`` wraps
+    the program's handler; ``signal.getsignal`` still answers the program's own.
+    """
+    import _signal
+
+    original_signal = _signal.signal
+    original_getsignal = _signal.getsignal
+    wrappers: dict[int, tuple[Any, Any]] = {}
+
+    def unwrap(handler: Any) -> Any:
+        entry = wrappers.get(id(handler))
+        return entry[1] if entry is not None and entry[0] is handler else handler
+
+    def signal(signalnum: Any, handler: Any) -> Any:
+        if callable(handler):
+            user = handler
+
+            def wrapper(signum: int, frame: Any) -> Any:
+                return user(signum, safe_frame(frame))
+
+            previous = original_signal(signalnum, wrapper)
+            wrappers[id(wrapper)] = (wrapper, user)
+        else:
+            previous = original_signal(signalnum, handler)
+        return unwrap(previous)
+
+    def getsignal(signalnum: Any) -> Any:
+        return unwrap(original_getsignal(signalnum))
+
+    signal.__doc__, getsignal.__doc__ = original_signal.__doc__, original_getsignal.__doc__
+    faces = {
+        "signal": guard(signal, _allow_all),
+        "getsignal": guard(getsignal, _allow_all),
+    }
+    modules = [_signal, sys.modules.get("signal")]
+    for module in modules:
+        if module is None:
+            continue
+        for name, face in faces.items():
+            if getattr(module, name, None) in (original_signal, original_getsignal):
+                setattr(module, name, face)
+    from pysb_guards._patch import defer_sweep
+
+    defer_sweep({id(original_signal): faces["signal"], id(original_getsignal): faces["getsignal"]})

@@ -281,6 +281,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "stash": {},
             "patchers": {},
             "created": {},
+            "pending": {},
             "finder": None,
             "finder_cls": None,
             "find_face": None,
@@ -298,7 +299,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
         MAKE_FACE=_seal.make_face,
         MAKE_DOOR=_seal.make_door,
         ALLOW=_seal._allow_all,
-        CLEAN_TB=_seal.clean_traceback,
         IS_FACE=_seal.is_face,
         FACE_CODES=face_codes,
         BOOT_NS=(_frozen_importlib.__dict__, _frozen_importlib_external.__dict__),
@@ -306,17 +306,22 @@ def install(policy: Policy, recorder: Recorder) -> None:
         NEVER=frozenset({"pysb_guards"}),
         NAMESPACE=types.SimpleNamespace,
         MODULESPEC=_frozen_importlib.ModuleSpec,
-        REAL_IMPORT=builtins.__import__,
         ALWAYS=ALWAYS,
         KEEP=KEEP,
-        IMP={
-            k: getattr(_imp, k)
-            for k in ("create_builtin", "create_dynamic", "exec_builtin", "exec_dynamic")
-        },
+        MODULES=sys.modules,
     )
     state = ns["STATE"]
 
-    state["find_face"] = ns["_e_face"](ns["_e_find_spec"])
+    decide = _seal.make_face(_seal.make_door(ns["_e_find_action"], _seal._allow_all, name="decide"))
+    patch = _seal.make_face(_seal.make_door(ns["_e_run_patchers"], _seal._allow_all, name="patch"))
+    state["find_face"] = _make_find_spec(decide, patch)
+    # The finder's own frames are the import system's, not an importer's.
+    ns["FACE_CODES"] = (
+        *ns["FACE_CODES"],
+        state["find_face"].__code__,
+        _PatchingLoader.exec_module.__code__,
+        _ReinsertLoader.load_module.__code__,
+    )
     ns["_e_restore_finder"]()
 
     # __import__, importlib.__import__ and importlib.import_module see imports of modules
@@ -329,28 +334,17 @@ def install(policy: Policy, recorder: Recorder) -> None:
         state["import_face"] = import_face
         ns["_e_on_import"]("importlib", ns["_e_patch_importlib"])
 
-    # Fresh instances of C modules come only from these four functions of _imp.
+    # Fresh instances of C modules come only from these four functions of _imp. The C code
+    # runs under a door (never under sealed frames): extension modules may import Python
+    # code, and through sys.path_hooks, the program's.
     for name in ("create_builtin", "create_dynamic"):
-        setattr(
-            _imp,
-            name,
-            _seal.make_face(
-                _seal.make_door(ns["_e_create"], _seal._allow_all, name=name),
-                getattr(_imp, name),
-                _prepare_create if name == "create_builtin" else _prepare_create_dynamic,
-            ),
-        )
+        original = getattr(_imp, name)
+        door = _seal.make_door(original, ns["_e_judge_create"], ns["_e_post_create"], name=name)
+        setattr(_imp, name, _seal.make_face(door, original, _prepare_create))
     for name in ("exec_builtin", "exec_dynamic"):
-        setattr(
-            _imp,
-            name,
-            _seal.make_face(
-                _seal.make_door(
-                    ns["_e_exec_ext_" + name.split("_")[1]], _seal._allow_all, name=name
-                ),
-                getattr(_imp, name),
-            ),
-        )
+        original = getattr(_imp, name)
+        door = _seal.make_door(original, ns["_e_judge_exec"], ns["_e_post_exec"], name=name)
+        setattr(_imp, name, _seal.make_face(door, original))
 
     # Take framework modules aside (they come back, unchanged, when an import allows it).
     ns["_e_evict"]()
@@ -375,12 +369,75 @@ def _text(value: Any) -> str | None:
 
 
 def _prepare_create(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Read the spec once, here: the judge and the C function see the same exact strings."""
-    spec = args[0] if args else kwargs.get("spec")
-    return ("builtin", _text(getattr(spec, "name", None)), None, *args[1:]), {}
+    """Read the spec once, here: the judge and the C function see the same exact strings,
+    in a namespace the program cannot change."""
+    import types
 
-
-def _prepare_create_dynamic(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     spec = args[0] if args else kwargs.get("spec")
+    name = _text(getattr(spec, "name", None))
     origin = _text(getattr(spec, "origin", None))
-    return ("dynamic", _text(getattr(spec, "name", None)), origin, *args[1:]), {}
+    return (types.SimpleNamespace(name=name, origin=origin), *args[1:]), {}
+
+
+def _make_find_spec(decide: Callable[[str], Any], patch: Callable[[str, Any], None]) -> Any:
+    """The guard finder's ``find_spec``.
+
+    Plain code on purpose: it asks the other finders for a spec, and they (or the path
+    hooks behind them) may be the program's own objects, so no sealed frame may be below
+    them. The decision itself is sealed (``decide`` raises the refusal).
+    """
+    import _frozen_importlib
+
+    module_spec = _frozen_importlib.ModuleSpec
+
+    def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+        action = decide(name)
+        if action is None:
+            return None
+        kind, module = action
+        if kind == "stash":
+            return module_spec(name, _ReinsertLoader(module))
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if find is None or find is find_spec:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, name, patch)
+                return spec
+        return None
+
+    return find_spec
+
+
+class _ReinsertLoader:
+    """A loader without ``exec_module``: importlib then takes ``sys.modules[name]`` as it
+    is and keeps the module's own ``__spec__`` and ``__loader__``."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def load_module(self, fullname: str) -> Any:
+        sys.modules[fullname] = self.module
+        return self.module
+
+
+class _PatchingLoader:
+    """Runs the real loader, then the patches registered for the module (sealed)."""
+
+    def __init__(self, loader: Any, name: str, patch: Callable[[str, Any], None]) -> None:
+        self._loader = loader
+        self._name = name
+        self._patch = patch
+
+    def create_module(self, spec: Any) -> Any:
+        create = getattr(self._loader, "create_module", None)
+        return None if create is None else create(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        self._patch(self._name, module)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._loader, attr)
