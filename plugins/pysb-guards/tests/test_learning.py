@@ -34,9 +34,10 @@ def _render(
     return [(r.section, r.key, r.value, r.group) for r in profile]
 
 
-def test_a_learning_run_refuses_nothing_and_records_everything(project: Path) -> None:
+def test_a_learning_run_refuses_nothing_and_records_everything(project: Path, python: str) -> None:
     res = guarded.run(
         PROGRAM,
+        python=python,
         learn=True,
         imports=None,
         exposures=[],
