@@ -47,7 +47,7 @@ def guards(workdir: Path, port: int) -> tuple[Path, Path]:
         "env: {BENCH_VAR: x}\n"
         f"files:\n  expose-ro: [{workdir}]\n" + (network if port else "")
     )
-    ref = workdir / "guards.py-sandboxes"
+    ref = workdir / f"guards-{port}.py-sandboxes"
     ref.write_text(
         f"python-import={', '.join(GUARD_IMPORTS)}\n"
         "python-api=ALLOW:threads\n"

@@ -130,7 +130,8 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
         return [*out, f"Baseline {failed(base)}", ""]
     out.append(
         f"Baseline `python -c pass`: **{fmt_s(base.get('median_s'))}** (median of "
-        f"{base.get('runs')}, {base.get('tool')}). Ratios are to this baseline."
+        f"{base.get('runs')}, {base.get('tool')}). Each ratio is to a `python -c pass` "
+        "baseline timed just before the command (the load moves during a run)."
     )
     out.append("")
     names = ordered(list(set(res.get("pysb", {})) | set(res.get("reference", {}))))

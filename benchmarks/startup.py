@@ -1,6 +1,8 @@
 """Startup: ``python -c pass`` against ``pysb run -c pass`` and ``python-sb -c pass``.
 
-Whole-process wall time, per provider. hyperfine (``-N``: no shell in between) runs each
+Whole-process wall time, per provider. The machine is shared, so each command's ratio is
+taken against a ``python -c pass`` baseline timed just before it (the run-wide baseline
+is reported too). hyperfine (``-N``: no shell in between) runs each
 command after warm-up runs that fill the profile caches; without hyperfine a
 perf_counter loop around ``subprocess.run`` does the same. Each command is run once
 first: a command that fails is recorded with its reason instead of being timed.
@@ -26,7 +28,7 @@ def _runs(ctx: Context, kind: str, provider: str) -> tuple[int, int]:
         return (0, 1) if ctx.quick else (0, 3)  # the probe run boots it once already
     if ctx.quick:
         return (1, 3)
-    return {"python": (3, 20), "pysb": (2, 10), "ref": (1, 5)}[kind]
+    return {"python": (3, 20), "local": (2, 10), "pysb": (2, 10), "ref": (1, 5)}[kind]
 
 
 def _probe(argv: list[str], cwd: Path, provider: str) -> str | None:
@@ -123,16 +125,25 @@ def run(ctx: Context) -> dict[str, Any]:
     ours_profile, ref_profile = profiles.startup(ctx.workdir)
     result: dict[str, Any] = {"pysb": {}, "reference": {}}
     ctx.log("startup: python -c pass")
-    base = time_command(ctx, [ctx.python, "-c", "pass"], "python")
+    baseline = [ctx.python, "-c", "pass"]
+    base = time_command(ctx, baseline, "python")
     result["python"] = base
     if "error" in base:
         ctx.errors.append(f"startup: the baseline `python -c pass` failed: {base['error']}")
         return result
+
+    def measure(argv: list[str], kind: str, name: str) -> dict[str, Any]:
+        local = time_command(ctx, baseline, "local")
+        entry = time_command(ctx, argv, kind, name)
+        if "median_s" in entry:
+            entry["baseline_s"] = local.get("median_s", base["median_s"])
+            entry["ratio"] = entry["median_s"] / entry["baseline_s"]
+        return entry
+
     for name in ctx.usable(ctx.pysb_providers):
         ctx.log(f"startup: pysb run --provider {name} -c pass")
         argv = [ctx.pysb, "run", "--profile", str(ours_profile), "--provider", name, "-c", "pass"]
-        entry = time_command(ctx, argv, "pysb", name)
-        _ratio(entry, base)
+        entry = measure(argv, "pysb", name)
         result["pysb"][name] = entry
         if "error" in entry:
             ctx.errors.append(f"startup: pysb run under {name} failed: {entry['error']}")
@@ -146,12 +157,5 @@ def run(ctx: Context) -> dict[str, Any]:
                 "-c",
                 "pass",
             ]
-            entry = time_command(ctx, argv, "ref", name)
-            _ratio(entry, base)
-            result["reference"][name] = entry
+            result["reference"][name] = measure(argv, "ref", name)
     return result
-
-
-def _ratio(entry: dict[str, Any], base: dict[str, Any]) -> None:
-    if "median_s" in entry:
-        entry["ratio"] = entry["median_s"] / base["median_s"]
