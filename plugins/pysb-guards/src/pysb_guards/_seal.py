@@ -40,7 +40,7 @@ _FrameType = types.FrameType
 
 #: The globals of every door. No door code reads a global name; the builtins are there for
 #: C functions that default to their caller's builtins (``exec`` of a module's code).
-DOOR_NS: dict[str, Any] = {"__builtins__": builtins}
+DOOR_NS: dict[str, Any] = {"__builtins__": vars(builtins)}
 
 
 class Refusal:
