@@ -434,3 +434,21 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in status
+
+
+def test_exposing_the_host_root(run_vm, tmp_path: Path) -> None:
+    """``expose-ro: [/]`` cannot be mounted on the guest's root: its directories are put in
+    place one by one, read-only, and /etc stays the synthesized one."""
+    (tmp_path / "visible.txt").write_text("from the host")
+    code = (
+        f"print(open({str(tmp_path / 'visible.txt')!r}).read())\n"
+        "import os\n"
+        "print(os.path.exists('/etc/shadow'), os.listdir('/pysb/root'))\n"
+        "try:\n"
+        f"    open({str(tmp_path / 'new.txt')!r}, 'w')\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    r = run_vm(code, exposures=[Exposure("/", "/", False)])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["from the host", "False []", "refused 30"]

@@ -43,6 +43,13 @@ PORT_FD_BASE = 200
 #: Largest exposed *file* copied into the initramfs (9p shares directories only).
 MAX_FILE_SNAPSHOT = 8 << 20
 SETPRIV = "/usr/bin/setpriv"
+#: A share of the host's ``/`` cannot be mounted on the guest's root (it holds /init and
+#: busybox): it is mounted here and its top-level directories are bind-mounted into place,
+#: except these (the guest's own, or synthesized: never the host's /etc).
+ROOT_SHARE_MOUNT = "/pysb/root"
+ROOT_SHARE_SKIP = frozenset(
+    {"proc", "sys", "dev", "run", "etc", "pysb", "bb", "modules", "lost+found"}
+)
 
 
 @dataclass(frozen=True)
@@ -352,10 +359,23 @@ def build_run_archive(
         ),
     )
     w.add_file("pysb/links", lines([f"{t} {p}" for t, p in layout.links]))
+    binds: list[str] = []
+    for share in layout.shares:
+        if share.guest == "/":
+            for entry in sorted(os.listdir(share.host)):
+                host = os.path.join(share.host, entry)
+                if entry in ROOT_SHARE_SKIP or os.path.islink(host) or not os.path.isdir(host):
+                    continue
+                binds.append(f"{ROOT_SHARE_MOUNT}/{entry} /{_check_path('/' + entry)[1:]}")
+    w.add_file("pysb/binds", lines(binds))
     w.add_file(
         "pysb/mounts",
         lines(
-            [f"{s.tag} {'rw' if s.writable else 'ro'} {s.cache} {s.guest}" for s in layout.shares]
+            [
+                f"{s.tag} {'rw' if s.writable else 'ro'} {s.cache} "
+                f"{ROOT_SHARE_MOUNT if s.guest == '/' else s.guest}"
+                for s in layout.shares
+            ]
         ),
     )
     w.add_file("pysb/hide", lines([f"{k} {p}" for k, p in layout.hide]))

@@ -4,6 +4,7 @@
 #   ports    NAME GUESTFD in|out|both   virtio-serial ports, opened here on fds 200, 201...
 #   links    TARGET PATH                symlinks (merged-/usr hosts: /bin -> usr/bin)
 #   mounts   TAG ro|rw CACHE PATH       9p shares (read-only ones are also read-only on the host)
+#   binds    SRC DEST                   a share of the host's / (at /pysb/root) put in place
 #   hide     dir|file PATH              ignored paths, masked after the shares are mounted
 #   protect  PATH                       files made read-only (profile files)
 #   net      present when a rule allows network; nft.rules is loaded before the program
@@ -82,6 +83,14 @@ while read -r tag mode cache path; do
   [ -d "$path" ] || mkdir -p "$path" || fail "cannot create the mount point $path"
   mount -t 9p -o "trans=virtio,version=9p2000.L,msize=512000,cache=$cache,$mode" "$tag" "$path" \
     || fail "cannot mount $path"
+  if [ "$path" = /pysb/root ]; then
+    # The host's / is exposed: its top-level directories go into place (binds SRC DEST).
+    while read -r src dst; do
+      { mkdir -p "$dst" && mount --bind "$src" "$dst"; } || fail "cannot bind $dst"
+    done < /pysb/binds
+    # Only the binds stay: the share itself would also show the host's /proc, /sys, /etc.
+    umount /pysb/root || fail "cannot detach the host root share"
+  fi
 done < /pysb/mounts
 while read -r kind path; do
   if [ "$kind" = dir ]; then
