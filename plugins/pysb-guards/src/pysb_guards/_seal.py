@@ -406,6 +406,11 @@ def clean_traceback(tb: Any, is_private: Callable[[Any], bool]) -> Any:
     return out
 
 
+def _unchanged(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A ``prepare`` that changes nothing."""
+    return args, kwargs
+
+
 def _allow_all(args: tuple, kwargs: dict) -> None:
     return None
 

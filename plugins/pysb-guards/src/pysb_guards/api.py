@@ -35,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - an older pysb_core
     import pluggy
 
-    hookimpl = pluggy.HookimplMarker("pysb")
+    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     add_handler, close_registration = _seal.audit_registry()
     face_codes = tuple(
         _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
-        for p in (None, _seal._allow_all)
+        for p in (None, _seal._unchanged)
     )
     mark = _seal.sealed_mark()
     ns = _seal.seal_group(

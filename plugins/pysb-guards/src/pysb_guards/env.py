@@ -19,7 +19,7 @@ try:
 except ImportError:  # pragma: no cover - an older pysb_core
     import pluggy
 
-    hookimpl = pluggy.HookimplMarker("pysb")
+    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:

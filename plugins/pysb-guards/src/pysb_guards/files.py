@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - an older pysb_core
     import pluggy
 
-    hookimpl = pluggy.HookimplMarker("pysb")
+    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     try:
         from pysb_core.records import asdict
     except ImportError:  # pragma: no cover - pysb_core with dataclass records
-        from dataclasses import asdict
+        from dataclasses import asdict  # type: ignore[assignment]
 
     known = {(e["path"], e["target"]) for e in payload["policy"].get("exposures", ())}
     extra = [asdict(e) for e in plan.exposures if e.implicit and (e.path, e.target) not in known]
@@ -175,7 +175,7 @@ def _param(pos, kw, dir_fd=None, write=False, follow=True, kind="read", default=
 
 #: name -> (paths, options). ``write`` True/False or "flags" (os.open); ``follow`` True,
 #: False, or the name of a follow_symlinks keyword.
-FACES: dict[str, tuple[tuple, dict]] = {
+FACES: dict[str, Any] = {
     "stat": ((_param(0, "path", "dir_fd", False, "follow_symlinks", "stat"),), {}),
     "lstat": ((_param(0, "path", "dir_fd", False, False, "stat"),), {}),
     "access": ((_param(0, "path", "dir_fd", False, "follow_symlinks", "stat"),), {"access": True}),
@@ -458,14 +458,13 @@ def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
         if not kwargs and len(args) == 1 and type(args[0]) is str:
             return args, kwargs  # the common case, as fast as possible
         if slots:
-            pos, kw = slots[0]
-            args = list(args)
+            values = list(args)
             for pos, kw in slots:
-                if pos < len(args):
-                    args[pos] = norm(args[pos])
+                if pos < len(values):
+                    values[pos] = norm(values[pos])
                 elif kw in kwargs:
                     kwargs = {**kwargs, kw: norm(kwargs[kw])}
-            args = tuple(args)
+            args = tuple(values)
         for key in ("dir_fd", "src_dir_fd", "dst_dir_fd"):
             if key in kwargs and kwargs[key] is not None and type(kwargs[key]) is not int:
                 kwargs = {**kwargs, key: int(kwargs[key].__index__())}

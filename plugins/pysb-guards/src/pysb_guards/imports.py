@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - an older pysb_core
     import pluggy
 
-    hookimpl = pluggy.HookimplMarker("pysb")
+    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def pysb_learned(records: Sequence[Event], profile: Any) -> None:
 
 def learned_imports(records: Sequence[Event]) -> list[tuple[str, str]]:
     """``(group, top-level name)`` for every import the program made, sorted by group."""
-    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+    stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
     names = sorted(
         {
             r.target.partition(".")[0]
@@ -267,7 +267,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     add_handler, _close = _seal.audit_registry()
     face_codes = tuple(
         _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
-        for p in (None, _seal._allow_all)
+        for p in (None, _seal._unchanged)
     )
     mark = _seal.sealed_mark()
     ns = _seal.seal_group(
@@ -396,7 +396,7 @@ def _make_find_spec(decide: Callable[[str], Any], patch: Callable[[str, Any], No
             return None
         kind, module = action
         if kind == "stash":
-            return module_spec(name, _ReinsertLoader(module))
+            return module_spec(name, _ReinsertLoader(module))  # type: ignore[arg-type]
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if find is None or find is find_spec:

@@ -16,7 +16,7 @@ import sys
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 CATEGORIES: dict[str, str] = {
     "process-exec": "start programs or interpreters (exec, spawn, fork, subprocess, pty)",
@@ -67,6 +67,18 @@ class Entry:
         "since",
         "until",
     )
+
+    qualname: str
+    category: str
+    module: str
+    attr: str
+    alias_of: str | None
+    since: tuple[int, int] | None
+    until: tuple[int, int] | None
+    platform: str | None
+    optional: bool
+    events: tuple[str, ...]
+    patch: bool
 
     def __init__(
         self,
@@ -316,7 +328,9 @@ def group_members(group: str) -> tuple[Entry, ...]:
     return tuple(e for e in ENTRIES if e.group == group)
 
 
-def resolve(rules: list[tuple[str, str]], entries: tuple[Entry, ...] = ENTRIES) -> dict[str, bool]:
+def resolve(
+    rules: Sequence[tuple[str, str]], entries: tuple[Entry, ...] = ENTRIES
+) -> dict[str, bool]:
     """Decide every entry from ``(action, target)`` rules (SPEC §4 "api").
 
     A rule on a function (or any spelling of it) beats a rule on its category, which beats
