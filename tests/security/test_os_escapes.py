@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from escape_bench import PROBE, Bench, bench
 
-from pysb_core.testing import BASE_ENV, LoopbackServer
+from pysb_core.testing import BASE_ENV, LoopbackServer, pysb_command
 
 PROVIDERS = ["landlock", "bwrap", "unshare", "firejail"]
 NAMESPACED = ["bwrap", "unshare", "firejail"]
@@ -58,7 +58,7 @@ UNIX_SOCKET_HOLE = pytest.mark.xfail(
     "the provider's seccomp filter lets AF_UNIX sockets be created: any host socket outside "
     "the exposures (docker.sock, D-Bus, ssh-agent, X11) is reachable",
 )
-#: The caller's session keyring is inherited; only firejail's seccomp filter refuses keyctl.
+#: The caller's session keyring is inherited (firejail refuses keyctl; unshare joins a new one).
 KEYRING_HOLE = pytest.mark.xfail(
     strict=True,
     reason="HOLE: the program inherits the session keyring of the process that started pysb "
@@ -394,9 +394,7 @@ def host_keys():
             libc.syscall(250, ctypes.c_long(21), ctypes.c_long(serial))  # KEYCTL_INVALIDATE
 
 
-@pytest.mark.parametrize(
-    "provider", providers(landlock=KEYRING_HOLE, bwrap=KEYRING_HOLE, unshare=KEYRING_HOLE)
-)
+@pytest.mark.parametrize("provider", providers(landlock=KEYRING_HOLE, bwrap=KEYRING_HOLE))
 def test_callers_keyrings_are_unreadable(provider: str, tmp_path: Path, host_keys) -> None:
     keys, payload = host_keys
     attempts = [
@@ -782,3 +780,37 @@ def test_qemu_process_limit(tmp_path: Path) -> None:
     out = box.run([("fork", "fork_many", {"limit": 48, "sleep": 30})])
     forked = int(out["fork"].split(":")[1])
     assert forked < 12, out["fork"]
+
+
+# -- pysb as a confused deputy ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", providers())
+def test_events_file_swapped_for_a_symlink_is_not_followed(provider: str, tmp_path: Path) -> None:
+    """The one host-side test here: pysb (the host process, root) writes the ``--events``
+    file, which may sit in an ``expose-rw`` directory. The program replaces it with a symlink
+    to a host file, then provokes an event: pysb must not write through the link. The Python
+    layer is on (it is what produces events); the swap uses libc, which it does not judge."""
+    box = bench(provider, tmp_path)
+    events = box.rw / "events.jsonl"
+    provoke = "try:\n    open('/etc/shadow')\nexcept OSError:\n    pass\n"
+    swap = (
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        "assert libc.unlink(b'rw/events.jsonl') == 0\n"
+        f"assert libc.symlink({str(box.victim).encode()!r}, b'rw/events.jsonl') == 0\n"
+    )
+    base = ["run", "--provider", provider, "--events", "rw/events.jsonl", "-c"]
+    control = subprocess.run(
+        [*pysb_command(), *base, provoke], cwd=box.project, env=BASE_ENV,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert control.returncode == 0, control.stderr
+    assert "/etc/shadow" in events.read_text()  # control: the denial is recorded
+    events.unlink()
+    proc = subprocess.run(
+        [*pysb_command(), *base, swap + provoke], cwd=box.project, env=BASE_ENV,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert events.is_symlink()  # the swap happened
+    assert box.victim_intact()
