@@ -41,12 +41,16 @@ def _error(exc: BaseException) -> str:
 class Impl:
     """How to open a sandbox and where the functions are, for one implementation."""
 
-    def __init__(self, impl: str, provider: str, profile: str) -> None:
+    def __init__(self, impl: str, provider: str, profile: str, guards: bool = True) -> None:
         if impl == "pysb":
             from pysb_core import sandboxes
 
             self.funcs = importlib.import_module("_funcs")
-            self.factory: Callable[[], Any] = lambda: sandboxes(profile=profile, provider=provider)
+            # None: pysb's default (the Python guards when pysb-guards is installed).
+            flag = None if guards else False
+            self.factory: Callable[[], Any] = lambda: sandboxes(
+                profile=profile, provider=provider, python_guards=flag
+            )
         else:
             from pysandboxes import sandboxes  # type: ignore[import-not-found]
 
@@ -211,9 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--heavy", action="store_true", help="a slow provider: fewer reps")
     parser.add_argument("--idle-rss", action="store_true")
+    parser.add_argument("--no-python-guards", action="store_true", help="pysb only")
     ns = parser.parse_args(argv)
     try:
-        impl = Impl(ns.impl, ns.provider, ns.profile)
+        impl = Impl(ns.impl, ns.provider, ns.profile, guards=not ns.no_python_guards)
         result = idle_rss(impl) if ns.idle_rss else measure(impl, ns.quick, ns.heavy)
     except Exception as exc:
         traceback.print_exc()

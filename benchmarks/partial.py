@@ -12,6 +12,7 @@ from typing import Any
 
 import profiles
 from common import Context, clean_env, run_json
+from startup import NO_GUARDS
 
 #: A provider whose start takes seconds (a VM under software emulation): the quick counts.
 SLOW = {"qemu"}
@@ -37,6 +38,17 @@ def run(ctx: Context) -> dict[str, Any]:
         failed = _failures(entry)
         if failed:
             ctx.errors.append(f"partial: pysb under {name}: {failed}")
+    if "landlock" in ctx.usable(ctx.pysb_providers):
+        # Where the time goes: the same without the Python guards in the worker.
+        ctx.log("partial: pysb under landlock without the Python guards")
+        argv = [*worker_argv(ctx, "pysb", "landlock", str(ours)), "--no-python-guards"]
+        if ctx.quick:
+            argv.append("--quick")
+        entry = run_json(argv, ctx.workdir, timeout=600, env=clean_env(), provider="landlock")
+        result["pysb"][NO_GUARDS.format("landlock")] = entry
+        failed = _failures(entry)
+        if failed:
+            ctx.errors.append(f"partial: pysb under landlock without guards: {failed}")
     if ctx.ref_python is not None:
         for name in ctx.usable(ctx.ref_providers):
             ctx.log(f"partial: pysandboxes under {name}")

@@ -8,6 +8,7 @@ below the marker is replaced.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,11 @@ number. "reference" columns are pysandboxes 0.7.0 measured in the same run.
 
 - Startup figures are whole-process wall times (hyperfine `-N`, after warm-up runs that
   fill the profile caches); the profile grants one import and the working directory.
+  "CPU ÷ python" compares user+system CPU time, which the load moves less than wall
+  time (hyperfine counts the CPU of the processes it waits for: helpers reaped inside a
+  PID namespace may be missing).
+- "landlock, no Python guards" rows run the same with `--no-python-guards`
+  (`python_guards=False`), to show what the Python layer costs.
 - Partial mode runs with pysb's defaults (Python guards on when pysb-guards is
   installed); the reference runs with its Python layer on (its default).
 - qemu runs under TCG (software emulation) on this machine: its figures measure a VM
@@ -97,6 +103,23 @@ def failed(entry: Any) -> str | None:
     return None
 
 
+def label(name: str) -> str:
+    """A provider name for the tables (``landlock/no-python-guards``: a variant)."""
+    base, _, variant = name.partition("/")
+    return f"{base}, {variant.replace('-', ' ').replace('python', 'Python')}" if variant else base
+
+
+def base_name(name: str) -> str:
+    return name.partition("/")[0]
+
+
+def by_provider(names: Iterable[str]) -> list[str]:
+    """Table order, each variant (``landlock/...``) right after its provider."""
+    names = list(names)
+    order = ordered({base_name(n) for n in names})
+    return sorted(names, key=lambda n: (order.index(base_name(n)), n))
+
+
 def row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -110,13 +133,13 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _providers_line(results: dict[str, Any]) -> list[str]:
     lines = []
-    for impl, label in (("pysb", "pysb"), ("reference", "pysandboxes 0.7.0")):
+    for impl, who in (("pysb", "pysb"), ("reference", "pysandboxes 0.7.0")):
         table_ = results.get("providers", {}).get(impl) or {}
         if not table_:
             continue
         ok = [n for n in ordered(list(table_)) if table_[n].get("available")]
         bad = [f"{n} ({table_[n].get('reason')})" for n in ordered(list(table_)) if n not in ok]
-        text = f"- {label}: measured under {', '.join(ok) or 'none'}"
+        text = f"- {who}: measured under {', '.join(ok) or 'none'}"
         if bad:
             text += "; not available: " + "; ".join(bad)
         lines.append(text.replace("|", "\\|"))
@@ -134,22 +157,25 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
         "baseline timed just before the command (the load moves during a run)."
     )
     out.append("")
-    names = ordered(list(set(res.get("pysb", {})) | set(res.get("reference", {}))))
+    names = by_provider(set(res.get("pysb", {})) | set(res.get("reference", {})))
     rows = []
     for name in names:
         ours = res.get("pysb", {}).get(name)
         ref = res.get("reference", {}).get(name)
-        target = targets.STARTUP_RATIO.get(name)
+        target = targets.STARTUP_RATIO.get(base_name(name))
         if ours is None:
-            ours_cells = ["not available", "—"]
+            ours_cells = ["not available", "—", "—"]
         elif failed(ours):
-            ours_cells = [failed(ours) or "", "—"]
+            ours_cells = [failed(ours) or "", "—", "—"]
         else:
             ours_cells = [
                 fmt_s(ours["median_s"]),
                 fmt_ratio(ours["ratio"]) + mark(target, ours["ratio"]),
+                fmt_ratio(ours.get("cpu_ratio")),
             ]
-        if ref is None:
+        if "/" in name:
+            ref_cells = ["—", "—"]
+        elif ref is None:
             why = ref_status.get(name) or "not measured"
             anchor = targets.ANCHOR_STARTUP_S.get(name)
             ref_cells = [
@@ -161,14 +187,17 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
             ref_cells = [failed(ref) or "", "—"]
         else:
             ref_cells = [fmt_s(ref["median_s"]), fmt_ratio(ref["ratio"])]
+            if ref.get("cpu_ratio"):
+                ref_cells[1] += f" (CPU {fmt_ratio(ref['cpu_ratio'])})"
         speedup = "—"
         if ours and ref and "median_s" in ours and "median_s" in ref:
             speedup = fmt_ratio(ref["median_s"] / ours["median_s"])
-        rows.append([name, *ours_cells, fmt_target(target, "ratio"), *ref_cells, speedup])
+        rows.append([label(name), *ours_cells, fmt_target(target, "ratio"), *ref_cells, speedup])
     header = [
         "provider",
         "`pysb run -c pass`",
         "÷ python",
+        "CPU ÷ python",
         "target",
         "`python-sb -c pass` (reference)",
         "÷ python",
@@ -219,13 +248,13 @@ def partial(res: dict[str, Any]) -> list[str]:
     rows = [["**target**"]]
     for _, step, key, unit in PARTIAL_COLUMNS:
         rows[0].append(fmt_target(targets.PARTIAL.get(_target_key(step, key)), unit))
-    for impl, label in (("pysb", "pysb"), ("reference", "reference")):
-        for name in ordered(list(res.get(impl, {}))):
+    for impl, who in (("pysb", "pysb"), ("reference", "reference")):
+        for name in by_provider(res.get(impl, {})):
             entry = res[impl][name]
             if failed(entry):
-                rows.append([f"{label}, {name}", failed(entry) or "", *[""] * 11])
+                rows.append([f"{who}, {label(name)}", failed(entry) or "", *[""] * 11])
                 continue
-            cells = [f"{label}, {name}"]
+            cells = [f"{who}, {label(name)}"]
             for _, step, key, unit in PARTIAL_COLUMNS:
                 value = _partial_value(entry, step, key)
                 if failed(value):
@@ -302,13 +331,13 @@ def guards(res: dict[str, Any]) -> list[str]:
     plain = res.get("plain", {})
     rows = [["plain python", *(fmt_s(plain.get(op, {}).get("median_s")) for op, _ in ops)]]
     rows.append(["**target**", *(fmt_target(targets.GUARDS.get(op), "ratio") for op, _ in ops)])
-    for impl, label in (("pysb", "pysb run"), ("reference", "python-sb")):
-        for name in ordered(list(res.get(impl, {}))):
+    for impl, who in (("pysb", "pysb run"), ("reference", "python-sb")):
+        for name in by_provider(res.get(impl, {})):
             entry = res[impl][name]
             if failed(entry):
-                rows.append([f"{label}, {name}", failed(entry) or "", "", "", "", ""])
+                rows.append([f"{who}, {label(name)}", failed(entry) or "", "", "", "", ""])
                 continue
-            cells = [f"{label}, {name}"]
+            cells = [f"{who}, {label(name)}"]
             for op, _ in ops:
                 got = entry[op]
                 if failed(got):
@@ -333,15 +362,15 @@ def memory(res: dict[str, Any]) -> list[str]:
     base = res.get("python_c_pass", {})
     rows = [["`python -c pass`", "—", failed(base) or fmt_kib(base.get("parent_kib")), "—", ""]]
     for section, what in (("run_c_pass", "`-c pass`"), ("idle_sandboxes", "idle `sandboxes()`")):
-        for impl, label in (("pysb", "pysb"), ("reference", "reference")):
-            for name in ordered(list(res.get(section, {}).get(impl, {}))):
+        for impl, who in (("pysb", "pysb"), ("reference", "reference")):
+            for name in by_provider(res.get(section, {}).get(impl, {})):
                 entry = res[section][impl][name]
                 if failed(entry):
-                    rows.append([f"{label} {what}", name, failed(entry) or "", "", ""])
+                    rows.append([f"{who} {what}", name, failed(entry) or "", "", ""])
                     continue
                 rows.append(
                     [
-                        f"{label} {what}",
+                        f"{who} {what}",
                         name,
                         fmt_kib(entry.get("parent_kib")),
                         fmt_kib(entry.get("child_kib")),

@@ -11,6 +11,7 @@ first: a command that fails is recorded with its reason instead of being timed.
 from __future__ import annotations
 
 import json
+import resource
 import shlex
 import shutil
 import subprocess
@@ -50,7 +51,8 @@ def _probe(argv: list[str], cwd: Path, provider: str) -> str | None:
     return None if proc.returncode == 0 else reason_from(proc.stderr, proc.returncode, provider)
 
 
-def _hyperfine(argv: list[str], cwd: Path, warmup: int, runs: int) -> list[float]:
+def _hyperfine(argv: list[str], cwd: Path, warmup: int, runs: int) -> tuple[list[float], float]:
+    """Wall times of the counted runs, and the mean CPU time (user + system) per run."""
     out = cwd / "hyperfine.json"
     subprocess.run(
         [
@@ -73,13 +75,17 @@ def _hyperfine(argv: list[str], cwd: Path, warmup: int, runs: int) -> list[float
         check=True,
         timeout=900,
     )
-    data = json.loads(out.read_text())
-    return [float(t) for t in data["results"][0]["times"]]
+    data = json.loads(out.read_text())["results"][0]
+    cpu = float(data.get("user", 0.0)) + float(data.get("system", 0.0))
+    return [float(t) for t in data["times"]], cpu
 
 
-def _loop(argv: list[str], cwd: Path, warmup: int, runs: int) -> list[float]:
+def _loop(argv: list[str], cwd: Path, warmup: int, runs: int) -> tuple[list[float], float]:
+    """The same without hyperfine: perf_counter around subprocess.run, CPU from rusage."""
     times = []
+    cpu = 0.0
     for i in range(warmup + runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         subprocess.run(
             argv,
@@ -91,7 +97,9 @@ def _loop(argv: list[str], cwd: Path, warmup: int, runs: int) -> list[float]:
         )
         if i >= warmup:
             times.append(time.perf_counter() - t)
-    return times
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return times, cpu / runs
 
 
 def time_command(ctx: Context, argv: list[str], kind: str, provider: str = "") -> dict[str, Any]:
@@ -103,9 +111,9 @@ def time_command(ctx: Context, argv: list[str], kind: str, provider: str = "") -
     tool = "hyperfine" if shutil.which("hyperfine") else "perf_counter"
     try:
         if tool == "hyperfine":
-            times = _hyperfine(argv, ctx.workdir, warmup, runs)
+            times, cpu = _hyperfine(argv, ctx.workdir, warmup, runs)
         else:
-            times = _loop(argv, ctx.workdir, warmup, runs)
+            times, cpu = _loop(argv, ctx.workdir, warmup, runs)
     except subprocess.CalledProcessError as exc:
         stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
         return {"error": "failed while timed: " + reason_from(stderr, exc.returncode, provider)}
@@ -115,10 +123,15 @@ def time_command(ctx: Context, argv: list[str], kind: str, provider: str = "") -
         "median_s": median(times),
         "min_s": min(times),
         "max_s": max(times),
+        "cpu_s": cpu,
         "runs": len(times),
         "tool": tool,
         "command": shlex.join(argv),
     }
+
+
+#: The name of a variant measured without the Python guards (the report keys on "/").
+NO_GUARDS = "{}/no-python-guards"
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -138,6 +151,9 @@ def run(ctx: Context) -> dict[str, Any]:
         if "median_s" in entry:
             entry["baseline_s"] = local.get("median_s", base["median_s"])
             entry["ratio"] = entry["median_s"] / entry["baseline_s"]
+            entry["baseline_cpu_s"] = local.get("cpu_s", base["cpu_s"])
+            if entry["baseline_cpu_s"]:
+                entry["cpu_ratio"] = entry["cpu_s"] / entry["baseline_cpu_s"]
         return entry
 
     for name in ctx.usable(ctx.pysb_providers):
@@ -147,6 +163,15 @@ def run(ctx: Context) -> dict[str, Any]:
         result["pysb"][name] = entry
         if "error" in entry:
             ctx.errors.append(f"startup: pysb run under {name} failed: {entry['error']}")
+    if "landlock" in ctx.usable(ctx.pysb_providers):
+        # Where the time goes: the same start without the Python guards (the profile then
+        # grants no import: the import rule is the Python layer's alone).
+        ctx.log("startup: pysb run --provider landlock --no-python-guards -c pass")
+        bare = ctx.workdir / "startup-bare.pysb.yaml"
+        bare.write_text(f"version: 1\nfiles:\n  expose-ro: [{ctx.workdir}]\n")
+        argv = [ctx.pysb, "run", "--profile", str(bare), "--provider", "landlock"]
+        entry = measure([*argv, "--no-python-guards", "-c", "pass"], "pysb", "landlock")
+        result["pysb"][NO_GUARDS.format("landlock")] = entry
     if ctx.ref_python_sb is not None:
         for name in ctx.usable(ctx.ref_providers):
             ctx.log(f"startup: python-sb --os-sandbox={name} -c pass")
