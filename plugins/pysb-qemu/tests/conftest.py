@@ -69,6 +69,7 @@ def run_vm(qemu_provider: QemuProvider) -> RunVm:
         bootstrap: bool = False,
         timeout: float = 120,
         after_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        hosts_file: str | None = None,
     ) -> Result:
         python = sys.executable
         env = {"LANG": "C.UTF-8"} if env is None else env
@@ -96,6 +97,7 @@ def run_vm(qemu_provider: QemuProvider) -> RunVm:
             hidden=list(hidden),
             protected=list(protected),
             pass_fds=[*([payload_fd] if payload_fd is not None else []), *pass_fds],
+            hosts_file=hosts_file,
         )
         if bootstrap:
             plan.payload_fd = payload_fd

@@ -264,3 +264,25 @@ def test_a_kernel_without_pvh_is_booted_compressed(tmp_path: Path, monkeypatch) 
     assert built.vmlinux.name == "bzImage"
     assert built.vmlinux.read_bytes() == image.read_bytes()
     assert assets.ensure_assets(progress=False) == built  # found in the cache the second time
+
+
+def test_run_archive_carries_pins_env_and_no_host_etc(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("192.0.2.10\tapi.example.com\n")
+    plan = _plan(tmp_path, env={"K": "v"})
+    plan.hosts_file = str(hosts)
+    layout = guest.plan_layout(plan)
+    ports = [guest.Port("ctl", None, "ctl", None), guest.Port("fd1", 1, "out", 1)]
+    archive = guest.build_run_archive(plan, layout, ports, {5: b"payload"}, "<<m>>", None)
+    out = tmp_path / "x"
+    out.mkdir()
+    subprocess.run(
+        ["busybox", "cpio", "-i", "-d"], input=archive, cwd=out, check=True, capture_output=True
+    )
+    assert (out / "etc/hosts").read_text() == "192.0.2.10\tapi.example.com\n"
+    assert "root:x:0:0" in (out / "etc/passwd").read_text()
+    assert not (out / "etc/shadow").exists()
+    assert (out / "pysb/fd/5").read_bytes() == b"payload"
+    assert (out / "pysb/ports").read_text() == "fd1 1 out\n"
+    assert "/bb/env -i K=v" in (out / "pysb/run").read_text()
+    assert not (out / "pysb/net").exists()

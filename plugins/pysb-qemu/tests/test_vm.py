@@ -452,3 +452,21 @@ def test_exposing_the_host_root(run_vm, tmp_path: Path) -> None:
     r = run_vm(code, exposures=[Exposure("/", "/", False)])
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["from the host", "False []", "refused 30"]
+
+
+def test_dns_pins_are_the_guest_hosts_file(run_vm, tmp_path: Path) -> None:
+    """Native code (glibc's resolver) answers pinned names from the guest's /etc/hosts,
+    without any query (there is no network device at all here)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("192.0.2.10\tapi.example.com\n")
+    code = (
+        "import socket\n"
+        "print(socket.gethostbyname('api.example.com'))\n"
+        "try:\n"
+        "    socket.gethostbyname('other.example.com')\n"
+        "except OSError as e:\n"
+        "    print('no answer')\n"
+    )
+    r = run_vm(code, hosts_file=str(hosts))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["192.0.2.10", "no answer"]
