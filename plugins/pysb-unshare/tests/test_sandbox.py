@@ -469,3 +469,41 @@ def test_callers_session_keyring_is_left_behind():
     assert payload.decode() not in res.stdout, res
     found, n = res.stdout.split()[:2]
     assert found == "-1" and n == "-1", res
+
+
+def test_files_lent_as_stdio_cannot_be_reopened_with_more_rights(tmp_path):
+    """``prog < file`` and ``prog 2>> log``: the program reads its stdin and appends to its
+    stderr, but /proc/self/fd/N gives it no write access to the one and no read access to
+    the other (they reach it as one-way sockets relayed by the PID namespace's init)."""
+    from pysb_unshare import UnshareProvider
+
+    victim = tmp_path / "input.txt"
+    victim.write_text("ORIGINAL\n")
+    log = tmp_path / "log.txt"
+    log.write_text("SECRET-LOG-LINE\n")
+    out_file = tmp_path / "out.txt"
+    code = (
+        "import os, sys\n"
+        "print('stdin:', sys.stdin.read().strip())\n"
+        "sys.stderr.write('appended\\n'); sys.stderr.flush()\n"
+        "for fd, flags in ((0, os.O_RDWR), (0, os.O_WRONLY | os.O_APPEND), (2, os.O_RDONLY)):\n"
+        "    try:\n"
+        "        f = os.open(f'/proc/self/fd/{fd}', flags | os.O_NONBLOCK)\n"
+        "        print('reopened', fd, os.read(f, 100) if flags == os.O_RDONLY else b'')\n"
+        "    except OSError as e:\n"
+        "        print('refused', fd, e.errno)\n"
+    )
+    plan = py(code)
+    with open(victim, "rb") as stdin, open(log, "ab") as stderr, open(out_file, "wb") as stdout:
+        proc = UnshareProvider().launch(plan, stdin=stdin, stdout=stdout, stderr=stderr)
+        try:
+            assert proc.wait(timeout=60) == 0
+        finally:
+            for fn in plan.cleanups:
+                fn()
+    lines = out_file.read_text().splitlines()
+    assert lines[0] == "stdin: ORIGINAL", lines
+    assert [ln.split()[0] for ln in lines[1:]] == ["refused"] * 3, lines
+    assert victim.read_text() == "ORIGINAL\n"
+    assert log.read_text() == "SECRET-LOG-LINE\nappended\n"
+    assert "SECRET-LOG-LINE" not in out_file.read_text()

@@ -457,6 +457,61 @@ def _watch_lifeline(ctl: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def relay_plan() -> list[tuple[int, int, int]]:
+    """``(fd, program end, relay end)`` for each of fds 0-2 that is a file or a device.
+
+    The program could reopen such an fd through ``/proc/self/fd/N`` with whatever rights
+    the file's owner has -- a file lent read-only as stdin would become writable, a log
+    lent for appending readable. Those fds reach the program as one-way Unix sockets
+    (which ``/proc/self/fd/N`` cannot reopen, unlike a pipe), relayed by P1. Terminals,
+    pipes, sockets and character devices are handed over as they are.
+    """
+    import _socket
+    import stat
+
+    out: list[tuple[int, int, int]] = []
+    for fd in (0, 1, 2):
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)):
+            continue
+        program, relay = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        program.shutdown(_socket.SHUT_WR if fd == 0 else _socket.SHUT_RD)
+        out.append((fd, program.detach(), relay.detach()))
+    return out
+
+
+def _copy(src: int, dst: int, close: int | None) -> None:
+    try:
+        while data := os.read(src, 65536):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(dst, view) :]
+    except OSError:
+        pass  # the reader went away (EPIPE) or the file failed: nothing else to do
+    finally:
+        if close is not None:
+            os.close(close)
+
+
+def start_relays(relays: list[tuple[int, int, int]]) -> list:
+    """Start P1's relay threads; return those carrying output (to be drained at the end)."""
+    import threading
+
+    outputs = []
+    for fd, program_end, relay_end in relays:
+        os.close(program_end)
+        # stdin: file -> socket, then EOF for the program; outputs: socket -> the file
+        args = (0, relay_end, relay_end) if fd == 0 else (relay_end, fd, None)
+        t = threading.Thread(target=_copy, args=args, daemon=True)
+        t.start()
+        if fd != 0:
+            outputs.append(t)
+    return outputs
+
+
 def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> None:
     """P1: build the root, start the program, be init. Never returns."""
     try:
@@ -480,13 +535,17 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
     except (SetupError, OSError) as exc:
         _write(status_w, f"Eunshare: {exc}".encode())
         os._exit(125)
+    relays = relay_plan()
     exec_r, exec_w = os.pipe()  # O_CLOEXEC: closes by itself when the exec works
     child = os.fork()
     if child == 0:
         os.close(exec_r)
         os.close(ctl)
+        for fd, program_end, _ in relays:
+            os.dup2(program_end, fd)  # the rest is closed before the exec
         _exec_program(cfg, exec_w)
     os.close(exec_w)
+    outputs = start_relays(relays)
     err = b""
     while chunk := os.read(exec_r, 4096):
         err += chunk
@@ -497,6 +556,15 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
     _watch_lifeline(ctl)
 
     def done(status: int) -> None:
+        if outputs:
+            # Whatever the program left running would keep the pipes open: end it now
+            # (P1's exit would anyway), then deliver the last of its output.
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process of this PID namespace but us
+            except OSError:
+                pass
+            for t in outputs:
+                t.join(5)
         _write(exit_w, struct.pack("i", status))
         os._exit(0)
 
