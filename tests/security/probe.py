@@ -315,6 +315,14 @@ def socketpair() -> str:
         return "ok" if b.recv(1) == b"x" else "err:mismatch"
 
 
+def udp_send(host: str, port: int, data: str) -> str:
+    """Send one datagram (the shape of a DNS query used to exfiltrate data)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.sendto(data.encode(), (host, port))
+    return "ok"
+
+
 def raw_socket(kind: str) -> str:
     family, stype, proto = {
         "icmp": (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),

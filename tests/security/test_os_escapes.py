@@ -625,6 +625,64 @@ def test_host_loopback_unreachable_without_a_rule(provider: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("provider", providers())
+def test_host_loopback_udp_and_ipv6_get_nothing(provider: str, tmp_path: Path) -> None:
+    """A datagram to a host UDP service (a DNS-style exfiltration) and TCP to ``::1``: the
+    namespace providers may send into their own loopback, but nothing reaches the host."""
+    box = bench(provider, tmp_path)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    tcp6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    tcp6.bind(("::1", 0))
+    tcp6.listen(4)
+    tcp6.setblocking(False)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # control: it arrives
+            probe.sendto(b"control", udp.getsockname())
+        assert udp.recv(64) == b"control"
+        out = box.run(
+            [
+                ("udp", "udp_send", {"host": "127.0.0.1", "port": udp.getsockname()[1],
+                                     "data": f"EXFIL-{box.token}"}),
+                ("tcp6", "tcp_connect", {"host": "::1", "port": tcp6.getsockname()[1]}),
+            ]
+        )  # fmt: skip
+        with pytest.raises(BlockingIOError):
+            udp.recv(64)
+        with pytest.raises(BlockingIOError):
+            tcp6.accept()
+    finally:
+        udp.close()
+        tcp6.close()
+    assert refused(out["tcp6"]), out["tcp6"]
+    if provider == "landlock":  # same network namespace: the kernel must refuse the calls
+        assert_all_refused(out, ["udp", "tcp6"])
+
+
+@pytest.mark.parametrize("provider", providers())
+def test_another_terminal_on_the_host_is_unreachable(provider: str, tmp_path: Path) -> None:
+    """A pty the host holds open (another user's shell, say) must not be writable."""
+    box = bench(provider, tmp_path)
+    master, slave = pty.openpty()
+    try:
+        name = os.ttyname(slave)
+        with open(name, "wb", buffering=0) as tty:  # control: a write by path reaches it
+            tty.write(b"CTL\n")
+        assert os.read(master, 64).startswith(b"CTL")
+        out = box.run([("write-pts", "write", {"path": name, "data": f"INJ{box.token}\n"})])
+        os.set_blocking(master, False)
+        try:
+            seen = os.read(master, 4096)
+        except BlockingIOError:
+            seen = b""
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert refused(out["write-pts"]), out["write-pts"]
+    assert box.token.encode() not in seen
+
+
+@pytest.mark.parametrize("provider", providers())
 def test_raw_packet_and_netlink_sockets_refused(provider: str, tmp_path: Path) -> None:
     box = bench(provider, tmp_path)
     labels = ["icmp", "tcp-raw", "packet"]
