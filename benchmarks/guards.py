@@ -14,6 +14,7 @@ from typing import Any
 
 import profiles
 from common import Context, clean_env, free_port, run_json
+from startup import NO_GUARDS
 
 OPS = ("open", "stat", "import_module", "connect", "environ")
 
@@ -47,6 +48,12 @@ def run(ctx: Context) -> dict[str, Any]:
             continue
         argv = [ctx.pysb, "run", "--profile", str(ours), "--provider", name, *loop_args]
         jobs.append(("pysb", name, argv))
+        if name == "landlock":
+            # The OS layer alone: what the kernel's checks cost, without the Python guards.
+            bare = profiles.guards_os_only(ctx.workdir, port)
+            argv = [ctx.pysb, "run", "--profile", str(bare), "--provider", name]
+            argv += ["--no-python-guards", *loop_args]
+            jobs.append(("pysb", NO_GUARDS.format(name), argv))
     if ctx.ref_python_sb is not None:
         for name in ctx.usable(ctx.ref_providers):
             sb = [ctx.ref_python_sb, f"--pysandboxes-config={ref}", f"--os-sandbox={name}"]

@@ -57,3 +57,19 @@ def guards(workdir: Path, port: int) -> tuple[Path, Path]:
         f"net=ALLOW|TCP|127.0.0.1|{port}|OUT\n"
     )
     return ours, ref
+
+
+def guards_os_only(workdir: Path, port: int) -> Path:
+    """Guard loops with the Python guards off: only rules the OS layer enforces.
+
+    No ``imports``/``api`` (the Python layer's alone); the network rule names any host,
+    as Landlock filters TCP ports, not addresses.
+    """
+    ours = workdir / f"guards-os-{port}.pysb.yaml"
+    ours.write_text(
+        "version: 1\n"
+        "env: {BENCH_VAR: x}\n"
+        f"files:\n  expose-ro: [{workdir}]\n"
+        f"network:\n  - allow tcp * {port} in\n  - allow tcp * {port} out\n"
+    )
+    return ours

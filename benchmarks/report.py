@@ -43,7 +43,8 @@ number. "reference" columns are pysandboxes 0.7.0 measured in the same run.
   time (hyperfine counts the CPU of the processes it waits for: helpers reaped inside a
   PID namespace may be missing).
 - "landlock, no Python guards" rows run the same with `--no-python-guards`
-  (`python_guards=False`), to show what the Python layer costs.
+  (`python_guards=False`), to show what the Python layer costs; for the guard loops that
+  profile keeps only the rules the OS layer enforces (files, env, the port).
 - Partial mode runs with pysb's defaults (Python guards on when pysb-guards is
   installed); the reference runs with its Python layer on (its default).
 - qemu runs under TCG (software emulation) on this machine: its figures measure a VM
@@ -343,7 +344,7 @@ def guards(res: dict[str, Any]) -> list[str]:
                 if failed(got):
                     cells.append(failed(got) or "")
                     continue
-                target = targets.GUARDS.get(op) if impl == "pysb" else None
+                target = targets.GUARDS.get(op) if impl == "pysb" and "/" not in name else None
                 ratio = got["ratio"]
                 cells.append(f"{fmt_s(got['median_s'])} ({fmt_ratio(ratio)}{mark(target, ratio)})")
             rows.append(cells)
