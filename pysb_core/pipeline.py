@@ -96,6 +96,7 @@ class Session:
         self.learned: list[Event] = []
         self._readers: list[threading.Thread] = []
         self._plans: list[LaunchPlan] = []
+        self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
         self._lock = threading.Lock()
         self._finished = False
 
@@ -326,6 +327,7 @@ class Session:
             raise
         self._close_plan_fds(plan, parent_ends_only=True)
         report_r = plan._report_r  # type: ignore[attr-defined]
+        reader = None
         if report_r is not None:
             reader = threading.Thread(
                 target=self._read_reports, args=(report_r,), name="pysb-report", daemon=True
@@ -334,7 +336,24 @@ class Session:
             self._readers.append(reader)
         with self._lock:
             self._plans.append(plan)
+            self._by_pid[proc.pid] = (plan, reader if report_r is not None else None)
         return proc
+
+    def release(self, proc: Any) -> None:
+        """Run the clean-ups of one sandbox that has exited (a restarted partial-mode worker),
+        so that a long-lived session does not accumulate them until ``finish``."""
+        with self._lock:
+            entry = self._by_pid.pop(proc.pid, None)
+            if entry is None:
+                return
+            plan, reader = entry
+            if plan in self._plans:
+                self._plans.remove(plan)
+        if reader is not None:
+            reader.join(timeout=5)
+            if reader in self._readers:
+                self._readers.remove(reader)
+        self._cleanup(plan)
 
     @staticmethod
     def _close_plan_fds(plan: LaunchPlan, *, parent_ends_only: bool) -> None:

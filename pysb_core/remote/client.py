@@ -233,6 +233,9 @@ class Client:
             status = proc.wait()
         if close:
             conn.close()
+        release = getattr(self._launcher, "release", None)
+        if release is not None:
+            release(proc)
         self._last_status = status
         return status
 

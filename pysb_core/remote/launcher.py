@@ -34,5 +34,9 @@ class SessionLauncher:
         )
         return self.session.spawn(program, pass_fds=fds, stdin=subprocess.DEVNULL)
 
+    def release(self, proc: subprocess.Popen[bytes]) -> None:
+        """A worker has exited: its own clean-ups run now, not at the end of the session."""
+        self.session.release(proc)
+
     def finish(self, returncode: int | None) -> None:
         self.session.finish(returncode)
