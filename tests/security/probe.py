@@ -73,6 +73,21 @@ def read(path: str, dir_fd: str | None = None) -> str:
         os.close(fd)
 
 
+def child_read(path: str) -> str:
+    """Read ``path`` from a freshly exec'd interpreter: confinement must survive exec."""
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.stdout.write(open({path!r}).read())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode == 0:
+        return "ok:" + proc.stdout
+    return "err:" + (proc.stderr.strip().splitlines() or ["exit"])[-1][:80]
+
+
 def read_fd(fd: int) -> str:
     """Read an inherited fd as it is (the rights it was lent with)."""
     return "ok:" + os.read(fd, 200).decode(errors="replace")

@@ -113,9 +113,11 @@ def test_secret_outside_exposures_is_unreadable(provider: str, tmp_path: Path) -
         ("openat-deep", "read", {"path": "../" * 20 + secret.lstrip("/"), "dir_fd": "rw"}),
         ("sibling", "read", {"path": str(box.sibling)}),
         ("sibling-via-dotdot", "read", {"path": str(box.inner) + "/../sibling.txt"}),
+        ("exec-child", "child_read", {"path": secret}),
     ]
-    out = box.run(attempts)
+    out = box.run([*attempts, ("control-exec-child", "child_read", {"path": "ctl.txt"})])
     assert out["control-inner"] == "ok:INNER\n"
+    assert out["control-exec-child"] == "ok:CONTROL\n"
     assert out["plant-link"] == "ok"  # planting is allowed (rw); following it must not be
     assert_all_refused(out, [a[0] for a in attempts[1:] if a[0] != "plant-link"])
     assert box.token not in out.proc.stdout
