@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "NetworkDeniedError": "pysb_core.errors",
     "ApiDeniedError": "pysb_core.errors",
     "sandbox_denials": "pysb_core.errors",
-    "ExitCode": "pysb_core.errors",
+    "ExitCode": "pysb_core.exitcodes",
     # plugin authoring
     "hookimpl": "pysb_core.markers",
     "Provider": "pysb_core.provider",
@@ -111,7 +111,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pysb_core.errors import (
         ApiDeniedError,
         DeniedError,
-        ExitCode,
         FileDeniedError,
         ImportDeniedError,
         NetworkDeniedError,
@@ -127,6 +126,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         sandbox_denials,
     )
     from pysb_core.events import Event, Recorder
+    from pysb_core.exitcodes import ExitCode
     from pysb_core.markers import hookimpl
     from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy

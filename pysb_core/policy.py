@@ -11,8 +11,6 @@ and denial messages can point at it.
 
 from __future__ import annotations
 
-import json
-
 from pysb_core.records import Record, asdict, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
@@ -158,6 +156,8 @@ class Policy(Record):
     # -- serialisation for the sandboxed interpreter (JSON: no pickle before the guards) --
 
     def to_json(self) -> str:
+        import json  # not at module level: the sandbox reads the policy without json
+
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
@@ -185,6 +185,8 @@ class Policy(Record):
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
+        import json
+
         return cls.from_dict(json.loads(text))
 
     # -- convenience views used by guards and providers --

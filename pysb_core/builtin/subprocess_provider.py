@@ -26,4 +26,6 @@ class SubprocessProvider(Provider):
         return ProviderStatus.ok(note="no isolation: the Python layer is the only guard")
 
     def prepare(self, plan: LaunchPlan) -> LaunchSpec:
-        return LaunchSpec(argv=list(plan.argv), env=dict(plan.env), cwd=plan.cwd, pass_fds=list(plan.pass_fds))
+        return LaunchSpec(
+            argv=list(plan.argv), env=dict(plan.env), cwd=plan.cwd, pass_fds=list(plan.pass_fds)
+        )
