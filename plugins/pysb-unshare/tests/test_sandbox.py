@@ -507,3 +507,36 @@ def test_files_lent_as_stdio_cannot_be_reopened_with_more_rights(tmp_path):
     assert victim.read_text() == "ORIGINAL\n"
     assert log.read_text() == "SECRET-LOG-LINE\nappended\n"
     assert "SECRET-LOG-LINE" not in out_file.read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user RLIMIT_NPROC does the job")
+def test_process_limit_is_a_pids_cgroup_for_root():
+    """As root, RLIMIT_NPROC does not apply to uid 0: the provider's pids cgroup does."""
+    from pysb_core.policy import Limits
+
+    code = (
+        "import os, signal, time\n"
+        "kids = []\n"
+        "try:\n"
+        "    for _ in range(30):\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        kids.append(pid)\n"
+        "except BlockingIOError:\n"
+        "    print('EAGAIN')\n"
+        "print(f'forked={len(kids)}')\n"
+        "for k in kids:\n"
+        "    os.kill(k, signal.SIGKILL); os.waitpid(k, 0)\n"
+    )
+    plan = py(code)
+    plan.policy = plan.policy.replace(limits=Limits(processes=6))
+    res = run_plan(plan)
+    forked = int(res.stdout.split("forked=")[1].split()[0])
+    assert forked < 6 and "EAGAIN" in res.stdout, res  # the program itself is one of the 6
+    leftovers = (
+        [d for d in os.listdir("/sys/fs/cgroup/pids") if d.startswith("pysb-")]
+        if (os.path.isdir("/sys/fs/cgroup/pids"))
+        else []
+    )
+    assert not [d for d in leftovers if d.startswith(f"pysb-{os.getpid()}-")]

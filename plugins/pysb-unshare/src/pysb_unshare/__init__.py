@@ -223,7 +223,9 @@ class UnshareProvider(Provider):
         ]
         return LaunchSpec(argv=argv, env={}, cwd="/", pass_fds=list(plan.pass_fds))
 
-    def _config(self, plan: LaunchPlan, net: NetnsNetwork, fds: dict[str, int]) -> bytes:
+    def _config(
+        self, plan: LaunchPlan, net: NetnsNetwork, fds: dict[str, int], cgroup: str | None
+    ) -> bytes:
         from pysb_unshare.rootfs import build_ops
 
         boot = [p for p in plan.payload.get("sys_path", []) if isinstance(p, str)]
@@ -240,6 +242,7 @@ class UnshareProvider(Provider):
             "ctl_fd": fds["ctl"],
             "status_fd": fds["status"],
             "trace": bool(os.environ.get("PYSB_UNSHARE_TRACE")),
+            "cgroup_procs": cgroup,
         }
         return marshal.dumps(cfg)
 
@@ -252,6 +255,12 @@ class UnshareProvider(Provider):
         net = self.network(plan)
         if net.enabled:
             net.check()
+        cgroup = None
+        if plan.policy.limits.processes is not None and os.geteuid() == 0:
+            from pysb_unshare.cgroup import PidsCgroup
+
+            cgroup = PidsCgroup(plan.policy.limits.processes)
+            plan.add_cleanup(cgroup.remove)
         spec = self.prepare(plan)
         plan.cleanups.extend(spec.cleanups)
         plan.seal()
@@ -260,7 +269,9 @@ class UnshareProvider(Provider):
         cfg_fd = os.memfd_create("pysb-unshare", 0)
         proc: subprocess.Popen[bytes] | None = None
         try:
-            data = self._config(plan, net, {"ctl": ctl_r, "status": status_w})
+            data = self._config(
+                plan, net, {"ctl": ctl_r, "status": status_w}, cgroup.procs if cgroup else None
+            )
             os.write(cfg_fd, data)
             os.lseek(cfg_fd, 0, os.SEEK_SET)
             argv = [*spec.argv, str(cfg_fd)]

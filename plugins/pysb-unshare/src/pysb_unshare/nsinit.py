@@ -369,9 +369,15 @@ def _write(fd: int, data: bytes) -> None:
         pass
 
 
-def _exec_program(cfg: dict, exec_w: int) -> None:
+def _exec_program(cfg: dict, exec_w: int, cgroup_fd: int = -1) -> None:
     """P2: become the program. Never returns."""
     try:
+        if cgroup_fd >= 0:  # limits.processes as a pids cgroup: join it before anything
+            try:
+                os.write(cgroup_fd, b"0")
+            except OSError as exc:
+                raise SetupError(f"cannot join the pids cgroup: {exc.strerror}") from None
+            os.close(cgroup_fd)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
@@ -521,6 +527,9 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
         mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=8m")
         run_ops(root, cfg["ops"])
         trace(cfg, f"P1: {len(cfg['ops'])} root steps done")
+        cgroup_fd = -1
+        if cfg.get("cgroup_procs"):  # opened now: the host's /sys is gone after the pivot
+            cgroup_fd = os.open(cfg["cgroup_procs"], os.O_WRONLY | os.O_CLOEXEC)
         ensure(root, "/proc", is_dir=True)
         mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         # No nested user namespaces: one would give the program a full capability set over
@@ -543,8 +552,10 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
         os.close(ctl)
         for fd, program_end, _ in relays:
             os.dup2(program_end, fd)  # the rest is closed before the exec
-        _exec_program(cfg, exec_w)
+        _exec_program(cfg, exec_w, cgroup_fd)
     os.close(exec_w)
+    if cgroup_fd >= 0:
+        os.close(cgroup_fd)
     outputs = start_relays(relays)
     err = b""
     while chunk := os.read(exec_r, 4096):
