@@ -470,3 +470,27 @@ def test_dns_pins_are_the_guest_hosts_file(run_vm, tmp_path: Path) -> None:
     r = run_vm(code, hosts_file=str(hosts))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["192.0.2.10", "no answer"]
+
+
+def test_symlinks_in_a_share_cannot_escape_it(run_vm, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    (shared / "abs").symlink_to(secret)
+    (shared / "rel").symlink_to("../secret.txt")
+    (shared / "passwd").symlink_to("/etc/passwd")
+    code = (
+        f"import os\n"
+        f"for name in ('abs', 'rel'):\n"
+        f"    try:\n"
+        f"        print(open(os.path.join({str(shared)!r}, name)).read())\n"
+        f"    except FileNotFoundError:\n"
+        f"        print('not found')\n"
+        f"print(len(open({str(shared / 'passwd')!r}).read().splitlines()))\n"
+    )
+    r = run_vm(code, exposures=[Exposure(str(shared), str(shared), False)])
+    assert r.returncode == 0, r.stderr
+    host_users = len(Path("/etc/passwd").read_text().splitlines())
+    assert r.stdout.splitlines()[:2] == ["not found", "not found"]
+    assert int(r.stdout.splitlines()[2]) < host_users  # the guest's synthesized passwd
