@@ -318,7 +318,7 @@ def test_write_only_stderr_cannot_be_reopened_for_reading(provider: str, tmp_pat
     assert box.token not in out.proc.stdout
 
 
-@pytest.mark.parametrize("provider", providers(bwrap=PROC_SYS_HOLE))
+@pytest.mark.parametrize("provider", providers())
 def test_kernel_tunables_and_devices_are_not_writable(provider: str, tmp_path: Path) -> None:
     """Global sysctls, sysrq and raw memory: only *opened* for writing, never written (a
     write to any of them could harm the host; being handed the fd is the escape)."""

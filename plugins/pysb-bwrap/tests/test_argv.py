@@ -132,7 +132,8 @@ def test_profile_file_rebound_read_only_only_under_rw():
         E("/p", rw=True), E("/q"), protected=["/p/.pysb.yaml", "/q/.pysb.yaml", "/z/.pysb.yaml"]
     )
     argv = build_argv(p, MERGED).argv
-    assert pairs(argv, "--ro-bind-try") == [("/p/.pysb.yaml", "/p/.pysb.yaml")]
+    protected = [p for p in pairs(argv, "--ro-bind-try") if not p[0].startswith("/proc/")]
+    assert protected == [("/p/.pysb.yaml", "/p/.pysb.yaml")]
 
 
 def test_cwd_created_when_not_exposed_and_translated_when_renamed():
@@ -234,4 +235,15 @@ def test_protected_file_that_is_also_ignored_stays_masked():
     p = plan(E("/p", rw=True), hidden=["/p/.pysb.yaml"], protected=["/p/.pysb.yaml"])
     argv = build_argv(p, MERGED, empty_file="/e").argv
     assert ("/e", "/p/.pysb.yaml") in pairs(argv, "--ro-bind")
-    assert pairs(argv, "--ro-bind-try") == []
+    assert [p for p in pairs(argv, "--ro-bind-try") if not p[0].startswith("/proc/")] == []
+
+
+def test_kernel_knobs_in_proc_are_read_only():
+    """A root program is the host's uid 0: /proc/sys must not be writable (core_pattern)."""
+    argv = build_argv(plan(E("/p")), MERGED).argv
+    knobs = pairs(argv, "--ro-bind-try")
+    assert ("/proc/sys", "/proc/sys") in knobs and (
+        "/proc/sysrq-trigger",
+        "/proc/sysrq-trigger",
+    ) in knobs
+    assert all(argv.index(k[0]) > argv.index("--proc") for k in knobs if k[0].startswith("/proc/"))

@@ -64,6 +64,10 @@ class BwrapCommand:
     needs_empty_file: bool = False
 
 
+#: /proc entries that must never be writable from inside (docker/runc keep the same list).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
 def sandbox_path(host_path: str, exposures: Sequence[Exposure]) -> str | None:
     """Where ``host_path`` appears inside, through the exposure that covers it most
     closely (renames applied); the system trees map to themselves; ``None`` if invisible."""
@@ -202,6 +206,11 @@ def build_argv(
     if network and resolv_file is not None:
         argv += ["--ro-bind", resolv_file, ETC_RESOLV]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    # The kernel's global knobs: a root program is the host's uid 0 inside (bwrap keeps the
+    # uid), and /proc/sys files check the uid, not a capability -- kernel.core_pattern would
+    # run a program of the sandbox's choosing as root on the host. Read-only, as in runc.
+    for knob in PROC_READ_ONLY:
+        argv += ["--ro-bind-try", knob, knob]
     if not any(is_below("/tmp", e.target) for e in exposures):
         argv += ["--perms", "1777", "--tmpfs", "/tmp"]
 
