@@ -219,6 +219,10 @@ class VmSpec:
             "-display",
             "none",
             "-no-reboot",
+            # QEMU's own seccomp filter: a guest that escaped into QEMU could not exec,
+            # fork, change its uid or use obsolete syscalls.
+            "-sandbox",
+            "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
             "-kernel",
             str(self.assets.vmlinux),
             "-initrd",
