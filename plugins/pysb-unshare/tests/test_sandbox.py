@@ -318,6 +318,9 @@ PTY_LAUNCHER = textwrap.dedent(
     from unshare_helpers import py
     from pysb_unshare import UnshareProvider
     from pysb_core.execute import wait
+    import signal
+    # Like pysb: a terminal's Ctrl-C is the program's, also while the launch completes.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
     plan = py({code!r})
     proc = UnshareProvider().launch(plan)
     rc = wait(proc)

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 
 __all__ = ["UnshareProvider"]
 
-NSINIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nsinit.py")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: How the namespace init starts: imported (cached bytecode; compiling it costs ~8 ms),
+#: standard library only, no site, no environment.
+NSINIT_BOOT = f"import sys;sys.path.insert(0,{_HERE!r});import nsinit;nsinit.main()"
 _SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
 _USERNS_FIX = (
     "allow unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1 "
@@ -126,7 +129,7 @@ class UnshareProvider(Provider):
                     "--net",
                     "--pid",
                     "--fork",
-                    "true",
+                    "/bin/true",
                 ],
                 capture_output=True,
                 timeout=10,
@@ -219,7 +222,8 @@ class UnshareProvider(Provider):
             sys.executable,
             "-I",
             "-S",
-            NSINIT,
+            "-c",
+            NSINIT_BOOT,
         ]
         return LaunchSpec(argv=argv, env={}, cwd="/", pass_fds=list(plan.pass_fds))
 

@@ -1,4 +1,5 @@
-"""Runs inside the new namespaces (``python -I -S nsinit.py CONFIG_FD``): build the sandbox's
+"""Runs inside the new namespaces (``python -I -S -c "...import nsinit; nsinit.main()" FD``,
+imported rather than run as a script so that its cached bytecode is used): build the sandbox's
 root, be the PID namespace's init, start the program.
 
 Standalone on purpose -- no pysb import, only the standard library -- so that it starts in a
@@ -25,11 +26,11 @@ group (Ctrl-C, window size) reach P0 and P1, and P1 alone forwards them to the p
 
 from __future__ import annotations
 
+import _signal as signal  # not ``signal``: its enum import costs ~3 ms
 import ctypes
 import errno
 import marshal
 import os
-import signal
 import struct
 import sys
 
