@@ -292,14 +292,14 @@ def _hook_factory(
 
     def guard_frame(frame):
         """None when ``frame`` may be handed out, else the exception refusing it."""
+        if not sealed_chain(frame):
+            return None  # the common case: no guard frame above it
         caller = getframe(4)  # guard_frame, dispatch, the hook (a door), the C function's caller
         if caller is not None:
             g = caller.f_globals
             if g is door_ns or dict.get(g, "__pysb_sealed__") is mark:
                 return None  # the guards' own frame walks
-        if sealed_chain(frame):
-            return PermissionError("pysb: frames of the sandbox's guards are not reachable")
-        return None
+        return PermissionError("pysb: frames of the sandbox's guards are not reachable")
 
     def dispatch(event, args):
         hs = handlers.get(event)
