@@ -286,3 +286,20 @@ def test_run_archive_carries_pins_env_and_no_host_etc(tmp_path: Path) -> None:
     assert (out / "pysb/ports").read_text() == "fd1 1 out\n"
     assert "/bb/env -i K=v" in (out / "pysb/run").read_text()
     assert not (out / "pysb/net").exists()
+
+
+def test_probe_names_the_apt_packages_when_qemu_is_missing(monkeypatch) -> None:
+    monkeypatch.setattr(assets.shutil, "which", lambda name: None)
+    status = QemuProvider().probe()
+    assert not status.available
+    assert "qemu-system-x86_64" in (status.reason or "")
+    assert status.fix == "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
+
+
+def test_describe_lists_accelerator_shares_and_network(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, exposures=[Exposure(str(tmp_path), "/work", True)])
+    lines = QemuProvider().describe(plan)
+    text = "\n".join(lines)
+    assert "accelerator" in text and ("TCG" in text or "KVM" in text)
+    assert f"qemu: share rw /work (from {tmp_path})" in text
+    assert "no network device" in text

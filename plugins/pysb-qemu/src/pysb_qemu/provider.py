@@ -110,7 +110,10 @@ class QemuProvider(Provider):
             accel = vm.choose_accel(self._accel_option())
         except ProviderUnavailableError as exc:
             return [f"qemu: unavailable: {exc.reason}"]
-        layout = guest.plan_layout(plan)
+        try:
+            layout = guest.plan_layout(plan)
+        except SandboxError as exc:
+            return [f"qemu: cannot start: {exc}"]
         lines = [
             f"qemu: kernel {kernel.version} (from {kernel.image}), accelerator {accel.reason}",
             f"qemu: {self._memory_mib(plan)} MiB RAM, {self._cpus()} vCPU(s), microvm machine",
