@@ -61,7 +61,7 @@ while read -r _; do want=$((want + 1)); done < /pysb/ports
 i=0
 until ports_ready; do
   i=$((i + 1))
-  [ $i -gt 1000 ] && fail "the virtio-serial ports did not appear"
+  [ $i -gt 3000 ] && fail "the virtio-serial ports did not appear"
   usleep 5000
 done
 [ -n "$P_ctl" ] || fail "the control port did not appear"
