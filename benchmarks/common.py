@@ -30,6 +30,8 @@ SUPPORT_FILES = (
 )
 #: Every provider either implementation knows, in the order the tables show them.
 PROVIDER_ORDER = ("subprocess", "landlock", "bwrap", "unshare", "firejail", "qemu")
+#: The name of a variant measured without the Python guards (the report keys on "/").
+NO_GUARDS = "{}/no-python-guards"
 
 
 def ordered(names: list[str] | set[str]) -> list[str]:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import profiles
-from common import Context, clean_env, free_port, run_json
-from startup import NO_GUARDS
+from common import NO_GUARDS, Context, clean_env, free_port, run_json
 
 OPS = ("open", "stat", "import_module", "connect", "environ")
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import profiles
-from common import Context, clean_env, run_json
-from startup import NO_GUARDS
+from common import NO_GUARDS, Context, clean_env, run_json
 
 #: A provider whose start takes seconds (a VM under software emulation): the quick counts.
 SLOW = {"qemu"}

@@ -49,6 +49,20 @@ number. "reference" columns are pysandboxes 0.7.0 measured in the same run.
   installed); the reference runs with its Python layer on (its default).
 - qemu runs under TCG (software emulation) on this machine: its figures measure a VM
   boot, and its guard loops are not run.
+
+## Limits of the method
+
+- Peak RSS is polled from `/proc/PID/status` (`VmHWM`) every 2 ms: a process that lives
+  less than that is missed, and a peak reached in the last 2 ms of a life can be too.
+- The guard loops time one warm operation over and over (the same file, the same module,
+  the same port): the per-call cost of a guard's fast path, not of its first decision.
+- The connect loop's listener runs in the sandboxed process itself (a namespace provider
+  has its own loopback), so `connect` includes the accept thread's share of two cores.
+- The reference runs with reduced repetition counts (3 starts, 1,000 calls, 3 payloads of
+  each size): it needs about a second per start and 0.2 s per MiB sent.
+- pysandboxes' qemu provider is never started (it downloads a cloud image from the
+  internet); pysb's firejail provider refuses loopback network rules (it filters only on
+  a bridge), so its `connect` loop is not run.
 """
 
 

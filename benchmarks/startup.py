@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import profiles
-from common import Context, clean_env, median, reason_from
+from common import NO_GUARDS, Context, clean_env, median, reason_from
 
 
 def _runs(ctx: Context, kind: str, provider: str) -> tuple[int, int]:
@@ -128,10 +128,6 @@ def time_command(ctx: Context, argv: list[str], kind: str, provider: str = "") -
         "tool": tool,
         "command": shlex.join(argv),
     }
-
-
-#: The name of a variant measured without the Python guards (the report keys on "/").
-NO_GUARDS = "{}/no-python-guards"
 
 
 def run(ctx: Context) -> dict[str, Any]:
