@@ -250,13 +250,38 @@ def etc_files(plan: LaunchPlan) -> dict[str, bytes]:
     if plan.hosts_file:
         with open(plan.hosts_file, encoding="utf-8") as f:
             hosts = f.read()
-    return {
+    files = {
         "/etc/passwd": ("\n".join(passwd) + "\n").encode(),
         "/etc/group": ("\n".join(group) + "\n").encode(),
         "/etc/hosts": hosts.encode(),
         "/etc/resolv.conf": b"nameserver 10.0.2.3\n",
         "/etc/hostname": b"pysb\n",
     }
+    for name in HOST_ETC_COPIES:
+        path = os.path.join("/etc", name)
+        try:
+            st = os.stat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_size <= 4 << 20:
+                with open(path, "rb") as f:
+                    files[path] = f.read()
+        except OSError:
+            continue
+    return files
+
+
+#: Public, non-secret host files the guest's libc and Python expect (copied at start):
+#: the loader cache (libraries outside the default paths, e.g. /usr/local/lib), port and
+#: protocol names, resolver and time zone settings.
+HOST_ETC_COPIES = (
+    "ld.so.cache",
+    "services",
+    "protocols",
+    "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "localtime",
+    "timezone",
+)
 
 
 def run_script(
