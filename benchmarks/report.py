@@ -339,8 +339,8 @@ def guards(res: dict[str, Any]) -> list[str]:
         "## Guard overhead inside a sandboxed run",
         "",
         "Time per operation inside one sandboxed process (perf_counter loops, median of "
-        "repetitions) and its ratio to the same loop in plain python, run just before and "
-        "just after.",
+        "repetitions) and its ratio to the same loop in plain python (the median of the "
+        "plain runs just before and just after, and of all plain runs: the load drifts).",
         "",
     ]
     plain = res.get("plain", {})
