@@ -144,3 +144,25 @@ def test_repl_on_a_terminal_with_ctrl_c(project) -> None:
     assert "provider qemu" in out
     assert "KeyboardInterrupt" in out
     assert "\r\n42\r\n" in out
+
+
+def test_bad_provider_options_are_refused_with_125(tmp_path) -> None:
+    require_provider("qemu")
+    (tmp_path / ".pysb.yaml").write_text(
+        "version: 1\nlearn: false\nproviders:\n  qemu: {memory: lots, accel: warp, disk: 1G}\n"
+    )
+    res = run_pysb("run", "--provider", "qemu", "-c", "print(1)", cwd=tmp_path)
+    assert res.returncode == 125
+    assert "memory" in res.stderr and "accel" in res.stderr and "disk" in res.stderr
+    assert res.stdout == ""
+
+
+def test_check_shows_the_guest_packet_filter(tmp_path) -> None:
+    require_provider("qemu")
+    (tmp_path / ".pysb.yaml").write_text(
+        "version: 1\nlearn: false\nnetwork:\n  - allow tcp 127.0.0.1 8000 out\n"
+    )
+    res = run_pysb("check", "--provider", "qemu", "--no-python-guards", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "dnat to 10.0.2.2" in res.stdout
+    assert "user-mode (slirp)" in res.stdout
