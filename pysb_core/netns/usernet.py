@@ -243,8 +243,6 @@ class Pasta(UserNet):
         exe = self.binary()
         if exe is None:
             raise ProviderUnavailableError("pasta is not installed", fix="apt-get install passt")
-        self._tmpdir = tempfile.mkdtemp(prefix="pysb-pasta-")
-        pidfile = os.path.join(self._tmpdir, "pid")
         lay = self.layout
         argv = [
             exe,
@@ -261,8 +259,6 @@ class Pasta(UserNet):
             "--no-map-gw",
             "-I",
             "tap0",
-            "-P",
-            pidfile,
             "--userns",
             f"/proc/{pid}/ns/user",
             "--netns",
@@ -299,12 +295,23 @@ class Pasta(UserNet):
             raise self._fail(f"cannot start: {exc}") from exc
         finally:
             os.close(lifeline_r)
-        # pasta has no ready fd: it writes its PID file once the namespace is configured.
+        # pasta has no ready fd: the namespace is configured once its default route via
+        # tap0 exists (the last step of --config-net), seen through the sandbox's /proc.
         deadline = time.monotonic() + READY_TIMEOUT
-        while not os.path.exists(pidfile) or os.path.getsize(pidfile) == 0:
+        while not _has_default_route(pid, "tap0"):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise self._fail("did not bring the namespace's network up")
             time.sleep(0.002)
+
+
+def _has_default_route(pid: int, device: str) -> bool:
+    """True when the network namespace of ``pid`` has an IPv4 default route via ``device``."""
+    try:
+        with open(f"/proc/{pid}/net/route") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return False
+    return any(ln.split()[:2] == [device, "00000000"] for ln in lines)
 
 
 def _wait_readable(fd: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
