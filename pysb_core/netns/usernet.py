@@ -179,6 +179,11 @@ class Slirp4netns(UserNet):
         if api is not None:
             for fwd in self.inbound:
                 self._hostfwd(api, fwd)
+            # The API is only needed to add the forwards: remove its socket now, so that not
+            # even a SIGKILLed pysb leaves the directory behind.
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                self._tmpdir = None
 
     def _hostfwd(self, api: str, fwd: Forward) -> None:
         request = {
