@@ -494,3 +494,73 @@ def test_symlinks_in_a_share_cannot_escape_it(run_vm, tmp_path: Path) -> None:
     host_users = len(Path("/etc/passwd").read_text().splitlines())
     assert r.stdout.splitlines()[:2] == ["not found", "not found"]
     assert int(r.stdout.splitlines()[2]) < host_users  # the guest's synthesized passwd
+
+
+AS_USER = """
+import os, sys
+try:
+    sys.path[:0] = sys.argv[1:3]
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Exposure, Policy
+    from pysb_qemu import QemuProvider
+except (ImportError, PermissionError):
+    sys.exit(77)  # this checkout is not readable by the test user
+rw = sys.argv[3]
+py = "/usr/bin/python3"
+code = (
+    "import os; print(os.getuid(), os.getgid());"
+    f"open({rw!r} + '/made', 'w').write('x'); print(os.stat({rw!r} + '/made').st_uid)"
+)
+plan = LaunchPlan(policy=Policy(provider="qemu"), python=py, argv=[py, "-c", code], env={},
+                  cwd="/", exposures=[Exposure(rw, rw, True)])
+sys.exit(QemuProvider().launch(plan).wait())
+"""
+
+
+def test_a_non_root_user_keeps_its_uid_inside(qemu_provider) -> None:
+    """pysb run by an unprivileged user: QEMU runs as that user and so does the program
+    (files it creates on a rw share are that user's, inside and on the host)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pysb_qemu
+
+    import pysb_core
+
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to start the test as nobody) and /usr/bin/python3")
+    base = Path(tempfile.mkdtemp(prefix="pysb-qemu-nobody-"))
+    try:
+        base.chmod(0o755)
+        rw = base / "rw"
+        rw.mkdir()
+        os.chown(rw, 65534, 65534)
+        cache = base / "cache"
+        cache.mkdir()
+        os.chown(cache, 65534, 65534)
+        paths = [str(Path(m.__file__).parents[1]) for m in (pysb_core, pysb_qemu)]
+        res = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                AS_USER,
+                *paths,
+                str(rw),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(cache)},
+        )
+        if res.returncode == 77:
+            pytest.skip("the checkout is not readable by nobody")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines() == ["65534 65534", "65534"]
+        assert (rw / "made").stat().st_uid == 65534
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -294,6 +294,16 @@ def build_base_initramfs(kernel: Kernel, busybox: Path, template: str) -> bytes:
 
 def ensure_assets(*, progress: bool = True) -> GuestAssets:
     """Return the cached assets, building them first if needed (once per kernel/busybox)."""
+    try:
+        return _ensure_assets(progress)
+    except PermissionError as exc:
+        raise ProviderUnavailableError(
+            f"qemu: cannot read or cache the guest kernel ({exc})",
+            fix="make /boot/vmlinuz-* readable, or set XDG_CACHE_HOME to a writable directory",
+        ) from exc
+
+
+def _ensure_assets(progress: bool) -> GuestAssets:
     find_qemu()
     kernel = find_kernel()
     busybox = find_busybox()
@@ -346,11 +356,6 @@ def ensure_assets(*, progress: bool = True) -> GuestAssets:
             # Another pysb built the same key at the same time: theirs is as good as ours.
             if not (directory / "meta.json").is_file():
                 raise
-    except PermissionError as exc:
-        raise ProviderUnavailableError(
-            f"qemu: cannot read or cache the guest kernel ({exc})",
-            fix="make /boot/vmlinuz-* readable, or set XDG_CACHE_HOME to a writable directory",
-        ) from exc
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     prune_cache(directory.parent, keep=KEEP_CACHES)

@@ -24,7 +24,8 @@ from pysb_qemu.cpio import CpioWriter
 
 #: Root directories that are symlinks into /usr on a merged-/usr host (else shared as is).
 ROOT_LINK_CANDIDATES = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: Capabilities the program keeps (it runs as uid 0 of the guest, like the host user maps to).
+#: Capabilities the program keeps when it runs as the guest's uid 0 (pysb run as root; any
+#: other user runs as its own uid inside, without capabilities).
 #: Everything that could undo the guest's own set-up (mounts, packet filter, modules, raw
 #: ports, ptrace of PID 1) is dropped from the bounding set, with no-new-privs.
 KEPT_CAPS = (
@@ -244,8 +245,9 @@ def etc_files(plan: LaunchPlan) -> dict[str, bytes]:
             name = "user"
         passwd.append(f"{name}:x:{uid}:{os.getgid()}:{name}:/tmp:/bin/sh")
         group.append(f"{name}:x:{os.getgid()}:")
-    passwd.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
-    group.append("nogroup:x:65534:")
+    if uid != 65534:
+        passwd.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+        group.append("nogroup:x:65534:")
     hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     if plan.hosts_file:
         with open(plan.hosts_file, encoding="utf-8") as f:
@@ -312,8 +314,13 @@ def run_script(
         if not name or "=" in name or "\0" in name or "\0" in value:
             raise SandboxError(f"qemu: invalid environment variable {name!r}")
     caps = ",".join(f"+{c}" for c in KEPT_CAPS)
+    # The program has the host user's uid inside (root stays 0): files in the shares keep
+    # their meaning (owner checks, os.getuid(), tools that refuse to run as root).
+    uid, gid = os.getuid(), os.getgid()
+    ids = [] if uid == 0 else [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
     cmd = [
         SETPRIV,
+        *ids,
         "--no-new-privs",
         "--bounding-set",
         f"-all,{caps}",
