@@ -70,11 +70,16 @@ def test_quick_startup_run_writes_the_expected_json(quick_run) -> None:
 @pytest.mark.slow
 def test_quick_run_writes_markdown_below_the_marker_and_keeps_the_header(quick_run) -> None:
     _, data, md_path, _ = quick_run
+    # The harness's modules are top-level names (report, targets, common): import them
+    # for this test only, so that they never shadow another test's modules.
+    before = set(sys.modules)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import report
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
     text = md_path.read_text()
     assert report.MARKER in text
     assert "## Startup: `-c pass`" in text.split(report.MARKER, 1)[1]
