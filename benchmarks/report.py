@@ -395,6 +395,111 @@ def memory(res: dict[str, Any]) -> list[str]:
     return [*out, *table(["what", "provider", "parent", "child", "child process"], rows)]
 
 
+def _get(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``; a failure met on the way (``{"error": ...}``) is returned as is."""
+    for key in keys:
+        if isinstance(d, dict) and "error" in d:
+            return d
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def _cell(value: Any, fmt: Any) -> str:
+    if isinstance(value, float):
+        return str(fmt(value))
+    if isinstance(value, dict) and "error" in value:
+        text = str(value["error"])
+        return "refused" if "limit" in text else "not run" if text.startswith("not") else "failed"
+    return "—"
+
+
+def summary(sections: dict[str, Any]) -> list[str]:
+    """The budget at a glance: the rows of ARCHITECTURE.md's table, from this run."""
+    st, pa, gu = (sections.get(k, {}) for k in ("startup", "partial", "guards"))
+    rows: list[list[str]] = []
+
+    def add(what: str, ours: list[Any], ref: list[Any], tgts: list[Any], fmt: Any) -> None:
+        shown = " / ".join(_cell(v, fmt) for v in ours)
+        refs = " / ".join(_cell(v, fmt) for v in ref)
+        verdicts = [
+            targets.met(t, v) if isinstance(v, float) else None
+            for t, v in zip(tgts, ours, strict=True)
+        ]
+        # "no" as soon as one figure misses; "yes" only when every figure is there and meets.
+        met = "no" if False in verdicts else "yes" if all(verdicts) else "—"
+        target = " / ".join(
+            fmt_target(t, "ratio" if fmt is fmt_ratio else "rate" if fmt is fmt_rate else "s")
+            for t in tgts
+        )
+        rows.append([what, refs, shown, target, met])
+
+    if st:
+        add(
+            "`pysb run -c pass` ÷ `python -c pass`, subprocess",
+            [_get(st, "pysb", "subprocess", "ratio")],
+            [_get(st, "reference", "subprocess", "ratio")],
+            [targets.STARTUP_RATIO["subprocess"]],
+            fmt_ratio,
+        )
+        names = ["landlock", "bwrap", "unshare", "firejail"]
+        add(
+            "same under " + " / ".join(names),
+            [_get(st, "pysb", n, "ratio") for n in names],
+            [_get(st, "reference", n, "ratio") for n in names],
+            [targets.STARTUP_RATIO[n] for n in names],
+            fmt_ratio,
+        )
+    if pa:
+        sub, ref = _get(pa, "pysb", "subprocess") or {}, _get(pa, "reference", "subprocess") or {}
+        t = targets.PARTIAL
+        for what, keys, fmt in (
+            (
+                "`with sandboxes()` start / stop",
+                [("start_stop", "start_s"), ("start_stop", "stop_s")],
+                fmt_s,
+            ),
+            (
+                "`@sandbox` trivial call p50 / p99",
+                [("latency", "p50_s"), ("latency", "p99_s")],
+                fmt_s,
+            ),
+            ("calls/s, 8 threads", [("calls_per_s_8_threads",)], fmt_rate),
+            (
+                "10 MiB argument / result",
+                [("argument_10mib", "median_s"), ("result_10mib", "median_s")],
+                fmt_s,
+            ),
+        ):
+            tkeys = [k[-1] if k[0] in ("start_stop", "latency") else k[0] for k in keys]
+            add(
+                what + ", subprocess",
+                [_get(sub, *k) for k in keys],
+                [_get(ref, *k) for k in keys],
+                [t[k] for k in tkeys],
+                fmt,
+            )
+    if gu:
+        ops = ["open", "import_module", "connect"]
+        add(
+            "guard overhead: `open()` / `import_module` / `connect`, subprocess",
+            [_get(gu, "pysb", "subprocess", op, "ratio") for op in ops],
+            [_get(gu, "reference", "subprocess", op, "ratio") for op in ops],
+            [targets.GUARDS[op] for op in ops],
+            fmt_ratio,
+        )
+    if not rows:
+        return []
+    return [
+        "## The budget at a glance",
+        "",
+        "ARCHITECTURE.md's table, filled from this run (per-provider figures follow).",
+        "",
+        *table(["what", "reference 0.7.0 (this run)", "pysb (this run)", "target", "met"], rows),
+    ]
+
+
 # ----------------------------------------------------------------------------- document
 
 
@@ -432,6 +537,7 @@ def render(results: dict[str, Any]) -> str:
             for n in targets.ANCHOR_STARTUP_S
         }
     sections = results.get("sections", {})
+    lines += summary(sections)
     if "startup" in sections:
         lines += startup(sections["startup"], ref_status)
     if "partial" in sections:

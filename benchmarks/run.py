@@ -1,7 +1,7 @@
 """Benchmark pysb against plain Python and pysandboxes 0.7.0: ``make bench``.
 
 ``benchmarks/run.py [--quick] [--only startup,partial,guards,memory] [--providers a,b]
-[--no-reference] [--json PATH] [--markdown PATH]``
+[--no-reference] [--json PATH] [--markdown PATH] [--report-only]``
 
 A full run (all sections) writes ``benchmarks/results/latest.json`` and regenerates
 ``docs/performance.md`` below its hand-written header. A partial or ``--quick`` run
@@ -99,13 +99,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-reference", action="store_true", help="skip pysandboxes 0.7.0")
     parser.add_argument("--json", type=Path, help="where the JSON goes")
     parser.add_argument("--markdown", type=Path, help="where the Markdown report goes")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="measure nothing: rewrite the Markdown report from the JSON file (--json)",
+    )
     ns = parser.parse_args(argv)
     ns.sections = list(SECTIONS) if not ns.only else [s.strip() for s in ns.only.split(",")]
     unknown = [s for s in ns.sections if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     ns.provider_list = [p.strip() for p in ns.providers.split(",")] if ns.providers else None
-    complete = not ns.quick and not ns.only and not ns.providers
+    complete = ns.report_only or (not ns.quick and not ns.only and not ns.providers)
     results_dir = common.HERE / "results"
     ns.json = ns.json or results_dir / "latest.json"
     ns.markdown = ns.markdown or (
@@ -116,6 +121,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     ns = parse(argv)
+    if ns.report_only:
+        try:
+            report.write(ns.markdown, json.loads(ns.json.read_text()))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"bench: cannot render {ns.json}: {exc}", file=sys.stderr)
+            return 1
+        print(f"bench: wrote {ns.markdown} from {ns.json}", file=sys.stderr)
+        return 0
     bindir = Path(sys.executable).parent
     pysb = shutil.which("pysb", path=str(bindir)) or shutil.which("pysb")
     if pysb is None:
