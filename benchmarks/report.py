@@ -383,11 +383,14 @@ def memory(res: dict[str, Any]) -> list[str]:
                 if failed(entry):
                     rows.append([f"{who} {what}", name, failed(entry) or "", "", ""])
                     continue
+                parent = fmt_kib(entry.get("parent_kib"))
+                if entry.get("parent_before_kib"):
+                    parent += f" ({fmt_kib(entry['parent_before_kib'])} before entering)"
                 rows.append(
                     [
                         f"{who} {what}",
                         name,
-                        fmt_kib(entry.get("parent_kib")),
+                        parent,
                         fmt_kib(entry.get("child_kib")),
                         entry.get("child_name") or "",
                     ]

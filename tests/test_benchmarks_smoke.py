@@ -7,10 +7,12 @@ machine is shared and timings are not tests.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -67,20 +69,28 @@ def test_quick_startup_run_writes_the_expected_json(quick_run) -> None:
         assert ("median_s" in entry) != ("error" in entry), entry
 
 
-@pytest.mark.slow
-def test_quick_run_writes_markdown_below_the_marker_and_keeps_the_header(quick_run) -> None:
-    _, data, md_path, _ = quick_run
-    # The harness's modules are top-level names (report, targets, common): import them
-    # for this test only, so that they never shadow another test's modules.
+def _report() -> ModuleType:
+    """benchmarks/report.py, imported for one test only.
+
+    The harness's modules are top-level names (report, targets, common): they are removed
+    from sys.modules again so that they never shadow another test's modules.
+    """
     before = set(sys.modules)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        import report
+        return importlib.import_module("report")
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
         for name in set(sys.modules) - before:
             del sys.modules[name]
+
+
+@pytest.mark.slow
+def test_quick_run_writes_markdown_below_the_marker_and_keeps_the_header(quick_run) -> None:
+    _, data, md_path, _ = quick_run
+    report = _report()
     text = md_path.read_text()
+    assert "## The budget at a glance" in text
     assert report.MARKER in text
     assert "## Startup: `-c pass`" in text.split(report.MARKER, 1)[1]
     assert "| subprocess |" in text
@@ -100,3 +110,113 @@ def test_quick_run_writes_markdown_below_the_marker_and_keeps_the_header(quick_r
     assert header.startswith(report.DEFAULT_HEADER.rstrip())
     notes = header.split("## Notes", 1)[1]
     assert "### bwrap start-up\n\nabout 4 ms over python" in notes
+
+
+def _results() -> dict:
+    """Results shaped as a full run writes them, with each kind of failure in them."""
+    meta = {
+        "date": "2026-01-01 00:00 UTC",
+        "quick": False,
+        "machine": {
+            "cpu": "CPU",
+            "cores": 2,
+            "memory": "24 GiB",
+            "kernel": "6.1",
+            "os": "Debian",
+            "python": "3.11.7",
+            "python_path": "/x/python",
+        },
+        "load_before": "1.00 / 1.00 / 1.00",
+        "load_after": "2.00 / 2.00 / 2.00",
+        "duration_s": 100.0,
+        "section_durations_s": {"startup": 10.0},
+        "pysb_version": "0.1.0",
+    }
+    fast = {"median_s": 0.05, "min_s": 0.04, "max_s": 0.06, "cpu_s": 0.04, "runs": 5}
+    startup = {
+        "python": {**fast, "median_s": 0.01, "cpu_s": 0.01, "tool": "hyperfine"},
+        "pysb": {
+            "subprocess": {**fast, "ratio": 5.0, "cpu_ratio": 4.0, "baseline_s": 0.01},
+            "landlock": {**fast, "ratio": 9.0, "cpu_ratio": 9.0, "baseline_s": 0.01},
+            "landlock/no-python-guards": {**fast, "ratio": 4.0, "baseline_s": 0.01},
+            "unshare": {"error": "pysb: error: unshare: broken (rc 125)"},
+        },
+        "reference": {"subprocess": {**fast, "median_s": 0.5, "ratio": 50.0}},
+    }
+    call = {"p50_s": 4e-05, "p99_s": 0.0009, "min_s": 3e-05, "max_s": 0.001, "calls": 10}
+    payload = {"median_s": 0.02, "min_s": 0.02, "reps": 3}
+    ours = {
+        "start_stop": {"start_s": 0.1, "stop_s": 0.003, "first_call_s": 0.002},
+        "latency": call,
+        "calls_per_s_1_thread": 20000.0,
+        "calls_per_s_8_threads": 25000.0,
+        "calls_per_s_8_tasks": 15000.0,
+        "argument_1mib": payload,
+        "result_1mib": payload,
+        "argument_10mib": payload,
+        "result_10mib": {**payload, "median_s": 0.2},
+    }
+    limit = {"error": "SandBoxProtocolError: the reply is 1 bytes, above the limit"}
+    ref = {**ours, "result_1mib": limit, "result_10mib": limit}
+    op = {"median_s": 1e-05, "plain_s": 1e-05, "ratio": 1.0}
+    guards = {
+        "plain": {
+            k: {"median_s": 1e-05} for k in ("open", "stat", "import_module", "connect", "environ")
+        },
+        "pysb": {
+            "subprocess": {
+                "open": op,
+                "stat": op,
+                "import_module": {**op, "ratio": 3.0},
+                "connect": {"error": "not measured: pysb refuses a loopback rule under x"},
+                "environ": op,
+            },
+            "qemu": {"error": "not measured: TCG"},
+        },
+        "reference": {"subprocess": {"error": "Guard network connection DENIED (rc 1)"}},
+    }
+    rss = {"parent_kib": 16000, "child_kib": 13000, "child_name": "python3", "runs": 3}
+    memory = {
+        "python_c_pass": {"parent_kib": 8700, "child_kib": None, "child_name": None},
+        "run_c_pass": {"pysb": {"subprocess": rss, "bwrap": {"error": "boom"}}, "reference": {}},
+        "idle_sandboxes": {"pysb": {"subprocess": {**rss, "parent_before_kib": 20000}}},
+    }
+    return {
+        "meta": meta,
+        "reference_install": {"installed": True, "version": "0.7.0", "venv": "b/.venv-ref"},
+        "providers": {
+            "pysb": {
+                "subprocess": {"available": True},
+                "firejail": {"available": False, "reason": "no"},
+            },
+            "reference": {"qemu": {"available": False, "reason": "not run: downloads"}},
+        },
+        "sections": {
+            "startup": startup,
+            "partial": {"pysb": {"subprocess": ours}, "reference": {"subprocess": ref}},
+            "guards": guards,
+            "memory": memory,
+        },
+        "errors": ["startup: pysb run under unshare failed: broken"],
+    }
+
+
+def test_report_renders_figures_targets_and_failures() -> None:
+    text = _report().render(_results())
+    # Targets beside figures, met or missed.
+    assert "| subprocess | 50.0 ms | 5.00x ✓ | 4.00x | ≤ 6.00x |" in text
+    assert "| landlock | 50.0 ms | 9.00x ✗ |" in text
+    assert "| landlock, no Python guards | 50.0 ms | 4.00x ✓ |" in text
+    assert "200 ms ✗" in text  # the 10 MiB result over its 50 ms target
+    # Failures and refusals are shown with their reason, never as a number.
+    assert "failed: pysb: error: unshare: broken (rc 125)" in text
+    assert "| reference, subprocess |" in text and "refused" in text
+    assert "not measured: pysb refuses a loopback rule under x" in text
+    assert "failed: Guard network connection DENIED (rc 1)" in text
+    assert "| pysb `-c pass` | bwrap | failed: boom |" in text
+    assert "(19.5 MiB before entering)" in text
+    # The reference's speed-up, the budget summary and the run's errors.
+    assert "How many times faster pysb is than the reference" in text
+    assert "| calls/s, 8 threads, subprocess | 25,000/s | 25,000/s | ≥ 20,000/s | yes |" in text
+    assert "## Errors in this run" in text and "unshare failed: broken" in text
+    assert "not available: firejail (no)" in text
