@@ -300,7 +300,9 @@ def run_script(
     redirs = []
     mapped = {p.guest_fd for p in ports if p.guest_fd is not None}
     for k, port in enumerate(ports):
-        if port.guest_fd is not None:
+        if port.guest_fd in (1, 2) and port.direction == "out":
+            redirs.append(f"{port.guest_fd}>/run/out{port.guest_fd}")  # /init's relay FIFO
+        elif port.guest_fd is not None:
             op = "<&" if port.direction == "in" else ">&"
             redirs.append(f"{port.guest_fd}{op}{PORT_FD_BASE + k}")
     for fd in payload_fds:

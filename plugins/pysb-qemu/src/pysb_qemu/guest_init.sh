@@ -137,6 +137,18 @@ fi
 
 read -r MARKER < /pysb/marker
 rm -f /pysb/marker
+# stdout and stderr reach their ports through a FIFO and a cat (children of /init, not of
+# the program): when the host's end breaks (pysb run ... | head), killing the cat gives the
+# program EPIPE on its next write, as natively.
+k=200
+while read -r name gfd dir; do
+  if [ "$dir" = out ] && { [ "$gfd" = 1 ] || [ "$gfd" = 2 ]; }; then
+    mkfifo -m 600 "/run/out$gfd" || fail "cannot create the output FIFO"
+    eval "cat /run/out$gfd >&$k &"
+    eval "RELAY_$gfd=\$!"
+  fi
+  k=$((k + 1))
+done < /pysb/ports
 (
   while read -r cmd arg; do
     case "$cmd" in
@@ -145,6 +157,9 @@ rm -f /pysb/marker
         i=0
         while [ ! -s /run/pysb.pid ] && [ $i -lt 1000 ]; do usleep 10000; i=$((i + 1)); done
         [ -s /run/pysb.pid ] && kill "-$arg" "$(cat /run/pysb.pid)" 2>/dev/null ;;
+      brk)
+        eval "relay=\$RELAY_$arg"
+        [ -n "$relay" ] && kill "$relay" 2>/dev/null ;;
     esac
   done
 ) <&250 &
@@ -154,6 +169,13 @@ stage "program starts"
 rc=$?
 stage "program exited ($rc)"
 kill $READER 2>/dev/null
+# The relays end at EOF; a background process still holding stdout gets 2 s, then is cut off.
+if [ -n "$RELAY_1$RELAY_2" ]; then
+  ( sleep 2; kill $RELAY_1 $RELAY_2 ) 2>/dev/null &
+  TIMER=$!
+  for relay in $RELAY_1 $RELAY_2; do wait "$relay"; done
+  kill $TIMER 2>/dev/null
+fi
 sync
 k=200
 while read -r name gfd dir; do

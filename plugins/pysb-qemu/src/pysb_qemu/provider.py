@@ -223,6 +223,7 @@ class QemuProvider(Provider):
             ports_cfg = [
                 {
                     "name": p.name,
+                    "guest_fd": p.guest_fd,
                     "direction": p.direction,
                     "host_fd": p.host_fd,
                     "sock_fd": pairs[p.name][0].fileno(),

@@ -104,13 +104,15 @@ class Supervisor:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
 
-    def guest_to_host(self, sock: socket.socket, host_fd: int, done: threading.Event) -> None:
+    def guest_to_host(
+        self, sock: socket.socket, host_fd: int, done: threading.Event, guest_fd: int | None
+    ) -> None:
         """Copy until the end marker (or EOF).
 
         A host fd that breaks (``pysb run ... | head -1``) does not stall the guest: the
-        rest is read and dropped (a blocked guest writer would hang the run), and the
-        program gets SIGPIPE, as it would natively (CPython ignores it: its output is
-        then discarded; ``sh`` or ``cat`` die as usual).
+        rest is read and dropped, and for stdout/stderr the guest is told (``brk N``): it
+        stops the relay behind the program's fd, whose next write fails with EPIPE, as it
+        would natively (CPython raises BrokenPipeError; ``sh`` or ``cat`` get SIGPIPE).
         """
         pending = b""
         broken = False
@@ -123,7 +125,9 @@ class Supervisor:
                 _write_all(host_fd, data)
             except OSError:
                 broken = True
-                self.forward_signal(signal.SIGPIPE, None)
+                if guest_fd in (1, 2):
+                    with contextlib.suppress(OSError):
+                        self.ctl.sendall(f"brk {guest_fd}\n".encode())
 
         try:
             while True:
@@ -243,7 +247,7 @@ class Supervisor:
             if port["direction"] in ("out", "both"):
                 done = threading.Event()
                 self.outputs_done.append(done)
-                self._thread(self.guest_to_host, sock, port["host_fd"], done)
+                self._thread(self.guest_to_host, sock, port["host_fd"], done, port["guest_fd"])
         self._thread(self.wait_qemu)
         while not self.status.wait(0.5):
             pass
