@@ -205,6 +205,14 @@ class QemuProvider(Provider):
         return LaunchSpec(argv=argv, env={}, cwd="/", pass_fds=[])
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start the supervisor (which starts QEMU) and return it: it is the program for
+        pysb (exit status, signals, stdin/stdout/stderr from ``popen_kwargs``).
+
+        Everything it needs travels as inherited fds: the initramfs and its configuration
+        as memfds, one socketpair end per port for QEMU and one for the supervisor, the
+        lifeline's read end. Nothing is written to disk; the lifeline's write end stays
+        here until the plan's clean-ups.
+        """
         plan.seal()
         spec, archive = self.build(plan)
         qemu = assets_mod.find_qemu()
