@@ -97,6 +97,7 @@ class Session:
         self._readers: list[threading.Thread] = []
         self._plans: list[LaunchPlan] = []
         self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
+        self._spawned = False
         self._lock = threading.Lock()
         self._finished = False
 
@@ -335,6 +336,7 @@ class Session:
             reader.start()
             self._readers.append(reader)
         with self._lock:
+            self._spawned = True
             self._plans.append(plan)
             self._by_pid[proc.pid] = (plan, reader if report_r is not None else None)
         return proc
@@ -419,7 +421,7 @@ class Session:
         from pysb_core.learning import LearnedProfile
         from pysb_core.profile.writer import merge_learned
 
-        if returncode == ExitCode.SETUP_FAILED or not self._plans:
+        if returncode == ExitCode.SETUP_FAILED or not self._spawned:
             # The program never ran: writing an empty profile would turn the next run into
             # an enforcing one that refuses what was never learned.
             _warn(self.stderr, "the program did not start: no profile written")

@@ -8,8 +8,6 @@ pysb's own options are long options, so the two never collide.
 
 from __future__ import annotations
 
-import difflib
-
 from pysb_core.records import Record, field, mutable_record
 
 #: CPython flags without an argument, and those taking one.
@@ -60,6 +58,8 @@ def _long_option(arg: str, rest: list[str], out: RunArgs) -> None:
     name, eq, value = arg[2:].partition("=")
     spec = PYSB_OPTIONS.get(name)
     if spec is None:
+        import difflib  # only for a mistyped option
+
         hint = difflib.get_close_matches(name, PYSB_OPTIONS, n=1)
         suggestion = f" (did you mean --{hint[0]}?)" if hint else ""
         raise UsageError(f"no such option: --{name}{suggestion}")

@@ -139,6 +139,17 @@ def run_main(argv: list[str]) -> int:
     return _run(session, args)
 
 
+def _stdio_relay(session):
+    """Under a provider that confines files, file-backed standard streams become pipes
+    (a file descriptor would reopen its file through /proc/self/fd: pysb_core.stdio)."""
+    from pysb_core.provider import Capability
+    from pysb_core.stdio import StdioRelay
+
+    if Capability.FILES in session.provider.enforced():
+        return StdioRelay()
+    return StdioRelay.none()
+
+
 def _run(session, args: RunArgs) -> int:
     from pysb_core.execute import held_signals, wait
 
@@ -153,10 +164,16 @@ def _run(session, args: RunArgs) -> int:
             "the sandbox was killed\n"
         )
 
+    relay = _stdio_relay(session)
     try:
         with held_signals() as pending:
             try:
-                proc = session.spawn(program, python_opts=args.python_opts, interactive=interactive)
+                proc = session.spawn(
+                    program,
+                    python_opts=args.python_opts,
+                    interactive=interactive,
+                    **relay.popen_kwargs,
+                )
             except SandboxError as exc:
                 return _fail(str(exc))
             except OSError as exc:
@@ -164,6 +181,7 @@ def _run(session, args: RunArgs) -> int:
             except KeyboardInterrupt:
                 status = 130
                 return status
+            relay.start()
             status = wait(
                 proc, wall_time=policy.limits.wall_time, on_wall_time=wall_time_hit, pending=pending
             )
@@ -172,6 +190,7 @@ def _run(session, args: RunArgs) -> int:
             sys.stderr.write(f"pysb: cpu-time limit of {policy.limits.cpu_time}s reached ({src})\n")
         return status
     finally:
+        relay.finish()
         try:
             session.finish(status)
         except SandboxError as exc:

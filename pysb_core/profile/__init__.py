@@ -19,18 +19,18 @@ The pipeline calls :func:`discover_profile` then :func:`load_policy`; plugins se
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from pysb_core.profile.compile import load_policy
 from pysb_core.profile.schema import Located, ProfileSchema
+from pysb_core.records import Record, field, mutable_record
 
 __all__ = ["CliRules", "Located", "ProfileSchema", "discover_profile", "load_policy"]
 
 PROFILE_NAME = ".pysb.yaml"
 
 
-@dataclass
-class CliRules:
+@mutable_record
+class CliRules(Record):
     """Rules given on the command line (or to the API) for one run; they add to the profile.
 
     ``env`` holds ``NAME=VALUE`` strings (a bare ``NAME`` forwards the host's value).
