@@ -43,6 +43,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pysb_core import pidlimit
 from pysb_core.records import Record, field, record
 
 if TYPE_CHECKING:
@@ -105,6 +106,12 @@ class Provider(ABC):
     description: ClassVar[str] = ""
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     install_hint: ClassVar[str | None] = None
+    #: Processes of the provider itself inside the sandbox's process count (a wrapper and
+    #: its init); ``limits: processes`` for a root pysb is enforced with a pids cgroup of
+    #: ``processes + own_processes`` (:mod:`pysb_core.pidlimit`).
+    own_processes: ClassVar[int] = 0
+    #: True when the provider enforces ``limits: processes`` itself (its own cgroup).
+    manages_process_limit: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
@@ -148,6 +155,19 @@ class Provider(ABC):
         spec = self.prepare(plan)
         plan.cleanups.extend(spec.cleanups)
         plan.seal()
+        processes = plan.policy.limits.processes
+        if not self.manages_process_limit and pidlimit.needed(processes):
+            assert processes is not None
+            cgroup = pidlimit.PidsCgroup.create(processes + self.own_processes)
+            plan.cleanups.append(cgroup.remove)
+            previous = popen_kwargs.pop("preexec_fn", None)
+
+            def join_cgroup() -> None:
+                cgroup.join_self()
+                if previous is not None:
+                    previous()
+
+            popen_kwargs["preexec_fn"] = join_cgroup
         proc = subprocess.Popen(
             spec.argv,
             env=spec.env,

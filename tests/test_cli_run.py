@@ -198,3 +198,27 @@ def test_repl_banner_when_stdin_is_a_terminal(project: Project) -> None:
     assert "pysb sandbox" in text and "provider subprocess" in text
     assert "42" in text
     assert sys.version.split()[0] in text
+
+
+def test_process_limit_holds_for_root_too(project: Project) -> None:
+    """RLIMIT_NPROC does not bind root; pysb then bounds the sandbox with a pids cgroup."""
+    project.profile(OPEN + "limits: {processes: 5, wall-time: 60s}\n")
+    code = (
+        "import os, time\n"
+        "kids = []\n"
+        "for _ in range(20):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError as e:\n"
+        "        print('refused', e.errno); break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(5); os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print('forked', len(kids))\n"
+        "for pid in kids: os.kill(pid, 9); os.waitpid(pid, 0)\n"
+    )
+    r = project.run("run", "-c", code, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "refused 11" in r.stdout  # EAGAIN
+    forked = int(r.stdout.split("forked")[1])
+    assert forked < 5

@@ -54,6 +54,8 @@ class BwrapProvider(Provider):
     description = "bubblewrap: private mount, user, pid, ipc, uts, cgroup and network namespaces"
     capabilities = BASE_CAPABILITIES | netlayer.layer_capabilities()
     install_hint = INSTALL_FIX
+    #: bwrap itself and its init (PID 1 of the sandbox) are counted by the pids cgroup.
+    own_processes = 2
 
     # -- configuration --------------------------------------------------------------
 

@@ -12,44 +12,16 @@ which firejail applies (``--rlimit-*``) and the bootstrap applies again.
 
 from __future__ import annotations
 
-import itertools
-import os
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pysb_core import pidlimit
 
 if TYPE_CHECKING:
     from pysb_core.policy import Limits
 
 #: firejail's own processes inside the cgroup: the host process and the sandbox's PID 1.
 FIREJAIL_PROCESSES = 2
-#: (pids controller directory, file a process writes its PID to) in order of preference.
-CONTROLLERS = (
-    ("/sys/fs/cgroup/pids", "cgroup.procs"),  # cgroup v1
-    ("/sys/fs/cgroup", "cgroup.procs"),  # cgroup v2 (pids enabled at the root)
-    ("/sys/fs/cgroup/unified", "cgroup.procs"),
-)
-_counter = itertools.count()
-
-
-def find_controller() -> str | None:
-    """The first pids hierarchy where a child cgroup with ``pids.max`` can be made."""
-    for root, _ in CONTROLLERS:
-        if not (os.path.isdir(root) and os.access(root, os.W_OK)):
-            continue
-        # v1: a hierarchy of its own (the root cgroup has no pids.max; children do).
-        v1 = root.endswith("/pids") and os.path.exists(os.path.join(root, "tasks"))
-        if v1 or _v2_has_pids(root):
-            return root
-    return None
-
-
-def _v2_has_pids(root: str) -> bool:
-    try:
-        with open(os.path.join(root, "cgroup.subtree_control")) as f:
-            return "pids" in f.read().split()
-    except OSError:
-        return False
+find_controller = pidlimit.find_controller
 
 
 def processes_problem(limits: Limits, *, as_root: bool) -> str | None:
@@ -65,45 +37,10 @@ def processes_problem(limits: Limits, *, as_root: bool) -> str | None:
     )
 
 
-@dataclass
-class PidsCgroup:
-    """A pids cgroup made for one launch and removed after it."""
-
-    path: str
+class PidsCgroup(pidlimit.PidsCgroup):
+    """The core's pids cgroup, sized for firejail's own two processes."""
 
     @classmethod
-    def create(cls, processes: int) -> PidsCgroup:
-        root = find_controller()
-        if root is None:
-            raise OSError("no writable pids cgroup controller")
-        path = os.path.join(root, f"pysb-firejail-{os.getpid()}-{next(_counter)}")
-        os.mkdir(path, 0o755)
-        try:
-            with open(os.path.join(path, "pids.max"), "w") as f:
-                f.write(str(processes + FIREJAIL_PROCESSES))
-        except OSError:
-            os.rmdir(path)
-            raise
-        return cls(path)
-
-    def join_self(self) -> None:
-        """Move the calling process into the cgroup (runs between fork and exec)."""
-        fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
-    def remove(self) -> None:
-        """Remove the cgroup; its last processes may take a moment to be reaped."""
-        deadline = time.monotonic() + 1.0
-        while True:
-            try:
-                os.rmdir(self.path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() >= deadline:
-                    return  # a process left behind keeps it; it is empty and harmless
-                time.sleep(0.01)
+    def create(cls, processes: int, *, owner: str = "pysb-firejail") -> PidsCgroup:  # type: ignore[override]
+        group = pidlimit.PidsCgroup.create(processes + FIREJAIL_PROCESSES, owner=owner)
+        return cls(group.path)

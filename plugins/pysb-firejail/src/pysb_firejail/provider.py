@@ -52,6 +52,7 @@ class FirejailProvider(Provider):
     )
     capabilities = BASE_CAPABILITIES | network.NETWORK_CAPABILITIES
     install_hint = INSTALL_FIX
+    manages_process_limit = True  # its own pids cgroup (pysb_firejail.limits)
 
     # -- configuration --------------------------------------------------------------
 

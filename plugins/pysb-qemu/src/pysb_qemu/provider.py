@@ -46,6 +46,7 @@ class QemuProvider(Provider):
         }
     )
     install_hint = assets_mod.APT_FIX
+    manages_process_limit = True  # a pids cgroup inside the guest
 
     # -- configuration -----------------------------------------------------------------
 

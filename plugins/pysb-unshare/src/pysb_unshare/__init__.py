@@ -84,6 +84,7 @@ class UnshareProvider(Provider):
         }
     )
     install_hint = "apt-get install util-linux slirp4netns nftables"
+    manages_process_limit = True  # a pids cgroup of its own (pysb_unshare.cgroup)
 
     _probe_cache: dict[str, ProviderStatus] = {}
 
