@@ -282,8 +282,14 @@ class Session:
             "sys_path": boot_paths,
             "memory_text": _memory_text(policy),
         }
+        from pysb_core.plan import ChildSetup
         from pysb_core.provider import Capability
 
+        if Capability.FILES in self.provider.enforced():
+            # A confining provider must not leave the caller's keys readable (keyctl).
+            plan.add_child_setup(
+                ChildSetup("pysb_core.child.keyring", "leave_session_keyring", {})
+            )
         if policy.ignore and Capability.IGNORE in self.provider.enforced():
             from pysb_core.hidden import hidden_paths
 

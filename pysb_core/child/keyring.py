@@ -1,0 +1,34 @@
+"""Leave the session keyring of whoever started pysb.
+
+A process inherits its parent's session keyring: tokens, Kerberos tickets and secrets
+that tools put there (``keyctl``) would be readable by the sandboxed program, whatever
+the file rules say. Called as a child set-up by providers that confine files, it joins a
+fresh anonymous session keyring, before the program runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+
+#: keyctl(2) syscall numbers.
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 311, "s390x": 280}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def leave_session_keyring() -> None:
+    """Join a new anonymous session keyring; EPERM/ENOSYS (keyctl filtered out by the
+    provider's own seccomp policy, or no keys support) leave nothing to read anyway."""
+    import ctypes
+
+    nr = _KEYCTL.get(platform.machine())
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"keyctl: unknown machine {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) < 0:
+        err = ctypes.get_errno()
+        if err in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+            return
+        raise OSError(err, f"keyctl(JOIN_SESSION_KEYRING): {os.strerror(err)}")
