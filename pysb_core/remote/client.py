@@ -494,7 +494,12 @@ class Client:
     def _timed_out(self, call: _Call, timeout: float) -> SandboxTimeoutError:
         with self._cond:
             still = self._pending.pop(call.id, None) is not None
-        if still and call.conn is not None and call.conn is self._conn:
+            doomed = still and call.conn is not None and call.conn is self._conn
+            if doomed and self._state == READY:
+                # New calls wait for the next worker instead of going to this dying one
+                # (which would fail them as "killed while running"); _after_death restarts.
+                self._state = RESTARTING
+        if doomed:
             self.kill_worker()  # it may be running: only a kill stops it
         return SandboxTimeoutError(
             f"{call.name}() did not finish within {timeout:g} s; the sandboxed worker was "
