@@ -23,13 +23,13 @@ from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
-from pysb_bwrap.process import adopt
 from pysb_bwrap.seccomp import filter_bytes
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.wrapper_process import adopt
 
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
@@ -177,7 +177,7 @@ class BwrapProvider(Provider):
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Like :meth:`Provider.launch`, with two bwrap specifics: the returned process
-        routes ``send_signal``/``terminate`` to the program (:mod:`pysb_bwrap.process`), and
+        routes ``send_signal``/``terminate`` to the program (:mod:`pysb_core.wrapper_process`), and
         in an interactive run bwrap ignores SIGINT (see :mod:`pysb_bwrap.child`)."""
         if shares_terminal(plan):
             previous = popen_kwargs.pop("preexec_fn", None)

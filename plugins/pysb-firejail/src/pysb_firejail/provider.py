@@ -19,12 +19,12 @@ from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.wrapper_process import adopt
 from pysb_firejail import network, options
 from pysb_firejail.argv import FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
-from pysb_firejail.process import adopt
 
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
