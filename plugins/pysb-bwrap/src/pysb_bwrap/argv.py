@@ -29,16 +29,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pysb_bwrap.hostfs import (
-    ETC_BASE,
-    ETC_HOSTS,
-    ETC_NETWORK,
-    ETC_RESOLV,
     TOP_LEVEL_SYSTEM,
     HostLayout,
     depth,
     is_below,
 )
 from pysb_core.errors import SandboxError
+from pysb_core.sysfiles import ETC_BASE, ETC_HOSTS, ETC_NETWORK, ETC_RESOLV
 
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan

@@ -10,38 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
+
 #: Top-level entries that hold the system's programs and libraries. On a merged-/usr
 #: system (Debian 12) they are symlinks into /usr and are recreated as the same symlinks;
 #: where they are real directories they are bound read-only.
 TOP_LEVEL_SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-#: The parts of /etc that CPython and glibc read during an ordinary start: the dynamic
-#: loader's cache, the time zone, name-service switch and user/group names (``getpass``,
-#: ``pwd``), protocol and service names (``socket.getservbyname``) and the OpenSSL
-#: configuration. Not the whole of /etc: it holds host secrets (``shadow``,
-#: ``ssl/private``) and host configuration the program has no business reading.
-ETC_BASE = (
-    "/etc/ld.so.cache",
-    "/etc/localtime",
-    "/etc/nsswitch.conf",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/protocols",
-    "/etc/services",
-    "/etc/ssl/openssl.cnf",
-    "/etc/ssl/certs",
-)
-
-#: The plan's generated hosts file when there is one, else the host's.
-ETC_HOSTS = "/etc/hosts"
-
-#: Host secrets masked whenever an exposure makes them visible (an implicit exposure of
-#: the CA certificates may name the whole of /etc/ssl, private keys included).
-ALWAYS_HIDDEN = ("/etc/ssl/private",)
-
-#: Only when a network rule allows some traffic: the resolver's configuration.
-ETC_RESOLV = "/etc/resolv.conf"
-ETC_NETWORK = (ETC_RESOLV, "/etc/host.conf", "/etc/gai.conf")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
+
 #: The system's programs and libraries: left visible (read-only). On a merged-/usr host
 #: the ``/bin``-style entries are symlinks into /usr.
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -22,25 +24,6 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: there), so ``/run`` is whitelisted down to it; ``/tmp`` is private.
 SPECIAL = ("/proc", "/dev", "/run", "/tmp", "/etc")
 
-#: The parts of /etc that CPython and glibc read during an ordinary start (the same list
-#: as the other namespace providers): not the whole of /etc, which holds host secrets.
-ETC_BASE = (
-    "/etc/ld.so.cache",
-    "/etc/localtime",
-    "/etc/nsswitch.conf",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/protocols",
-    "/etc/services",
-    "/etc/ssl/openssl.cnf",
-    "/etc/ssl/certs",
-)
-ETC_HOSTS = "/etc/hosts"
-#: Only when a network rule allows some traffic: the resolver's configuration.
-ETC_NETWORK = ("/etc/resolv.conf", "/etc/host.conf", "/etc/gai.conf")
-#: Host secrets hidden whenever an exposure makes them visible (the implicit exposure of
-#: the CA certificates names the whole of /etc/ssl, private keys included).
-ALWAYS_HIDDEN = ("/etc/ssl/private",)
 #: firejail's own run-time directory, which it needs inside.
 FIREJAIL_RUN = "/run/firejail"
 
