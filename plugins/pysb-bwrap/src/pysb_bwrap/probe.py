@@ -53,6 +53,13 @@ def probe_bwrap(binary: str = "bwrap") -> ProviderStatus:
     path = shutil.which(binary)
     if path is None:
         return ProviderStatus.missing("bubblewrap (bwrap) is not installed", fix=INSTALL_FIX)
+    from pysb_core.probecache import cached_probe
+
+    return cached_probe("bwrap", [path], lambda: _probe(path))
+
+
+def _probe(path: str) -> ProviderStatus:
+    """Run bwrap with the launch's namespace options once."""
     try:
         # One run answers both questions: can the namespaces be made, and which version
         # (the sandbox runs bwrap itself with --version: no second exec from the host).

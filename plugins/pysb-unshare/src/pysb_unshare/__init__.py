@@ -120,6 +120,25 @@ class UnshareProvider(Provider):
             return ProviderStatus.missing(
                 "unshare is not installed", fix="apt-get install util-linux"
             )
+        from pysb_core.probecache import cached_probe
+
+        status = cached_probe("unshare", [unshare], lambda: self._probe_namespaces(unshare))
+        if not status.available:
+            return status
+        details: dict[str, Any] = {}
+        net_tools = [t for t in ("slirp4netns", "pasta") if _which(t)]
+        details["network-helper"] = net_tools[0] if net_tools else None
+        details["nft"] = _which("nft")
+        if not net_tools or not _which("nft"):
+            details["network"] = (
+                "network rules cannot be enforced until you run: "
+                "apt-get install slirp4netns nftables"
+            )
+        return ProviderStatus.ok(None, **details)
+
+    @staticmethod
+    def _probe_namespaces(unshare: str) -> ProviderStatus:
+        """Create the namespaces a launch needs, once (remembered across runs on success)."""
         try:
             done = subprocess.run(
                 [
@@ -144,16 +163,7 @@ class UnshareProvider(Provider):
                 f"user namespaces are not permitted here ({err or done.returncode})",
                 fix=_USERNS_FIX,
             )
-        details: dict[str, Any] = {}
-        net_tools = [t for t in ("slirp4netns", "pasta") if _which(t)]
-        details["network-helper"] = net_tools[0] if net_tools else None
-        details["nft"] = _which("nft")
-        if not net_tools or not _which("nft"):
-            details["network"] = (
-                "network rules cannot be enforced until you run: "
-                "apt-get install slirp4netns nftables"
-            )
-        return ProviderStatus.ok(None, **details)
+        return ProviderStatus.ok()
 
     def enforced(self) -> frozenset[Capability]:
         """Network capabilities only when a helper and nft exist (else the rules would be
