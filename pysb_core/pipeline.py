@@ -287,9 +287,7 @@ class Session:
 
         if Capability.FILES in self.provider.enforced():
             # A confining provider must not leave the caller's keys readable (keyctl).
-            plan.add_child_setup(
-                ChildSetup("pysb_core.child.keyring", "leave_session_keyring", {})
-            )
+            plan.add_child_setup(ChildSetup("pysb_core.child.keyring", "leave_session_keyring", {}))
         if policy.ignore and Capability.IGNORE in self.provider.enforced():
             from pysb_core.hidden import hidden_paths
 

@@ -338,7 +338,7 @@ def test_kernel_tunables_and_devices_are_not_writable(provider: str, tmp_path: P
     assert_all_refused(out, [a[0] for a in attempts])
 
 
-@pytest.mark.parametrize("provider", providers(landlock=UNIX_SOCKET_HOLE))
+@pytest.mark.parametrize("provider", providers())
 def test_host_named_unix_socket_unreachable(provider: str, tmp_path: Path) -> None:
     """A host service listening on a Unix socket outside the exposures (the shape of
     docker.sock or an ssh-agent) must not be reachable."""

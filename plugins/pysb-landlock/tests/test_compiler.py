@@ -204,10 +204,14 @@ def test_describe_lists_the_ruleset(provider_with_abi):
     assert "udp" in text and "chmod" in text
 
 
-def test_options_only_empty():
+def test_options_only_unix_sockets():
     assert LandlockProvider.validate_options({}) == []
+    assert LandlockProvider.validate_options({"unix-sockets": True}) == []
+    assert LandlockProvider.validate_options({"unix-sockets": "yes"}) == [
+        "'unix-sockets' must be true or false"
+    ]
     assert LandlockProvider.validate_options({"x": 1}) == [
-        "unknown option 'x' for provider 'landlock'"
+        "unknown option 'x' for provider 'landlock' (known: unix-sockets)"
     ]
 
 

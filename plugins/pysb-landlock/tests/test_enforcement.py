@@ -301,8 +301,12 @@ try:
 except OSError as e:
     print("error", e.errno)
 """
-        r = run_sandboxed(code, name[1:])
+        # Unix sockets allowed (unix-sockets: true): the ABI 6 scope still refuses the connect.
+        r = run_sandboxed(code, name[1:], override={"unix": True})
         assert r.stdout.strip() == f"error {errno.EPERM}", r.stderr
+        # By default the socket cannot even be created (seccomp).
+        r = run_sandboxed(code.replace("s.connect", "pass  #"), name[1:])
+        assert "Permission denied" in r.stderr or "error" in r.stdout, (r.stdout, r.stderr)
     finally:
         srv.close()
 

@@ -41,14 +41,17 @@ def run(prog, nr, arch, *args):
 
 @pytest.mark.parametrize("machine,arch", [("x86_64", X86), ("aarch64", ARM)])
 @pytest.mark.parametrize("allow_udp", [False, True])
-def test_filter_decisions(machine, arch, allow_udp):
-    prog = seccomp.build(machine, allow_udp=allow_udp)
+@pytest.mark.parametrize("allow_unix", [False, True])
+def test_filter_decisions(machine, arch, allow_udp, allow_unix):
+    prog = seccomp.build(machine, allow_udp=allow_udp, allow_unix=allow_unix)
     nr = NR[machine]
     sock = nr["socket"]
     udp = ALLOW if allow_udp else EACCES
+    unix = ALLOW if allow_unix else EACCES
     cases = [
         ((nr["read"], arch, 3, 0, 10), ALLOW),
-        ((sock, arch, 1, 1, 0), ALLOW),  # AF_UNIX stream
+        ((sock, arch, 1, 1, 0), unix),  # AF_UNIX stream (Landlock cannot mediate connect)
+        ((sock, arch, 1, 2 | 0o2000000, 0), unix),  # AF_UNIX datagram, CLOEXEC
         ((sock, arch, 16, 3, 0), ALLOW),  # AF_NETLINK raw (route needs CAP_NET_ADMIN)
         ((sock, arch, 2, 1, 0), ALLOW),  # AF_INET stream, protocol 0
         ((sock, arch, 10, 1 | 0o2000000 | 0o4000, 6), ALLOW),  # AF_INET6 TCP, CLOEXEC|NONBLOCK

@@ -72,6 +72,7 @@ def restrict(
     terminal: bool = True,
     keep_caps: Sequence[int] = (_caps.CAP_DAC_OVERRIDE, _caps.CAP_DAC_READ_SEARCH),
     udp: bool = False,
+    unix: bool = False,
 ) -> int:
     """Restrict this process with Landlock; return the kernel's ABI version.
 
@@ -124,7 +125,7 @@ def restrict(
                     rs.add_port(port, ll.NET_BIND_TCP)
             _caps.drop_all_but(frozenset(keep_caps))
             ll.no_new_privs()  # required by both seccomp and landlock_restrict_self
-            _seccomp.install(allow_udp=udp)
+            _seccomp.install(allow_udp=udp, allow_unix=unix)
         except BaseException:
             rs.close()
             raise

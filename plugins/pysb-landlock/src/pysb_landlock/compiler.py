@@ -137,6 +137,8 @@ class Compiled:
     keep_caps: list[int] = field(default_factory=lambda: [1, 2])
     #: Whether some rule allows UDP (the seccomp filter then lets UDP sockets be created).
     udp: bool = False
+    #: Whether AF_UNIX sockets may be created (provider option ``unix-sockets``).
+    unix: bool = False
     #: Whether this machine has a seccomp table (x86_64, aarch64).
     seccomp: bool = True
     #: Rules the OS layer does not enforce; ``pysb check`` already sees them through the
@@ -158,6 +160,7 @@ class Compiled:
             "scope": self.scope,
             "keep_caps": self.keep_caps,
             "udp": self.udp,
+            "unix": self.unix,
         }
 
     def describe(self) -> list[str]:
@@ -178,6 +181,11 @@ class Compiled:
             lines.append("  udp, sctp, mptcp, icmp sockets: refused (seccomp)")
         if self.seccomp:
             lines.append("  io_uring, TIOCSTI/TIOCLINUX terminal injection: refused (seccomp)")
+            lines.append(
+                "  new unix sockets: allowed (unix-sockets: true): named host sockets reachable"
+                if self.unix
+                else "  new unix sockets: refused (seccomp; socketpair still works)"
+            )
         if self.scope:
             lines.append("  scoped: signals and abstract unix sockets stay inside the sandbox")
         else:

@@ -22,6 +22,9 @@ from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
@@ -93,7 +96,24 @@ class LandlockProvider(Provider):
             raise ProviderUnavailableError(
                 f"provider 'landlock' cannot run here: {self._abi_error}", fix=_FIX
             )
-        return compile_plan(plan, abi, framework_dirs=_framework_dirs())
+        compiled = compile_plan(plan, abi, framework_dirs=_framework_dirs())
+        compiled.unix = bool(self.options.get("unix-sockets", False))
+        return compiled
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> list[str]:
+        """``unix-sockets: true`` lets the program create Unix sockets. Landlock does not
+        mediate connect() to a named socket, so that opens every host socket the user may
+        reach (docker.sock, D-Bus): off by default."""
+        problems = []
+        for key, value in options.items():
+            if key != "unix-sockets":
+                problems.append(
+                    f"unknown option '{key}' for provider 'landlock' (known: unix-sockets)"
+                )
+            elif not isinstance(value, bool):
+                problems.append("'unix-sockets' must be true or false")
+        return problems
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         try:

@@ -46,7 +46,7 @@ def _arg_lo(n: int) -> int:
     return 16 + 8 * n  # low 32 bits of args[n] (little-endian machines only)
 
 
-_AF_INET, _AF_INET6 = 2, 10
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 _SOCK_STREAM, _SOCK_DGRAM = 1, 2
 _IPPROTO_TCP, _IPPROTO_UDP = 6, 17
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
@@ -75,7 +75,9 @@ class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Insn))]
 
 
-def build(machine: str, *, allow_udp: bool) -> list[tuple[int, int, int, int]]:
+def build(
+    machine: str, *, allow_udp: bool, allow_unix: bool = False
+) -> list[tuple[int, int, int, int]]:
     """The filter as ``(code, jt, jf, k)`` tuples (pure: unit-testable with an emulator)."""
     audit_arch, nr_socket, nr_ioctl, nr_uring, x32 = _ARCHES[machine]
     deny = (_RET_K, 0, 0, _RET_ERRNO | errno.EACCES)
@@ -95,7 +97,11 @@ def build(machine: str, *, allow_udp: bool) -> list[tuple[int, int, int, int]]:
         (_LD_W_ABS, 0, 0, _arg_lo(0)),  # 0  domain
         (_JEQ_K, 2, 0, _AF_INET),  # 1
         (_JEQ_K, 1, 0, _AF_INET6),  # 2
-        allow,  # 3  AF_UNIX, AF_NETLINK...: not the TCP rules' business (caps gate the rest)
+        # 3  AF_UNIX: refused (-> 8) unless allowed: Landlock does not mediate connect() to a
+        # named socket, so any host socket (docker.sock, D-Bus) would be reachable by path.
+        # socketpair() is another system call: inherited pairs and new pairs still work.
+        # AF_NETLINK and the rest: allowed (-> 16; the dropped capabilities gate them).
+        allow if allow_unix else (_JEQ_K, 4, 12, _AF_UNIX),
         (_LD_W_ABS, 0, 0, _arg_lo(1)),  # 4  type
         (_AND_K, 0, 0, 0xF),  # 5  without SOCK_NONBLOCK / SOCK_CLOEXEC
         (_JEQ_K, 5, 0, _SOCK_STREAM),  # 6  -> 12
@@ -130,13 +136,13 @@ def build(machine: str, *, allow_udp: bool) -> list[tuple[int, int, int, int]]:
     return prog
 
 
-def install(*, allow_udp: bool) -> bool:
+def install(*, allow_udp: bool, allow_unix: bool = False) -> bool:
     """Install the filter on the calling thread (``PR_SET_NO_NEW_PRIVS`` must be set).
     Return False on machines without a table (nothing installed)."""
     machine = os.uname().machine
     if machine not in _ARCHES:
         return False
-    insns = build(machine, allow_udp=allow_udp)
+    insns = build(machine, allow_udp=allow_udp, allow_unix=allow_unix)
     arr = (_Insn * len(insns))(*(_Insn(*i) for i in insns))
     prog = _Prog(len(insns), ctypes.cast(arr, ctypes.POINTER(_Insn)))
     res = _libc.prctl(
