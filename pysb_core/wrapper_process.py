@@ -17,23 +17,7 @@ import signal
 import subprocess
 import time
 
-
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from /proc)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def running(pid: int) -> bool:
-    """Running: neither gone nor a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+from pysb_core.proctree import children, running
 
 
 class WrapperProcess(subprocess.Popen[bytes]):

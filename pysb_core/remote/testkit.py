@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
+from pysb_core.proctree import descendants
+
 
 def write_module(directory: Path, source: str, prefix: str = "sbmod") -> ModuleType:
     """Write ``source`` as a uniquely named module in ``directory`` and import it."""
@@ -48,33 +50,6 @@ def profile_text(provider: str, root: Path, rw: Path | None = None, extra: str =
     if extra:
         lines.append(extra)
     return "\n".join(lines) + "\n"
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from /proc)."""
-    out: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    """All descendants of ``pid``, breadth first."""
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children(todo.pop(0)):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _runs_python(pid: int) -> bool:
