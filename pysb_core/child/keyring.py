@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 
 #: keyctl(2) syscall numbers.
 _KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 311, "s390x": 280}
@@ -22,9 +21,9 @@ def leave_session_keyring() -> None:
     provider's own seccomp policy, or no keys support) leave nothing to read anyway."""
     import ctypes
 
-    nr = _KEYCTL.get(platform.machine())
+    nr = _KEYCTL.get(os.uname().machine)
     if nr is None:
-        raise OSError(errno.ENOSYS, f"keyctl: unknown machine {platform.machine()}")
+        raise OSError(errno.ENOSYS, f"keyctl: unknown machine {os.uname().machine}")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     if libc.syscall(ctypes.c_long(nr), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), None) < 0:
