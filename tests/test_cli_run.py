@@ -222,3 +222,17 @@ def test_process_limit_holds_for_root_too(project: Project) -> None:
     assert "refused 11" in r.stdout  # EAGAIN
     forked = int(r.stdout.split("forked")[1])
     assert forked < 5
+
+
+def test_denial_traceback_shows_only_the_programs_frames(project: Project) -> None:
+    """A guarded call's refusal reads as if the standard function had raised it."""
+    project.profile("version: 1\nimports: '*'\nfiles:\n  expose-ro: [.]\n")
+    secret = project.root.parent / "secret.txt"
+    secret.write_text("s3cr3t")
+    project.file("d.py", f"def read():\n    return open({str(secret)!r}).read()\n\nread()\n")
+    r = project.run("run", "d.py")
+    assert r.returncode == 1
+    assert "FileDeniedError" in r.stderr and "expose-ro" in r.stderr
+    assert 'File "d.py", line 4' in r.stderr and 'File "d.py", line 2, in read' in r.stderr
+    assert "<pysb" not in r.stderr and "pysb_guards" not in r.stderr and "bootstrap" not in r.stderr
+    assert "s3cr3t" not in r.stderr + r.stdout

@@ -92,17 +92,51 @@ def _apply_limits(limits: dict) -> None:
     cap(resource.RLIMIT_CPU, limits.get("cpu_time"), slack=1)
 
 
+#: Frames of pysb's own making that a program's traceback must not show.
+_OWN_NAMES = ("<pysb guard>", "<pysb-door>")
+_OWN_DIRS: list[str] = [_HERE]
+
+
+def _is_own(tb) -> bool:
+    try:
+        name = tb.tb_frame.f_code.co_filename
+    except Exception:  # the guards refuse to hand out their own frames
+        return True
+    return name in _OWN_NAMES or any(name.startswith(d) for d in _OWN_DIRS)
+
+
 def _user_traceback(tb):
-    """Drop the bootstrap's own frames from the head of a traceback."""
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_HERE):
+    """The traceback without pysb's frames: the bootstrap at its head, and the guards'
+    own steps wherever a guarded call stands in it (as CPython would show it unguarded)."""
+    kept = []
+    while tb is not None:
+        if not _is_own(tb):
+            kept.append(tb)
         tb = tb.tb_next
-    return tb
+    try:
+        for here, after in zip(kept, [*kept[1:], None], strict=True):
+            here.tb_next = after
+    except (TypeError, ValueError, AttributeError):
+        pass
+    return kept[0] if kept else None
+
+
+def _clean_chain(exc: BaseException) -> None:
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen or len(seen) > 100:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = _user_traceback(e.__traceback__)
+        todo += [e.__cause__, e.__context__]
 
 
 def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:
     """Report an uncaught exception exactly as the interpreter would, then exit."""
-    tb = _user_traceback(exc.__traceback__)
-    exc.__traceback__ = tb
+    _clean_chain(exc)
+    tb = exc.__traceback__
     sys.excepthook(type(exc), exc, tb)
     if isinstance(exc, MemoryError) and memory_limit:
         sys.stderr.write(
@@ -227,6 +261,9 @@ def main(fd: str) -> None:
             recorder = Recorder(payload.get("report_fd"), learning=policy.learn)
             # Import everything first: once installed, the import guard judges imports.
             guards = [importlib.import_module(m) for m in payload.get("guards", ())]
+            _OWN_DIRS.extend(
+                {os.path.dirname(g.__file__) for g in guards if getattr(g, "__file__", None)}
+            )
             setups = [
                 (getattr(importlib.import_module(s["module"]), s["function"]), s.get("args", {}))
                 for s in payload.get("child_setups", ())
