@@ -314,8 +314,7 @@ class Session:
         self.hooks.contribute(policy, plan)
         if policy.pins:
             self.hooks.dns_pinned(policy.pins, plan)
-        plan._report_r = report_r  # type: ignore[attr-defined]
-        plan._report_w = report_w  # type: ignore[attr-defined]
+        plan.report_read_fd, plan.report_write_fd = report_r, report_w
         return plan
 
     def spawn(self, program: Program, **kwargs: Any) -> Any:
@@ -331,7 +330,7 @@ class Session:
             self._cleanup(plan)
             raise
         self._close_plan_fds(plan, parent_ends_only=True)
-        report_r = plan._report_r  # type: ignore[attr-defined]
+        report_r = plan.report_read_fd
         reader = None
         if report_r is not None:
             reader = threading.Thread(
@@ -363,9 +362,9 @@ class Session:
 
     @staticmethod
     def _close_plan_fds(plan: LaunchPlan, *, parent_ends_only: bool) -> None:
-        fds = [plan.payload_fd, plan._report_w]  # type: ignore[attr-defined]
+        fds = [plan.payload_fd, plan.report_write_fd]
         if not parent_ends_only:
-            fds.append(plan._report_r)  # type: ignore[attr-defined]
+            fds.append(plan.report_read_fd)
         for fd in fds:
             if fd is not None:
                 try:

@@ -61,6 +61,9 @@ class LaunchPlan(Record):
     #: The bootstrap payload (JSON-able) and the inherited fd it is written to by seal().
     payload: dict[str, Any] = field(default_factory=dict)
     payload_fd: int | None = None
+    #: The report channel (denials, learned accesses): the parent reads, the child writes.
+    report_read_fd: int | None = None
+    report_write_fd: int | None = None
     _sealed: bool = False
 
     def seal(self) -> None:
