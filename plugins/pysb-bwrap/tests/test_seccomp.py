@@ -11,15 +11,16 @@ import termios
 
 import pytest
 from pysb_bwrap import BwrapProvider
-from pysb_bwrap.seccomp import (
+
+from pysb_core.ttyfilter import (
     ABIS,
     RET_ALLOW,
     RET_EPERM,
     TIOCLINUX,
     TIOCSTI,
     filter_bytes,
-    filter_program,
 )
+from pysb_core.ttyfilter import program as filter_program
 
 X86_64, I386 = ABIS["x86_64"][0][0], ABIS["x86_64"][1][0]
 

@@ -8,8 +8,8 @@ import select
 import time
 
 import pytest
-from pysb_firejail import ttyfilter as tf
 
+from pysb_core import ttyfilter as tf
 from pysb_core.testing import Project, pysb_command, require_provider
 
 X86_64, I386, AARCH64, ARM = 0xC000003E, 0x40000003, 0xC00000B7, 0x40000028

@@ -23,12 +23,12 @@ from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
-from pysb_bwrap.seccomp import filter_bytes
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.ttyfilter import filter_bytes
 from pysb_core.wrapper_process import adopt
 
 if TYPE_CHECKING:

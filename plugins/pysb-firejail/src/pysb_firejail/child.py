@@ -47,9 +47,9 @@ def setup(
     env: dict[str, str] | None = None, foreground: bool = False, tty_filter: bool = False
 ) -> None:
     """Make ``os.environ`` exactly ``env``; load the terminal-injection filter
-    (:mod:`pysb_firejail.ttyfilter`) and take the terminal's foreground if asked."""
+    (:mod:`pysb_core.ttyfilter`) and take the terminal's foreground if asked."""
     if tty_filter:
-        from pysb_firejail import ttyfilter
+        from pysb_core import ttyfilter
 
         ttyfilter.install()
     if env is not None:
