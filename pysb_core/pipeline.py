@@ -94,8 +94,7 @@ class Session:
         self.stderr = stderr
         self.verbose = verbose
         self.learned: list[Event] = []
-        self._readers: list[threading.Thread] = []
-        self._plans: list[LaunchPlan] = []
+        #: Every sandbox started and not yet released: host PID -> (plan, report reader).
         self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
         self._spawned = False
         self._lock = threading.Lock()
@@ -337,11 +336,9 @@ class Session:
                 target=self._read_reports, args=(report_r,), name="pysb-report", daemon=True
             )
             reader.start()
-            self._readers.append(reader)
         with self._lock:
             self._spawned = True
-            self._plans.append(plan)
-            self._by_pid[proc.pid] = (plan, reader if report_r is not None else None)
+            self._by_pid[proc.pid] = (plan, reader)
         return proc
 
     def release(self, proc: Any) -> None:
@@ -349,15 +346,13 @@ class Session:
         so that a long-lived session does not accumulate them until ``finish``."""
         with self._lock:
             entry = self._by_pid.pop(proc.pid, None)
-            if entry is None:
-                return
-            plan, reader = entry
-            if plan in self._plans:
-                self._plans.remove(plan)
+        if entry is not None:
+            self._wind_up(*entry)
+
+    def _wind_up(self, plan: LaunchPlan, reader: threading.Thread | None) -> None:
+        """Read the sandbox's last reports, then run its clean-ups."""
         if reader is not None:
             reader.join(timeout=5)
-            if reader in self._readers:
-                self._readers.remove(reader)
         self._cleanup(plan)
 
     @staticmethod
@@ -415,10 +410,10 @@ class Session:
             if self._finished:
                 return None
             self._finished = True
-        for reader in self._readers:
-            reader.join(timeout=5)
-        for plan in self._plans:
-            self._cleanup(plan)
+            remaining = list(self._by_pid.values())
+            self._by_pid.clear()
+        for plan, reader in remaining:
+            self._wind_up(plan, reader)
         if not self.policy.learn:
             return None
         from pysb_core.learning import LearnedProfile
