@@ -89,6 +89,10 @@ class _Call:
         self.id = 0
 
 
+#: ``Client._on_frame``'s "no result yet" (a result may be any value, None included).
+_MORE = object()
+
+
 def _write(stream: Any, data: bytes) -> None:
     if stream is None:
         return
@@ -532,14 +536,9 @@ class Client:
                         kind, data = get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:
                         raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
-                if kind == transport.RESULT:
-                    return unpickler.loads(data, self._allowed)
-                if kind == transport.OUT:
-                    _write(sys.stdout, data)
-                elif kind == transport.ERR:
-                    _write(sys.stderr, data)
-                else:
-                    raise self._exception(kind, data)
+                value = self._on_frame(kind, data)
+                if value is not _MORE:
+                    return value
         except Exception:
             raise
         except BaseException:  # Ctrl-C in the caller: stop waiting, forget the answer
@@ -579,14 +578,9 @@ class Client:
                         )
                     except TimeoutError:
                         raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
-                if kind == transport.RESULT:
-                    return unpickler.loads(data, self._allowed)
-                if kind == transport.OUT:
-                    _write(sys.stdout, data)
-                elif kind == transport.ERR:
-                    _write(sys.stderr, data)
-                else:
-                    raise self._exception(kind, data)
+                value = self._on_frame(kind, data)
+                if value is not _MORE:
+                    return value
         except Exception:
             raise
         except BaseException:  # cancelled: stop waiting, forget the answer
@@ -599,6 +593,19 @@ class Client:
             self._pending.pop(call.id, None)
             if self._closing and not self._pending:
                 self._cond.notify_all()
+
+    def _on_frame(self, kind: int, data: Any) -> Any:
+        """One frame of a call's answer: output is written through, the result decoded
+        (restricted), an exception raised; ``_MORE`` while the call is still running."""
+        if kind == transport.RESULT:
+            return unpickler.loads(data, self._allowed)
+        if kind == transport.OUT:
+            _write(sys.stdout, data)
+        elif kind == transport.ERR:
+            _write(sys.stderr, data)
+        else:
+            raise self._exception(kind, data)
+        return _MORE
 
     def _exception(self, kind: int, data: Any) -> BaseException:
         if kind == transport.EXCEPTION:
