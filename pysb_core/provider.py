@@ -40,7 +40,7 @@ from __future__ import annotations
 import enum
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pysb_core import pidlimit
@@ -94,6 +94,16 @@ class ProviderStatus(Record):
         return cls(False, reason, fix)
 
 
+def unknown_option(key: object, known: Sequence[str]) -> str:
+    """The message for an option a provider does not know, with a "did you mean" hint."""
+    import difflib
+
+    hint = difflib.get_close_matches(str(key), known, n=1)
+    if hint:
+        return f"unknown option '{key}' (did you mean '{hint[0]}'?)"
+    return f"unknown option '{key}' (known: {', '.join(known) or 'none'})"
+
+
 class Provider(ABC):
     """Base class of every OS sandbox provider (see the module docstring for an example).
 
@@ -120,11 +130,10 @@ class Provider(ABC):
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> list[str]:
-        """Return one message per problem in ``providers: {<name>: {...}}``.
-
-        The default accepts only an empty mapping; override to accept keys.
-        """
-        return [f"unknown option '{key}' for provider '{cls.name}'" for key in options]
+        """Return one message per problem in ``providers: {<name>: {...}}`` (the caller
+        prefixes the section). The default accepts only an empty mapping; override to
+        accept keys, and report the others with :func:`unknown_option`."""
+        return [unknown_option(key, ()) for key in options]
 
     # -- discovery ------------------------------------------------------------------
 

@@ -236,3 +236,11 @@ def test_denial_traceback_shows_only_the_programs_frames(project: Project) -> No
     assert 'File "d.py", line 4' in r.stderr and 'File "d.py", line 2, in read' in r.stderr
     assert "<pysb" not in r.stderr and "pysb_guards" not in r.stderr and "bootstrap" not in r.stderr
     assert "s3cr3t" not in r.stderr + r.stdout
+
+
+def test_unknown_provider_option_is_reported_once_with_a_hint(project: Project) -> None:
+    project.profile(OPEN + "providers:\n  subprocess: {isolate: true}\n")
+    r = project.run("run", "-c", "print('must not run')")
+    assert r.returncode == 125 and "must not run" not in r.stdout
+    assert r.stderr.count("providers: subprocess:") == 1, r.stderr
+    assert "unknown option 'isolate'" in r.stderr

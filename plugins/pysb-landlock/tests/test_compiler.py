@@ -211,7 +211,7 @@ def test_options_only_unix_sockets():
         "'unix-sockets' must be true or false"
     ]
     assert LandlockProvider.validate_options({"x": 1}) == [
-        "unknown option 'x' for provider 'landlock' (known: unix-sockets)"
+        "unknown option 'x' (known: unix-sockets)"
     ]
 
 

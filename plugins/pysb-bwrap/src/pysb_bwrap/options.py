@@ -8,10 +8,11 @@ host's network is refused: it would bypass every network rule.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pysb_core.provider import unknown_option
 
 KNOWN = ("hostname", "share-net")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
@@ -20,23 +21,18 @@ _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
 def validate(options: Mapping[str, Any]) -> list[str]:
     """One message per problem (empty when the options are valid)."""
     if not isinstance(options, Mapping):
-        return [f"providers: bwrap: expected a mapping, got {type(options).__name__}"]
+        return [f"expected a mapping, got {type(options).__name__}"]
     errors = []
     for key, value in options.items():
         if key == "hostname":
             if not isinstance(value, str) or not _HOSTNAME.match(value):
-                errors.append(
-                    "providers: bwrap: hostname must be 1-63 letters, digits, '.' or '-' "
-                    f"(got {value!r})"
-                )
+                errors.append(f"hostname must be 1-63 letters, digits, '.' or '-' (got {value!r})")
         elif key == "share-net":
             if value is not False:
                 errors.append(
-                    "providers: bwrap: share-net: only 'false' is accepted; sharing the host's "
+                    "share-net: only 'false' is accepted; sharing the host's "
                     "network would bypass the profile's network rules (use 'network:' rules)"
                 )
         else:
-            hint = difflib.get_close_matches(str(key), KNOWN, n=1)
-            more = f" (did you mean '{hint[0]}'?)" if hint else f" (known: {', '.join(KNOWN)})"
-            errors.append(f"providers: bwrap: unknown option '{key}'{more}")
+            errors.append(unknown_option(key, KNOWN))
     return errors

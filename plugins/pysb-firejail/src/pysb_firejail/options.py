@@ -14,10 +14,11 @@ shipped with the code it sandboxes, could add ``--noblacklist`` or ``--net=eth0`
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pysb_core.provider import unknown_option
 
 KNOWN = ("hostname", "bridge", "share-net")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
@@ -47,7 +48,5 @@ def validate(options: Mapping[str, Any]) -> list[str]:
                     "bypass the profile's network rules (use 'network:' rules)"
                 )
         else:
-            hint = difflib.get_close_matches(str(key), KNOWN, n=1)
-            more = f" (did you mean '{hint[0]}'?)" if hint else f" (known: {', '.join(KNOWN)})"
-            errors.append(f"unknown option '{key}'{more}")
+            errors.append(unknown_option(key, KNOWN))
     return errors

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from pysb_core import hookimpl
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.plan import ChildSetup, LaunchSpec
-from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -108,9 +108,7 @@ class LandlockProvider(Provider):
         problems = []
         for key, value in options.items():
             if key != "unix-sockets":
-                problems.append(
-                    f"unknown option '{key}' for provider 'landlock' (known: unix-sockets)"
-                )
+                problems.append(unknown_option(key, ("unix-sockets",)))
             elif not isinstance(value, bool):
                 problems.append("'unix-sockets' must be true or false")
         return problems

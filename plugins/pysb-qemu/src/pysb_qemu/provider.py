@@ -16,7 +16,7 @@ from typing import Any
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import LaunchPlan, LaunchSpec
-from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
 from pysb_qemu import assets as assets_mod
 from pysb_qemu import guest, netfilter, vm
 
@@ -55,9 +55,7 @@ class QemuProvider(Provider):
         problems = []
         for key, value in options.items():
             if key not in OPTION_KEYS:
-                problems.append(
-                    f"unknown option '{key}' for provider 'qemu' (known: {', '.join(OPTION_KEYS)})"
-                )
+                problems.append(unknown_option(key, tuple(OPTION_KEYS)))
             elif key == "memory":
                 try:
                     mib = vm.parse_size_mib(value)
