@@ -7,10 +7,10 @@ missing file keeps working, while callers who care can catch :class:`DeniedError
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pysb_core.exitcodes import ExitCode as ExitCode
 
 

@@ -11,17 +11,21 @@ matches the addresses the name was pinned to before launch; a connection to a na
 only if every address of the name is allowed.
 
 This module is imported by the sandboxed interpreter too: it imports nothing heavier than
-:mod:`ipaddress` and never touches the network itself.
+:mod:`ipaddress` at import time (not ``socket``, ``re`` or ``collections``, which cost the
+sandbox milliseconds at every start) and never touches the network itself.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
-import socket
-from collections.abc import Iterable, Mapping, Sequence
+from _socket import inet_aton  # the C function (socket.inet_aton is this very function)
 
 from pysb_core.policy import NetworkRule, PortRange
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Iterable, Mapping, Sequence
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -45,8 +49,9 @@ _PROTOCOLS = {
     "*": ("tcp", "udp"),
 }
 _DIRECTIONS = {"in": "in", "out": "out", "any": "any", "*": "any"}
-_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
-_LEGACY_V4 = re.compile(r"^[0-9a-fA-FxX.]+$")
+_LABEL: list[re.Pattern[str]] = []  # compiled on first use (the parent's profile loader)
+#: The characters of the legacy IPv4 forms ``inet_aton`` reads (``127.1``, ``0x7f000001``).
+_LEGACY_V4_CHARS = "0123456789abcdefABCDEFxX."
 _MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 # IPv6 forms that carry an IPv4 address but are not the kernel's mapped form: the IPv4-translated
 # prefix, the NAT64 well-known prefix and the deprecated IPv4-compatible form.
@@ -83,12 +88,19 @@ def numeric_host(host: str) -> IPAddress | None:
         return ipaddress.ip_address(text)
     except ValueError:
         pass
-    if _LEGACY_V4.match(text):
+    if _legacy_v4(text):
         try:
-            return ipaddress.IPv4Address(socket.inet_aton(text))
+            return ipaddress.IPv4Address(inet_aton(text))
         except OSError:
             return None
     return None
+
+
+def _legacy_v4(text: str) -> bool:
+    """``re.match(r"^[0-9a-fA-FxX.]+$", text)`` without ``re``: one or more of those
+    characters, then at most one final newline (what ``$`` accepts)."""
+    body = text[:-1] if text.endswith("\n") else text
+    return bool(body) and not body.strip(_LEGACY_V4_CHARS)
 
 
 def canonical_ip(address: str | IPAddress) -> IPAddress:
@@ -138,8 +150,12 @@ def _check_hostname(s: str) -> str:
     if not name or len(name) > 253:
         raise ValueError(f"'{s}' is not a valid host name")
     labels = name.split(".")
+    if not _LABEL:
+        import re
+
+        _LABEL.append(re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$"))
     for label in labels:
-        if not _LABEL.match(label):
+        if not _LABEL[0].match(label):
             raise ValueError(f"'{s}' is not a valid host name (bad label '{label}')")
     if labels[-1].isdigit():
         raise ValueError(f"'{s}' is neither a valid IP address nor a valid host name")

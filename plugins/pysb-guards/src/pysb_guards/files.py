@@ -290,11 +290,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
         return
     _installed.append(True)
     import errno
-    import fnmatch
     import io
     import os
     import posix
-    import re
     import stat as stat_module
 
     from pysb_core.errors import FileDeniedError, WriteDeniedError
@@ -325,6 +323,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
         )
     )
     ignore = []
+    if policy.ignore:  # re costs the sandbox ~2 ms: only for ignore rules
+        import fnmatch
+        import re
     for rule in policy.ignore:
         pat = rule.pattern.rstrip("/")
         if pat.startswith("/"):
