@@ -30,13 +30,11 @@ OS layer is what stops them (docs/network.md lists the residual weaknesses).
 
 from __future__ import annotations
 
-import operator
 import os
-import sys
+from _operator import index as _op_index  # the C function: `operator` imports collections
 
 from pysb_core import hookimpl
 from pysb_core.errors import NetworkDeniedError
-from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, numeric_host
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
@@ -136,25 +134,178 @@ def learned_rules(records: Sequence[Event]) -> list[str]:
 
 def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) -> None:
     """Install the guard. ``enforce=False`` only pins the resolver (no socket checks): what the
-    interpreter still needs when the user turned the Python guards off (SPEC §6)."""
-    import _socket
-    import encodings.idna  # noqa: F401  (a refused name must fail on the rule, not on an import)
-    import socket
+    interpreter still needs when the user turned the Python guards off (SPEC §6).
 
+    The rules are compiled and the audit backstop registered now; the sockets are patched
+    when the interpreter loads ``_socket`` (and ``socket``): the import guard runs the
+    patches as the loader finishes, before any code holds the module, and at once for a
+    module already loaded. A program that never touches the network never pays for
+    ``socket`` (enum, selectors...). Without the import guard both are imported and
+    patched now.
+    """
     if enforce is None:
         enforce = policy.python_guards
-    matcher = NetworkMatcher(policy.network, policy.pins)
-    learning = bool(recorder.learning)
-    writable = tuple(
-        {os.path.normpath(p) for e in policy.exposures if e.writable for p in (e.path, e.target)}
-    )
-    seen_names: dict[str, str] = {}  # address -> name the program resolved it from
-    # (family, type, proto, address as given, direction) -> the checked address handed to C,
-    # for allowed literal addresses: the common case costs one dict lookup.
-    fast: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    fast_get = fast.get
+    patch_c, patch_py, started = _patchers(policy, recorder, enforce)
+    if enforce:
+        from pysb_guards import imports
 
-    raw = _c_socket_class(_socket.socket)
+        try:
+            imports.on_import("_socket", patch_c)
+        except RuntimeError:
+            if started:  # the patch itself failed: fail closed
+                raise
+        else:
+            imports.on_import("socket", patch_py)
+            return
+    import _socket
+    import socket
+
+    patch_c(_socket)
+    patch_py(socket)
+
+
+def _patchers(
+    policy: Policy, recorder: Recorder, enforce: bool
+) -> tuple[Callable[[Any], None], Callable[[Any], None], list[Any]]:
+    """The patches of ``_socket`` and ``socket``, sharing one matcher and one cache.
+
+    Everything they use is bound here, at install, before the program runs: the patches
+    may run later (inside the program's ``import socket``), when ``sys.modules`` and
+    module globals are the program's to change.
+    """
+    from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, numeric_host
+    from pysb_guards import _seal
+
+    ctx: dict[str, Any] = {
+        "matcher": NetworkMatcher(policy.network, policy.pins),
+        "recorder": recorder,
+        "enforce": enforce,
+        "learning": bool(recorder.learning),
+        "writable": tuple(
+            {
+                os.path.normpath(p)
+                for e in policy.exposures
+                if e.writable
+                for p in (e.path, e.target)
+            }
+        ),
+        "seen_names": {},  # address -> name the program resolved it from
+        # (family, type, proto, address as given, direction) -> the checked address handed to
+        # C, for allowed literal addresses: the common case costs one dict lookup.
+        "fast": {},
+        "canonical_ip": canonical_ip,
+        "normalize_host": normalize_host,
+        "numeric_host": numeric_host,
+    }
+    built: dict[Any, tuple[Any, ...]] = {}  # C socket class -> its faces
+    backstops: list[Callable[[str, tuple], Any]] = []  # one per C socket class
+    started: list[Any] = []
+
+    def patch_c(module: Any) -> None:
+        """Patch one instance of the ``_socket`` C module (Python >= 3.12 may create a
+        second one, with classes of its own: it gets faces of its own)."""
+        started.append(module)
+        raw = _c_socket_class(module.socket)
+        faces = built.get(raw)
+        if faces is None:
+            faces = built[raw] = _faces(module, raw, ctx)
+            if faces[4] is not None:
+                backstops.append(faces[4])
+        resolvers, _methods, guarded, socketpair, _backstop = faces
+        for name, fn in resolvers.items():
+            setattr(module, name, fn)
+        if guarded is not None:
+            setattr(module, "socket", guarded)
+            setattr(module, "SocketType", guarded)
+            setattr(module, "socketpair", socketpair)
+
+    def patch_py(module: Any) -> None:
+        """Patch the ``socket`` module (a module of that name that is not the standard
+        library's -- no ``_socket`` inside -- is left alone)."""
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is not dict:
+            return
+        c_module, cls = namespace.get("_socket"), namespace.get("socket")
+        if not isinstance(cls, type) or getattr(c_module, "__name__", None) != "_socket":
+            return
+        raw = _c_socket_class(cls)
+        if raw not in built:
+            patch_c(c_module)
+        faces = built.get(raw)
+        if faces is None:
+            return
+        resolvers, methods, guarded, _socketpair, _backstop = faces
+        for name, fn in resolvers.items():
+            if name != "getaddrinfo":  # socket.getaddrinfo calls _socket.getaddrinfo
+                setattr(module, name, fn)
+        if guarded is not None:
+            for name, fn in methods.items():
+                setattr(cls, name, fn)
+            setattr(module, "SocketType", guarded)  # a copy of the raw class ("import *")
+
+    if enforce and not ctx["learning"]:
+        # The backstop (CPython's own audit events) is registered now, in the guards' one
+        # audit hook: handlers can only be added before the program runs. Until a socket
+        # module is loaded no such event can be raised.
+        from pysb_core.errors import NetworkDeniedError
+
+        add_handler, _close = _seal.audit_registry()
+
+        def make_handler(event: str) -> Callable[[tuple], Any]:
+            def handler(args: tuple) -> Any:
+                for backstop in backstops:
+                    verdict = backstop(event, args)
+                    if verdict is not _FOREIGN:
+                        return verdict
+                if event in _SOCKET_EVENTS:
+                    # A socket of a class no face was made for: none should exist.
+                    return NetworkDeniedError(
+                        f"network {event} refused: a socket the network guard did not patch",
+                        target=event,
+                    )
+                return None
+
+            return handler
+
+        for event in _BACKSTOP_EVENTS:
+            add_handler(event, make_handler(event))
+    return patch_c, patch_py, started
+
+
+#: Audit events judged by the backstop; the first four carry the socket object.
+_SOCKET_EVENTS = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg")
+_BACKSTOP_EVENTS = (
+    *_SOCKET_EVENTS,
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+    "socket.gethostbyaddr",
+)
+#: A backstop's answer for a socket of another C class than its own.
+_FOREIGN = object()
+
+
+def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
+    """The guarded functions for one ``_socket`` module and its C socket class:
+    ``(resolvers, methods, guarded class, socketpair, backstop)``: the last three are None
+    when only pinning, the backstop is None in a learning run (nothing is refused)."""
+    matcher = ctx["matcher"]
+    recorder = ctx["recorder"]
+    enforce = ctx["enforce"]
+    learning = ctx["learning"]
+    writable = ctx["writable"]
+    seen_names: dict[str, str] = ctx["seen_names"]
+    fast: dict[tuple[Any, ...], tuple[Any, ...]] = ctx["fast"]
+    fast_get = fast.get
+    canonical_ip = ctx["canonical_ip"]
+    normalize_host = ctx["normalize_host"]
+    numeric_host = ctx["numeric_host"]
+
+    def _canon(address: str) -> str:
+        try:
+            return str(canonical_ip(address.split("%", 1)[0]))
+        except ValueError:
+            return address
+
     raw_connect = raw.connect
     raw_connect_ex = raw.connect_ex
     raw_bind = raw.bind
@@ -624,24 +775,24 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         fn.__name__ = fn.__qualname__ = fn_name
         fn.__doc__ = getattr(_socket, fn_name).__doc__
         fn.__module__ = "_socket"
-        setattr(_socket, fn_name, fn)
-        if fn_name != "getaddrinfo":  # socket.getaddrinfo calls _socket.getaddrinfo
-            setattr(socket, fn_name, fn)
 
     if not enforce:
-        return
-
-    for fn_name, fn in methods.items():
-        setattr(socket.socket, fn_name, fn)
+        return resolvers, methods, None, None, None
 
     class _GuardedType(type):
-        """Keeps ``isinstance(s, _socket.socket)`` true for every socket object."""
+        """Keeps ``isinstance(s, _socket.socket)`` true for every socket object. Classes
+        made from the guarded one (``socket.socket`` when ``socket`` is loaded after the
+        patch) keep the ordinary checks."""
 
         def __instancecheck__(cls, obj: object) -> bool:
-            return isinstance(obj, raw)
+            if cls.__mro__[1] is raw:
+                return isinstance(obj, raw)
+            return type.__instancecheck__(cls, obj)
 
         def __subclasscheck__(cls, sub: type) -> bool:
-            return issubclass(sub, raw)
+            if cls.__mro__[1] is raw:
+                return issubclass(sub, raw)
+            return type.__subclasscheck__(cls, sub)
 
     guarded = _GuardedType("socket", (raw,), {"__slots__": (), "__module__": "_socket", **methods})
     guarded.__qualname__ = "socket"
@@ -656,12 +807,8 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
     socketpair.__name__ = socketpair.__qualname__ = "socketpair"
     socketpair.__doc__ = raw_socketpair.__doc__
-    setattr(_socket, "socket", guarded)
-    setattr(_socket, "SocketType", guarded)
-    setattr(socket, "SocketType", guarded)  # a copy of the raw class ("from _socket import *")
-    setattr(_socket, "socketpair", socketpair)
     if learning:
-        return  # nothing is refused in a learning run: no backstop
+        return resolvers, methods, guarded, socketpair, None  # nothing is refused: no backstop
 
     # -- the backstop: CPython's own audit events -----------------------------------------
     # The C socket functions raise PEP 578 audit events before acting, whichever way they
@@ -675,7 +822,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         try:
             family = family_of(sock)
         except TypeError:
-            return
+            return _FOREIGN  # another C socket class: its own backstop judges it
         if family in (AF_INET, AF_INET6) and type(address) is tuple and len(address) >= 2:
             try:
                 if fast[(family, type_of(sock), proto_of(sock), address, direction)]:
@@ -722,12 +869,17 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
     }
     get_handler = audit_handlers.get
 
-    def network_audit_hook(event: str, args: tuple) -> None:
+    def backstop(event: str, args: tuple) -> Any:
+        """The refusal to raise (or None); ``_FOREIGN`` for a socket of another class."""
         handler = get_handler(event)
-        if handler is not None:
-            handler(args)
+        if handler is None:
+            return None
+        try:
+            return handler(args)
+        except NetworkDeniedError as e:
+            return e.with_traceback(None)
 
-    sys.addaudithook(network_audit_hook)
+    return resolvers, methods, guarded, socketpair, backstop
 
 
 # ---------------------------------------------------------------------------------------
@@ -736,10 +888,9 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
 
 def _c_socket_class(cls: Any) -> Any:
-    """The C socket class, also when the guard is installed a second time."""
-    while type(cls) is not type:
-        cls = cls.__mro__[1]
-    return cls
+    """The C socket class below ``cls`` (the raw class itself, the guarded one, or
+    ``socket.socket`` made from either): the last class before ``object``."""
+    return cls.__mro__[-2]
 
 
 def _trimmed(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -770,13 +921,6 @@ def _host_text(host: object) -> str | None:
     return None
 
 
-def _canon(address: str) -> str:
-    try:
-        return str(canonical_ip(address.split("%", 1)[0]))
-    except ValueError:
-        return address
-
-
 def _family_ok(address: str, family: int, af_inet: int, af_inet6: int) -> bool:
     if family == af_inet:
         return ":" not in address
@@ -789,7 +933,7 @@ def _index(value: object) -> int:
     if isinstance(value, bool):
         return int(value)
     try:
-        return operator.index(value)  # type: ignore[arg-type]
+        return _op_index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(
             f"'{type(value).__name__}' object cannot be interpreted as an integer"
