@@ -34,10 +34,10 @@ def _swap(value: Any, faces: dict[int, Any]) -> Any:
         return face
     kind = type(value)
     if kind in (set, frozenset) and value:
-        if any(id(v) in faces for v in value):
+        if not faces.keys().isdisjoint(map(id, value)):
             return kind(faces.get(id(v), v) for v in value)
     elif kind is tuple and value and len(value) < 64:
-        if any(id(v) in faces for v in value):
+        if not faces.keys().isdisjoint(map(id, value)):
             return tuple(faces.get(id(v), v) for v in value)
     elif kind is staticmethod:
         inner = faces.get(id(value.__func__))
@@ -71,14 +71,24 @@ _CONTAINERS = frozenset({set, frozenset, tuple, staticmethod, list, dict})
 
 def sweep_module(module: Any, faces: dict[int, Any]) -> None:
     """Replace captured originals in one module's globals (and classes, for the few
-    modules known to keep functions in class attributes)."""
+    modules known to keep functions in class attributes).
+
+    Most modules hold no original at all: one pass in C (``isdisjoint`` over the ids of
+    the globals) rules out direct references, and only the containers among the globals
+    are looked into.
+    """
     namespace = getattr(module, "__dict__", None)
     if type(namespace) is not dict:
         return
     modname = namespace.get("__name__")
     classes = modname in CLASS_SWEEP
+    if classes or not faces.keys().isdisjoint(map(id, namespace.values())):
+        items = list(namespace.items())
+    else:
+        items = [(k, v) for k, v in namespace.items() if type(v) in _CONTAINERS]
+    ids = faces.keys()
     get = faces.get
-    for key, value in list(namespace.items()):
+    for key, value in items:
         face = get(id(value))
         if face is not None:
             namespace[key] = face
@@ -89,16 +99,22 @@ def sweep_module(module: Any, faces: dict[int, Any]) -> None:
             if new is not None:
                 namespace[key] = new
             elif kind is set:  # changed in place: others may share the set
-                for v in [v for v in value if id(v) in faces]:
+                for v in [v for v in value if id(v) in ids]:
                     value.discard(v)
                     value.add(faces[id(v)])
             elif kind is list and len(value) < 256:
-                for i, v in enumerate(value):
-                    if id(v) in faces:
-                        value[i] = faces[id(v)]
-            elif kind is dict and len(value) < 256 and key != "__builtins__":
+                if not ids.isdisjoint(map(id, value)):
+                    for i, v in enumerate(value):
+                        if id(v) in ids:
+                            value[i] = faces[id(v)]
+            elif (
+                kind is dict
+                and len(value) < 256
+                and key != "__builtins__"
+                and not ids.isdisjoint(map(id, value.values()))
+            ):
                 for k, v in list(value.items()):
-                    if id(v) in faces:
+                    if id(v) in ids:
                         value[k] = faces[id(v)]
         elif classes and isinstance(value, type) and value.__module__ == modname:
             _sweep_class(value, faces)
