@@ -40,7 +40,8 @@ def test_gate_sends_only_exact_listed_names_the_short_way() -> None:
     seen, judge = _slow_recorder()
     original = builtins.__import__
     slow = _seal.make_door(original, judge, name="__import__")
-    gate = _seal.make_gate("__import__", original, slow, {"json"})
+    fast = {"json"}
+    gate = _seal.make_gate("__import__", original, slow, fast)
     face = _seal.make_face(gate, original, None, "__import__")
 
     class Liar(str):
@@ -67,6 +68,24 @@ def test_gate_sends_only_exact_listed_names_the_short_way() -> None:
         with pytest.raises(ModuleNotFoundError):
             face(name, *args)
         assert seen == [name], (name, args)
+    # dotted names of listed packages join the set; nothing else does
+    assert fast == {"json", "json.decoder"}
+
+
+def test_gate_set_stays_bounded() -> None:
+    seen, judge = _slow_recorder()
+    original = importlib.import_module
+    fast = {"json"}
+    gate = _seal.make_gate(
+        "import_module", _frozen_importlib._gcd_import, _seal.make_door(original, judge), fast
+    )
+    face = _seal.make_face(gate, original, None, "import_module")
+    for i in range(_seal.GATE_LIMIT + 50):
+        with pytest.raises(ModuleNotFoundError):
+            face(f"json.nope{i}")
+    assert len(fast) == _seal.GATE_LIMIT and seen == []
+    assert face("json.decoder") is sys.modules["json.decoder"]  # still the short way
+    assert "json.decoder" not in fast and seen == []
 
 
 def test_gate_import_module_uses_gcd_import_and_keeps_its_errors() -> None:

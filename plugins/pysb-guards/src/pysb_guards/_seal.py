@@ -95,6 +95,9 @@ class Value:
 # full door and its judge. Only an exact ``str`` takes the short way (a subclass could
 # answer ``partition`` with anything), and "@FAST" holds only names the judge allows
 # without looking further: the short way never answers differently from the long one.
+# A dotted name whose package is in "@FAST" joins it (up to "@LIMIT" entries), sparing
+# ``partition`` next time: the verdict depends on the exact name alone, never on
+# ``sys.modules``, and a dotted entry can never match a top-level name.
 #
 # Faces (``_t_build*``) get globals of their own (``_FACE_NS``) and show as
 # `File "<pysb guard>"` in tracebacks. A gate's face only raises refusals: the import
@@ -133,11 +136,12 @@ def _t_door_nopost(*args, **kwargs):
 
 
 def _t_gate___import__(name, globals=None, locals=None, fromlist=(), level=0):
-    if (
-        level is ("@ZERO" if 1 else 0)
-        and ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0)
-        and (name in ("@FAST" if 1 else 0) or name.partition(".")[0] in ("@FAST" if 1 else 0))
-    ):
+    if level is ("@ZERO" if 1 else 0) and ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0):
+        if name not in ("@FAST" if 1 else 0):
+            if name.partition(".")[0] not in ("@FAST" if 1 else 0):
+                return ("@SLOW" if 1 else 0)(name, globals, locals, fromlist, level)
+            if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
+                ("@FAST" if 1 else 0).add(name)
         try:
             return ("@O" if 1 else 0)(name, globals, locals, fromlist, level)
         except "@BE" as e:  # noqa: B030
@@ -146,9 +150,12 @@ def _t_gate___import__(name, globals=None, locals=None, fromlist=(), level=0):
 
 
 def _t_gate_import_module(name, package=None):
-    if ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0) and (
-        name in ("@FAST" if 1 else 0) or name.partition(".")[0] in ("@FAST" if 1 else 0)
-    ):
+    if ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0):
+        if name not in ("@FAST" if 1 else 0):
+            if name.partition(".")[0] not in ("@FAST" if 1 else 0):
+                return ("@SLOW" if 1 else 0)(name, package)
+            if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
+                ("@FAST" if 1 else 0).add(name)
         try:
             return ("@O" if 1 else 0)(name, package, ("@ZERO" if 1 else 0))
         except "@BE" as e:  # noqa: B030
@@ -235,12 +242,21 @@ _TEMPLATES = {
     for name, fn in list(globals().items())
     if name.startswith("_t_")
 }
+_DEFAULTS = {"gate___import__": _t_gate___import__.__defaults__}
+_DEFAULTS["gate_import_module"] = _t_gate_import_module.__defaults__
 _FACE_NS: dict[str, Any] = {"__builtins__": builtins, "__name__": "pysb_guards.<face>"}
 _BUILDERS = {
     kind: _FunctionType(_TEMPLATES["build" + kind], _FACE_NS, "build")
     for kind in ("", "___import__", "_import_module")
 }
-_DOOR_CONSTS = {"@BE": BaseException, "@R": Refusal, "@T": tuple, "@TYPE": type, "@STR": str}
+_DOOR_CONSTS = {
+    "@BE": BaseException,
+    "@R": Refusal,
+    "@T": tuple,
+    "@TYPE": type,
+    "@STR": str,
+    "@LEN": len,
+}
 
 
 def _door(template: str, name: str, subst: dict[str, Any]) -> Callable[..., Any]:
@@ -250,7 +266,7 @@ def _door(template: str, name: str, subst: dict[str, Any]) -> Callable[..., Any]
         subst.get(c, _DOOR_CONSTS.get(c, c)) if type(c) is str else c for c in code.co_consts
     )
     code = code.replace(co_consts=consts, co_name=name, co_qualname=name)
-    return _FunctionType(code, DOOR_NS, name)
+    return _FunctionType(code, DOOR_NS, name, _DEFAULTS.get(template))
 
 
 def make_door(
@@ -274,6 +290,9 @@ def make_door(
 #: ``import_module`` calls for an absolute name, one frame fewer.
 GATES = ("__import__", "import_module")
 
+#: How many names a gate's set may hold (top-level names plus the dotted names it adds).
+GATE_LIMIT = 4096
+
 
 def make_gate(
     kind: str, original: Callable[..., Any], slow: Callable[..., Any], fast: set[str]
@@ -284,7 +303,7 @@ def make_gate(
     ``fast`` must hold only names ``slow``'s judge lets through on the name alone; the set
     is the caller's (sealed state), so it can grow before user code.
     """
-    subst = {"@O": original, "@SLOW": slow, "@FAST": fast, "@ZERO": 0}
+    subst = {"@O": original, "@SLOW": slow, "@FAST": fast, "@ZERO": 0, "@LIMIT": GATE_LIMIT}
     return _door("gate_" + kind, kind, subst)
 
 
