@@ -23,6 +23,10 @@ REFUSAL: Any = None  # type: ignore[assignment]  # sealed
 SYS: Any = None  # type: ignore[assignment]  # sealed
 MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
 MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
+MAKE_GATE: Any = None  # type: ignore[assignment]  # sealed
+GCD_IMPORT: Any = None  # type: ignore[assignment]  # sealed
+BOOTSTRAP: Any = None  # type: ignore[assignment]  # sealed
+FUNCTION: type = None  # type: ignore[assignment]  # sealed
 ALLOW: Any = None  # type: ignore[assignment]  # sealed
 IS_FACE: Any = None  # type: ignore[assignment]  # sealed
 FACE_CODES: Any = None  # type: ignore[assignment]  # sealed
@@ -199,7 +203,26 @@ def _e_patch_importlib(module):
     im = getattr(module, "import_module", None)
     if im is not None and not IS_FACE(im):
         door = MAKE_DOOR(im, _e_judge_import_module, name="import_module")
-        module.import_module = MAKE_FACE(door, im)
+        if _e_is_standard_import_module(im):
+            gate = MAKE_GATE("import_module", GCD_IMPORT, door, STATE["fast"])
+            module.import_module = MAKE_FACE(gate, im, None, "import_module")
+        else:
+            module.import_module = MAKE_FACE(door, im)
+
+
+def _e_is_standard_import_module(im):
+    """True when ``im`` is the standard ``importlib.import_module``: for an absolute name it
+    calls ``importlib._bootstrap._gcd_import(name, package, 0)``, which its gate may then call
+    itself. Anything else (replaced before the guards) keeps the plain door."""
+    if type(im) is not FUNCTION or GCD_IMPORT is None:
+        return False
+    code = im.__code__
+    return (
+        dict.get(im.__globals__, "_bootstrap") is BOOTSTRAP
+        and code.co_varnames[:2] == ("name", "package")
+        and code.co_argcount == 2
+        and "_gcd_import" in code.co_names
+    )
 
 
 def _e_judge_create(args, kwargs):
@@ -262,6 +285,8 @@ def _e_allow_program(top):
     if STATE["armed"]:
         return REFUSAL(PermissionError("pysb: the program modules are fixed before it starts"))
     STATE["program"].add(top)
+    if top and top not in NEVER:
+        STATE["fast"].add(top)
     return None
 
 

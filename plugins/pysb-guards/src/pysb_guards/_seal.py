@@ -27,16 +27,31 @@ from __future__ import annotations
 
 import builtins
 import sys
-import types
-import warnings
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-_FunctionType = types.FunctionType
-_FrameType = types.FrameType
+
+def _unchanged(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A ``prepare`` that changes nothing."""
+    return args, kwargs
+
+
+def _types() -> tuple[type, type, type, type]:
+    """FunctionType, CodeType, FrameType and TracebackType without importing ``types``
+    (not otherwise needed in the sandbox before the program)."""
+    try:
+        raise TypeError
+    except TypeError as e:
+        tb = e.__traceback__
+    frame = sys._getframe()
+    return type(_unchanged), type(frame.f_code), type(frame), type(tb)
+
+
+_FunctionType, _CodeType, _FrameType, _TracebackType = _types()
+del _types
 
 #: The globals of every door. No door code reads a global name; the builtins are there for
 #: C functions that default to their caller's builtins (``exec`` of a module's code).
@@ -63,36 +78,195 @@ class Value:
         self.value = value
 
 
-# The door's body. Every name it uses is a string constant replaced below by the object
-# itself, so the compiled code loads them with LOAD_CONST: no global, no closure, no local
-# ever holds the original or the judge.
-_DOOR_SRC = """
-def door(*args, **kwargs):
+# Templates. They are never called: their code is copied with each placeholder constant
+# replaced (``_door``), or given globals of their own (the faces' builders). Compiled with
+# this module, they cost nothing at sandbox start (code compiled from text there did).
+#
+# Doors (``_t_door``, ``_t_door_nopost``, the gates, ``_t_audit_hook``): every name they use
+# is a placeholder replaced by the object itself, so the code loads them with LOAD_CONST:
+# no global, no closure, no local ever holds the original or the judge. A placeholder is
+# written ``("@J" if 1 else 0)``: the compiler drops the test and loads "@J" as a constant,
+# and, unlike a call on a bare literal, warns about nothing (in an ``except`` clause a bare
+# literal draws no warning either).
+#
+# Gates are doors that answer the common case themselves: ``__import__`` and
+# ``import_module`` of a name whose top-level package is in "@FAST" (a set only sealed code
+# and gates hold) go straight to the original; every other call goes through "@SLOW", the
+# full door and its judge. Only an exact ``str`` takes the short way (a subclass could
+# answer ``partition`` with anything), and "@FAST" holds only names the judge allows
+# without looking further: the short way never answers differently from the long one.
+# A dotted name whose package is in "@FAST" joins it (up to "@LIMIT" entries), sparing
+# ``partition`` next time: the verdict depends on the exact name alone, never on
+# ``sys.modules``, and a dotted entry can never match a top-level name.
+#
+# Faces (``_t_build*``) get globals of their own (``_FACE_NS``) and show as
+# `File "<pysb guard>"` in tracebacks. A gate's face only raises refusals: the import
+# judges behind gates never answer a Value.
+
+
+def _t_door(*args, **kwargs):
     try:
-        v = "@J"(args, kwargs)
-    except "@BE" as e:
-        return "@R"(e, None)
+        v = ("@J" if 1 else 0)(args, kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, None)
     if v is not None:
-        if v.__class__ is not "@T":
+        if v.__class__ is not ("@T" if 1 else 0):
             return v
         args, kwargs = v
     try:
-        r = "@O"(*args, **kwargs)
-    except "@BE" as e:
-        return "@R"(e, e.__traceback__.tb_next)
-    return "@P"(r, args, kwargs)
-"""
+        r = ("@O" if 1 else 0)(*args, **kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    return ("@P" if 1 else 0)(r, args, kwargs)
 
 
-def _door_code(with_post: bool) -> types.CodeType:
-    src = _DOOR_SRC if with_post else _DOOR_SRC.replace('"@P"(r, args, kwargs)', "r")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "'str' object is not callable": on purpose
-        module = compile(src, "<pysb-door>", "exec")
-    return next(c for c in module.co_consts if isinstance(c, types.CodeType))
+def _t_door_nopost(*args, **kwargs):
+    try:
+        v = ("@J" if 1 else 0)(args, kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, None)
+    if v is not None:
+        if v.__class__ is not ("@T" if 1 else 0):
+            return v
+        args, kwargs = v
+    try:
+        return ("@O" if 1 else 0)(*args, **kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
 
 
-_TEMPLATES = {True: _door_code(True), False: _door_code(False)}
+def _t_gate___import__(name, globals=None, locals=None, fromlist=(), level=0):
+    if level is ("@ZERO" if 1 else 0) and ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0):
+        if name not in ("@FAST" if 1 else 0):
+            if name.partition(".")[0] not in ("@FAST" if 1 else 0):
+                return ("@SLOW" if 1 else 0)(name, globals, locals, fromlist, level)
+            if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
+                ("@FAST" if 1 else 0).add(name)
+        try:
+            return ("@O" if 1 else 0)(name, globals, locals, fromlist, level)
+        except "@BE" as e:  # noqa: B030
+            return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    return ("@SLOW" if 1 else 0)(name, globals, locals, fromlist, level)
+
+
+def _t_gate_import_module(name, package=None):
+    if ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0):
+        if name not in ("@FAST" if 1 else 0):
+            if name.partition(".")[0] not in ("@FAST" if 1 else 0):
+                return ("@SLOW" if 1 else 0)(name, package)
+            if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
+                ("@FAST" if 1 else 0).add(name)
+        try:
+            return ("@O" if 1 else 0)(name, package, ("@ZERO" if 1 else 0))
+        except "@BE" as e:  # noqa: B030
+            return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    return ("@SLOW" if 1 else 0)(name, package)
+
+
+def _t_audit_hook(event, args):
+    r = ("@D" if 1 else 0)(event, args)
+    if r is not None:
+        raise r
+
+
+def _t_build(door, refusal, value, prepare):
+    if prepare is None:
+
+        def face(*args, **kwargs):
+            r = door(*args, **kwargs)
+            c = r.__class__
+            if c is refusal:
+                raise r.exc.with_traceback(r.tb)
+            if c is value:
+                return r.value
+            return r
+
+        return face
+
+    if getattr(prepare, "skips_lone_str", False):
+
+        def face(*args, **kwargs):
+            if kwargs or len(args) != 1 or args[0].__class__ is not str:
+                args, kwargs = prepare(args, kwargs)
+            r = door(*args, **kwargs)
+            c = r.__class__
+            if c is refusal:
+                raise r.exc.with_traceback(r.tb)
+            if c is value:
+                return r.value
+            return r
+
+        return face
+
+    def face(*args, **kwargs):
+        args, kwargs = prepare(args, kwargs)
+        r = door(*args, **kwargs)
+        c = r.__class__
+        if c is refusal:
+            raise r.exc.with_traceback(r.tb)
+        if c is value:
+            return r.value
+        return r
+
+    return face
+
+
+def _t_build___import__(door, refusal, value, prepare):
+    def face(name, globals=None, locals=None, fromlist=(), level=0):
+        r = door(name, globals, locals, fromlist, level)
+        if r.__class__ is refusal:
+            raise r.exc.with_traceback(r.tb)
+        return r
+
+    return face
+
+
+def _t_build_import_module(door, refusal, value, prepare):
+    def face(name, package=None):
+        r = door(name, package)
+        if r.__class__ is refusal:
+            raise r.exc.with_traceback(r.tb)
+        return r
+
+    return face
+
+
+def _renamed(code: Any, filename: str) -> Any:
+    """``code`` (and the code objects it holds) shown as coming from ``filename``."""
+    consts = tuple(_renamed(c, filename) if type(c) is _CodeType else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+_TEMPLATES = {
+    name[3:]: _renamed(fn.__code__, "<pysb guard>" if "build" in name else "<pysb-door>")
+    for name, fn in list(globals().items())
+    if name.startswith("_t_")
+}
+_DEFAULTS = {"gate___import__": _t_gate___import__.__defaults__}
+_DEFAULTS["gate_import_module"] = _t_gate_import_module.__defaults__
+_FACE_NS: dict[str, Any] = {"__builtins__": builtins, "__name__": "pysb_guards.<face>"}
+_BUILDERS = {
+    kind: _FunctionType(_TEMPLATES["build" + kind], _FACE_NS, "build")
+    for kind in ("", "___import__", "_import_module")
+}
+_DOOR_CONSTS = {
+    "@BE": BaseException,
+    "@R": Refusal,
+    "@T": tuple,
+    "@TYPE": type,
+    "@STR": str,
+    "@LEN": len,
+}
+
+
+def _door(template: str, name: str, subst: dict[str, Any]) -> Callable[..., Any]:
+    """A function of ``template`` whose placeholder constants are replaced by ``subst``."""
+    code = _TEMPLATES[template]
+    consts = tuple(
+        subst.get(c, _DOOR_CONSTS.get(c, c)) if type(c) is str else c for c in code.co_consts
+    )
+    code = code.replace(co_consts=consts, co_name=name, co_qualname=name)
+    return _FunctionType(code, DOOR_NS, name, _DEFAULTS.get(template))
 
 
 def make_door(
@@ -107,76 +281,46 @@ def make_door(
     :class:`Refusal` or a :class:`Value`. ``post(result, args, kwargs)`` may filter the
     result. Exceptions of the original come back as a Refusal without the door's frame.
     """
-    template = _TEMPLATES[post is not None]
-    subst = {
-        "@J": judge,
-        "@BE": BaseException,
-        "@R": Refusal,
-        "@T": tuple,
-        "@O": original,
-        "@P": post,
-    }
-    consts = tuple(subst.get(c, c) if isinstance(c, str) else c for c in template.co_consts)
-    code = template.replace(co_consts=consts, co_name=name, co_qualname=name)
-    return _FunctionType(code, DOOR_NS, name)
+    template = "door" if post is not None else "door_nopost"
+    return _door(template, name, {"@J": judge, "@O": original, "@P": post})
 
 
-# Faces are compiled from this text under the name "<pysb guard>": a traceback then shows
-# `File "<pysb guard>"` for the guard's own step, and their globals are a tiny dictionary
-# of their own rather than this module's.
-_FACE_SRC = """
-def build(door, refusal, value, prepare):
-    if prepare is None:
-        def face(*args, **kwargs):
-            r = door(*args, **kwargs)
-            c = r.__class__
-            if c is refusal:
-                raise r.exc.with_traceback(r.tb)
-            if c is value:
-                return r.value
-            return r
-        return face
+#: What each gate's original is called with: ``__import__`` itself; for ``import_module``,
+#: ``importlib._bootstrap._gcd_import(name, package, 0)`` -- what the standard
+#: ``import_module`` calls for an absolute name, one frame fewer.
+GATES = ("__import__", "import_module")
 
-    if getattr(prepare, "skips_lone_str", False):
-        def face(*args, **kwargs):
-            if kwargs or len(args) != 1 or args[0].__class__ is not str:
-                args, kwargs = prepare(args, kwargs)
-            r = door(*args, **kwargs)
-            c = r.__class__
-            if c is refusal:
-                raise r.exc.with_traceback(r.tb)
-            if c is value:
-                return r.value
-            return r
-        return face
+#: How many names a gate's set may hold (top-level names plus the dotted names it adds).
+GATE_LIMIT = 4096
 
-    def face(*args, **kwargs):
-        args, kwargs = prepare(args, kwargs)
-        r = door(*args, **kwargs)
-        c = r.__class__
-        if c is refusal:
-            raise r.exc.with_traceback(r.tb)
-        if c is value:
-            return r.value
-        return r
-    return face
-"""
-_FACE_NS: dict[str, Any] = {"__builtins__": builtins, "__name__": "pysb_guards.<face>"}
-exec(compile(_FACE_SRC, "<pysb guard>", "exec"), _FACE_NS)
-_build_face = _FACE_NS["build"]
+
+def make_gate(
+    kind: str, original: Callable[..., Any], slow: Callable[..., Any], fast: set[str]
+) -> Callable[..., Any]:
+    """A sealed door for ``kind`` (one of :data:`GATES`): names whose top-level package is
+    in ``fast`` go to ``original``; every other call to ``slow`` (a door, with its judge).
+
+    ``fast`` must hold only names ``slow``'s judge lets through on the name alone; the set
+    is the caller's (sealed state), so it can grow before user code.
+    """
+    subst = {"@O": original, "@SLOW": slow, "@FAST": fast, "@ZERO": 0, "@LIMIT": GATE_LIMIT}
+    return _door("gate_" + kind, kind, subst)
 
 
 def make_face(
     door: Callable[..., Any],
     like: Any = None,
     prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
+    kind: str = "",
 ) -> Callable[..., Any]:
     """The public side of ``door``: raise refusals, answer values, look like ``like``.
 
     ``prepare(args, kwargs)`` normalises arguments before the door sees them; when it
-    says ``skips_lone_str``, a call with one exact ``str`` argument skips it.
+    says ``skips_lone_str``, a call with one exact ``str`` argument skips it. ``kind``
+    (one of :data:`GATES`) gives the face that gate's signature: explicit parameters are
+    cheaper to pass on than ``*args, **kwargs``.
     """
-    face = _build_face(door, Refusal, Value, prepare)
+    face = _BUILDERS["_" + kind if kind else ""](door, Refusal, Value, prepare)
     if like is not None:
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
             try:
@@ -185,6 +329,13 @@ def make_face(
                 pass
     face.__pysb_face__ = True
     return face
+
+
+def face_codes() -> tuple[Any, ...]:
+    """The code of every kind of face: frames the import guard's "who imports" walk skips."""
+    return tuple(
+        c for b in _BUILDERS.values() for c in b.__code__.co_consts if type(c) is _CodeType
+    )
 
 
 def is_face(obj: Any) -> bool:
@@ -254,14 +405,6 @@ def sealed(factory: Callable[..., Any]) -> Callable[..., Any]:
 # ---------------------------------------------------------------------------------------
 # The audit hook
 # ---------------------------------------------------------------------------------------
-
-
-_HOOK_SRC = """
-def audit_hook(event, args):
-    r = "@D"(event, args)
-    if r is not None:
-        raise r
-"""
 
 
 def _hook_factory(
@@ -353,12 +496,7 @@ def _hook_factory(
 
 
 def _make_hook(dispatch: Callable[[str, tuple], Any]) -> Callable[[str, tuple], None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        module = compile(_HOOK_SRC, "<pysb-door>", "exec")
-    template = next(c for c in module.co_consts if isinstance(c, types.CodeType))
-    consts = tuple(dispatch if c == "@D" else c for c in template.co_consts)
-    return _FunctionType(template.replace(co_consts=consts), DOOR_NS, "audit_hook")
+    return _door("audit_hook", "audit_hook", {"@D": dispatch})
 
 
 _installed: list[Any] = []  # holds the registration face; set once
@@ -402,13 +540,8 @@ def clean_traceback(tb: Any, is_private: Callable[[Any], bool]) -> Any:
         tb = tb.tb_next
     out = None
     for entry in reversed(kept):
-        out = types.TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        out = _TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return out
-
-
-def _unchanged(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """A ``prepare`` that changes nothing."""
-    return args, kwargs
 
 
 def _allow_all(args: tuple, kwargs: dict) -> None:

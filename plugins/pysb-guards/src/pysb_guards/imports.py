@@ -265,11 +265,12 @@ def install(policy: Policy, recorder: Recorder) -> None:
     del _pending_program[:]
 
     add_handler, _close = _seal.audit_registry()
-    face_codes = tuple(
-        _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
-        for p in (None, _seal._unchanged)
-    )
     mark = _seal.sealed_mark()
+    never = frozenset({"pysb_guards"})
+    # The names __import__ and import_module let through without asking the judge: those
+    # its first test allows on the name alone (see _seal's gates). Program modules join
+    # them until the guards are armed.
+    fast = {n for n in allowed | program if n and n not in never}
     ns = _seal.seal_group(
         [fn for name, fn in vars(_importengine).items() if name.startswith("_e_") and callable(fn)],
         STATE={
@@ -287,6 +288,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "find_face": None,
             "learned": set(),
             "roots": (),
+            "fast": fast,
         },
         RECORDER=recorder,
         DENIED=ImportDeniedError,
@@ -298,12 +300,16 @@ def install(policy: Policy, recorder: Recorder) -> None:
         SYS=sys,
         MAKE_FACE=_seal.make_face,
         MAKE_DOOR=_seal.make_door,
+        MAKE_GATE=_seal.make_gate,
+        GCD_IMPORT=getattr(_frozen_importlib, "_gcd_import", None),
+        BOOTSTRAP=_frozen_importlib,
+        FUNCTION=type(install),
         ALLOW=_seal._allow_all,
         IS_FACE=_seal.is_face,
-        FACE_CODES=face_codes,
+        FACE_CODES=_seal.face_codes(),
         BOOT_NS=(_frozen_importlib.__dict__, _frozen_importlib_external.__dict__),
         MARK=mark,
-        NEVER=frozenset({"pysb_guards"}),
+        NEVER=never,
         NAMESPACE=types.SimpleNamespace,
         MODULESPEC=_frozen_importlib.ModuleSpec,
         ALWAYS=ALWAYS,
@@ -329,7 +335,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
     # guards' own modules are kept out of sys.modules, so the finder still refuses those):
     # no patch, no cost.
     if not star:
-        import_face = _seal.guard(builtins.__import__, ns["_e_judge_import"])
+        original = builtins.__import__
+        door = _seal.make_door(original, ns["_e_judge_import"], name="__import__")
+        gate = _seal.make_gate("__import__", original, door, fast)
+        import_face = _seal.make_face(gate, original, None, "__import__")
         builtins.__import__ = import_face
         state["import_face"] = import_face
         ns["_e_on_import"]("importlib", ns["_e_patch_importlib"])
