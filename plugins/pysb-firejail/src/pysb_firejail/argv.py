@@ -29,10 +29,10 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pysb_core.errors import SandboxError
+from pysb_core.records import field, mutable_record
 from pysb_firejail.hostfs import (
     ALWAYS_HIDDEN,
     ETC_BASE,
@@ -58,7 +58,7 @@ _UNSAFE = set(",*?[]\n\0")
 _RESERVED = ("/proc", "/sys", "/dev")
 
 
-@dataclass
+@mutable_record
 class FirejailCommand:
     """The built command plus what ``describe`` shows about it."""
 
