@@ -255,3 +255,19 @@ def test_root_exposed_read_write_has_no_root_remount() -> None:
     assert "--read-only=/" not in argv and "--read-write=/" not in argv
     assert "--read-only=/work/app/in" in argv
     assert "--read-write=/work/app/in" not in argv
+
+
+def test_no_network_option_only_when_the_caller_makes_the_namespace() -> None:
+    assert "--net=none" in build_argv(plan([]), LAYOUT).argv
+    argv = build_argv(plan([]), LAYOUT, own_netns=True).argv
+    assert not [o for o in argv if o.startswith("--net")]
+    bridged = ["--net=br0", "--netfilter=/x"]
+    argv = build_argv(plan([]), LAYOUT, network=bridged, own_netns=True).argv
+    assert "--net=br0" in argv and "--net=none" not in argv
+
+
+def test_only_root_makes_the_namespace_itself() -> None:
+    from pysb_firejail import netns
+
+    assert netns.usable(as_root=True)
+    assert not netns.usable(as_root=False)  # firejail keeps --net=none

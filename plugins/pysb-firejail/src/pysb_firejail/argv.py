@@ -117,11 +117,14 @@ def build_argv(
     as_root: bool = True,
     hostname: str | None = None,
     network: list[str] | None = None,
+    own_netns: bool = False,
 ) -> FirejailCommand:
     """Return the firejail command that runs ``plan.argv`` under ``plan``'s view.
 
     ``network`` is the list of firejail network options when a filtered network is in
-    force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network (``--net=none``).
+    force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network: ``--net=none``,
+    or no option at all with ``own_netns`` (the caller starts firejail in a new network
+    namespace of its own, :mod:`pysb_firejail.netns`).
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(
@@ -150,7 +153,10 @@ def build_argv(
         argv.append("--noroot")  # as root firejail refuses it ("not available")
     if hostname:
         argv.append(f"--hostname={hostname}")
-    argv += network if network is not None else ["--net=none"]
+    if network is not None:
+        argv += network
+    elif not own_netns:
+        argv.append("--net=none")
     if plan.pass_fds:
         argv.append("--keep-fd=" + ",".join(str(fd) for fd in sorted(set(plan.pass_fds))))
     argv += limit_options(plan.policy.limits)
