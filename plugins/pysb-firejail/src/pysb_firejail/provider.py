@@ -78,7 +78,11 @@ class FirejailProvider(Provider):
         lines = []
         net_options: list[str] | None = None
         if not network.needs_network(plan.policy):
-            how = "made by pysb before firejail starts" if self._own_netns(plan) else "--net=none"
+            how = (
+                "made by pysb before firejail starts: the command has no --net option"
+                if self._own_netns(plan)
+                else "--net=none"
+            )
             lines.append(f"network: own namespace, loopback only ({how})")
         else:
             refused = network.refusal(plan.policy, self.bridge, as_root=uid_is_root())
@@ -158,9 +162,11 @@ class FirejailProvider(Provider):
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-        """Like :meth:`Provider.launch`; with a ``processes`` limit while pysb runs as root
-        (where ``RLIMIT_NPROC`` does not apply), firejail starts inside a pids cgroup of
-        its own, joined before ``exec`` so that nothing escapes it."""
+        """Like :meth:`Provider.launch`, with two steps between ``fork`` and ``exec`` of
+        firejail when pysb runs as root: with a ``processes`` limit (``RLIMIT_NPROC`` does
+        not apply to root) it joins a pids cgroup of its own, so that nothing escapes it;
+        without network allow rules it enters a new network namespace with ``lo`` up
+        (:mod:`pysb_firejail.netns`), which firejail keeps for the sandbox."""
         problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
         if problem:
             raise SandboxError(f"firejail: {problem}")
