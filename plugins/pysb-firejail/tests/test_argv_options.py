@@ -271,3 +271,11 @@ def test_only_root_makes_the_namespace_itself() -> None:
 
     assert netns.usable(as_root=True)
     assert not netns.usable(as_root=False)  # firejail keeps --net=none
+
+
+def test_option_values_must_match_whole() -> None:
+    assert options.validate({"hostname": "box\n"})  # no trailing newline slips through
+    assert options.validate({"bridge": "br0\n"})
+    assert options.validate({"hostname": 5})
+    assert options.validate({"hostname": "a" * 64})
+    assert not options.validate({"hostname": "a" * 63, "bridge": "br_0.1"})
