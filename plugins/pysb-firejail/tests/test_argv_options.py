@@ -65,7 +65,9 @@ def test_view_is_reduced_to_the_exposures() -> None:
         protected=["/work/app/.pysb.yaml"],
     )
     argv = build_argv(p, LAYOUT).argv
-    assert argv[-4:] == ["--", "/usr/bin/python3", "-c", "pass"]
+    # no "--": firejail would start the program through bash -c
+    assert argv[-4:] == ["--private-cwd=/work/app", "/usr/bin/python3", "-c", "pass"]
+    assert "--" not in argv
     for opt in (
         "--noprofile",
         "--caps.drop=all",
@@ -90,16 +92,19 @@ def test_view_is_reduced_to_the_exposures() -> None:
     assert "--whitelist=/etc/resolv.conf" not in argv  # no network
     assert "--whitelist=/run/firejail" in argv
     # read-only everywhere, read-write only where the profile says, profile file ro again,
-    # the ignored file blacklisted last.
-    ro = argv.index("--read-only=/")
+    # the ignored file blacklisted; then the unexposed tops, and the root mount read-only
+    # last (every read-write exposure lies in a whitelisted tree: none needs it earlier).
     rw = argv.index("--read-write=/work/app")
-    assert ro < argv.index("--read-only=/work") < rw
+    assert argv.index("--read-only=/work") < rw
     assert "--read-write=/work/app/out" not in argv  # inherited from /work/app
     assert "--read-only=/home/u/data" not in argv  # inherited from /home
     assert (
         rw
         < argv.index("--read-only=/work/app/.pysb.yaml")
         < argv.index("--blacklist=/work/app/.env")
+        < argv.index("--blacklist=/opt")
+        < argv.index("--read-only=/")
+        == argv.index("--private-cwd=/work/app") - 1
     )
 
 
@@ -232,3 +237,45 @@ def test_root_exposed_read_only() -> None:
     assert "--read-write=/work/app/out" in cmd.argv
     with pytest.raises(SandboxError, match="/run"):
         build_argv(plan([exp("/run")]), LAYOUT)
+
+
+def test_root_mount_read_only_before_a_read_write_on_it() -> None:
+    """firejail skips a --read-write whose target is writable already, so a read-write
+    exposure still on the root mount (not in a whitelisted tree) needs / read-only first."""
+    argv = build_argv(plan([exp("/"), exp("/work/app/out", True)]), LAYOUT).argv
+    assert argv.index("--read-only=/") < argv.index("--read-write=/work/app/out")
+    argv = build_argv(plan([exp("/tmp", True)]), LAYOUT).argv
+    assert argv.index("--read-only=/") < argv.index("--read-write=/tmp")
+    argv = build_argv(plan([exp("/work/app", True)]), LAYOUT).argv
+    assert argv.index("--read-write=/work/app") < argv.index("--read-only=/")
+
+
+def test_root_exposed_read_write_has_no_root_remount() -> None:
+    argv = build_argv(plan([exp("/", True), exp("/work/app/in")]), LAYOUT).argv
+    assert "--read-only=/" not in argv and "--read-write=/" not in argv
+    assert "--read-only=/work/app/in" in argv
+    assert "--read-write=/work/app/in" not in argv
+
+
+def test_no_network_option_only_when_the_caller_makes_the_namespace() -> None:
+    assert "--net=none" in build_argv(plan([]), LAYOUT).argv
+    argv = build_argv(plan([]), LAYOUT, own_netns=True).argv
+    assert not [o for o in argv if o.startswith("--net")]
+    bridged = ["--net=br0", "--netfilter=/x"]
+    argv = build_argv(plan([]), LAYOUT, network=bridged, own_netns=True).argv
+    assert "--net=br0" in argv and "--net=none" not in argv
+
+
+def test_only_root_makes_the_namespace_itself() -> None:
+    from pysb_firejail import netns
+
+    assert netns.usable(as_root=True)
+    assert not netns.usable(as_root=False)  # firejail keeps --net=none
+
+
+def test_option_values_must_match_whole() -> None:
+    assert options.validate({"hostname": "box\n"})  # no trailing newline slips through
+    assert options.validate({"bridge": "br0\n"})
+    assert options.validate({"hostname": 5})
+    assert options.validate({"hostname": "a" * 64})
+    assert not options.validate({"hostname": "a" * 63, "bridge": "br_0.1"})

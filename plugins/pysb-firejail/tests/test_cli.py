@@ -60,7 +60,9 @@ def test_writes_only_inside_expose_rw(project: Project, tmp_path) -> None:
     res = _sh(project, "echo written > out/new.txt")
     assert res.returncode == 0, res.stderr
     assert (project.root / "out" / "new.txt").read_text() == "written\n"
-    for target in ("in/x.txt", "/usr/pysb-x", "/etc/pysb-x", "/root/pysb-x", "/work/pysb-x"):
+    # /pysb-x: the root mount itself (remounted read-only last, after the other steps)
+    targets = ("in/x.txt", "/pysb-x", "/usr/pysb-x", "/etc/pysb-x", "/root/pysb-x", "/work/pysb-x")
+    for target in targets:
         res = _sh(project, f"echo no > {target}")
         assert res.returncode != 0, target
         # read-only, absent, or (a top-level directory firejail blacklists because nothing

@@ -143,3 +143,51 @@ def test_arguments_reach_the_program_verbatim() -> None:
     import json
 
     assert json.loads(out) == args
+
+
+def _net_namespace(pid: str) -> tuple[int, int]:
+    st = os.stat(f"/proc/{pid}/ns/net")
+    return st.st_dev, st.st_ino
+
+
+def test_program_has_a_network_namespace_of_its_own_with_loopback_up() -> None:
+    """As root pysb makes the namespace before firejail starts (no --net=none sleep);
+    as a normal user firejail makes it. Either way: not the host's, loopback only, up."""
+    code = (
+        "import os, socket\n"
+        "print(os.stat('/proc/self/ns/net').st_ino)\n"
+        "print(sorted(os.listdir('/sys/class/net')) if os.path.isdir('/sys/class/net') "
+        "else [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]])\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "c = socket.create_connection(s.getsockname(), timeout=5)\n"
+        "print(c.getpeername()[0])\n"
+    )
+    plan = make_plan([sys.executable, "-c", code])
+    assert ("--net=none" in FirejailProvider()._command(plan).argv) == (os.getuid() != 0)
+    proc = launch(plan, stdout=subprocess.PIPE)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    inode, interfaces, peer = out.decode().splitlines()
+    assert int(inode) != _net_namespace("self")[1]
+    assert interfaces == "['lo']"
+    assert peer == "127.0.0.1"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only a root pysb makes the namespace itself")
+def test_firejail_in_pysbs_own_network_namespace_is_stopped() -> None:
+    """The backstop behind launch(): a process in pysb's namespace is refused."""
+    from pysb_firejail import netns
+
+    from pysb_core.errors import SandboxError
+
+    same = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "30"], preexec_fn=netns.enter_new())
+    try:
+        with pytest.raises(SandboxError, match="host's network"):
+            netns.check_started(same)
+        netns.check_started(other)  # a namespace of its own: fine
+        assert _net_namespace(str(other.pid)) != _net_namespace("self")
+    finally:
+        for p in (same, other):
+            p.kill()
+            p.wait()

@@ -10,9 +10,10 @@ interpreter, and importing it must not pull in the provider (subprocess, pysb_co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # no typing import at run time: the sandboxed child loads this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_firejail.provider import FirejailProvider
 
 __all__ = ["FirejailProvider"]

@@ -29,10 +29,10 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pysb_core.errors import SandboxError
+from pysb_core.records import field, mutable_record
 from pysb_firejail.hostfs import (
     ALWAYS_HIDDEN,
     ETC_BASE,
@@ -58,7 +58,7 @@ _UNSAFE = set(",*?[]\n\0")
 _RESERVED = ("/proc", "/sys", "/dev")
 
 
-@dataclass
+@mutable_record
 class FirejailCommand:
     """The built command plus what ``describe`` shows about it."""
 
@@ -117,11 +117,14 @@ def build_argv(
     as_root: bool = True,
     hostname: str | None = None,
     network: list[str] | None = None,
+    own_netns: bool = False,
 ) -> FirejailCommand:
     """Return the firejail command that runs ``plan.argv`` under ``plan``'s view.
 
     ``network`` is the list of firejail network options when a filtered network is in
-    force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network (``--net=none``).
+    force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network: ``--net=none``,
+    or no option at all with ``own_netns`` (the caller starts firejail in a new network
+    namespace of its own, :mod:`pysb_firejail.netns`).
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(
@@ -150,7 +153,10 @@ def build_argv(
         argv.append("--noroot")  # as root firejail refuses it ("not available")
     if hostname:
         argv.append(f"--hostname={hostname}")
-    argv += network if network is not None else ["--net=none"]
+    if network is not None:
+        argv += network
+    elif not own_netns:
+        argv.append("--net=none")
     if plan.pass_fds:
         argv.append("--keep-fd=" + ",".join(str(fd) for fd in sorted(set(plan.pass_fds))))
     argv += limit_options(plan.policy.limits)
@@ -178,8 +184,7 @@ def build_argv(
             if inside and top != "/sys":
                 whitelist += inside
             else:
-                argv.append(f"--blacklist={top}")
-                cmd.blacklisted.append(top)
+                cmd.blacklisted.append(top)  # emitted last (section 5)
         if "/etc" not in paths:
             whitelist += [p for p in ETC_BASE if p in layout.etc]
             if network is not None:
@@ -206,7 +211,11 @@ def build_argv(
         cmd.whitelisted = kept
 
     # -- 3. read-only everywhere, then each exposure as the profile says ---------------
-    argv.append("--read-only=/")
+    # ``--read-only=/`` remounts only the root mount itself (firejail's remount of "/"
+    # does not recurse), but it first bind-mounts the whole tree onto itself, doubling
+    # the mount table that every later step reads: it goes last (section 5) unless a
+    # ``--read-write`` below needs it first (see ``root_first``).
+    ro_at = len(argv)
     # /tmp stays a writable private tmpfs; /run holds only firejail's own directory,
     # which firejail itself writes to while it sets the sandbox up.
     tops = sorted({top_of(p) for p in cmd.whitelisted} - {"/tmp", "/run"})
@@ -232,19 +241,27 @@ def build_argv(
     # whose state differs from what they inherit get an entry of their own (read-only is
     # recursive: below a read-only top, every whitelisted path is read-only already).
     state: dict[str, bool] = {}
+    root_writable = any(e.path == "/" and e.writable for e in exposures)
+    root_first = False
     for e in sorted(exposures, key=lambda e: (depth(e.path), e.writable)):
-        if e.path == "/" and not e.writable:
-            continue
+        if e.path == "/":
+            continue  # the root mount's state is section 5's
         parents = [p for p in state if is_below(e.path, p) and p != e.path]
         if parents:
             inherited = state[max(parents, key=depth)]
-        else:  # the private tmpfs trees are writable, the rest of / is read-only
-            inherited = (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run")
+        else:  # the private tmpfs trees are writable, the rest of / as / is
+            private = (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run")
+            inherited = private or root_writable
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)
         if state[e.path] != inherited:
             argv.append(f"--read-write={e.path}" if e.writable else f"--read-only={e.path}")
+            # firejail skips a --read-write whose target is writable already: one that
+            # still lies on the root mount (not inside a whitelisted tree, which the
+            # read-only tops above cover) only works after the root mount is read-only.
+            if e.writable and not any(is_below(e.path, w) for w in cmd.whitelisted):
+                root_first = True
 
     # -- 4. profile files read-only, ignored paths blacklisted ---------------------------
     for host in sorted({layout.resolved.get(p, p) for p in plan.protected}):
@@ -269,6 +286,16 @@ def build_argv(
         argv.append(f"--blacklist={real}")
         cmd.hidden.append(real)
 
+    # -- 5. the unexposed top-level entries, then the root mount read-only ---------------
+    # After the remounts above: each of those reads /proc/self/mountinfo, which these
+    # entries would lengthen (blacklists cost a bind mount each, no remount).
+    argv += [f"--blacklist={top}" for top in cmd.blacklisted]
+    if not root_writable:
+        if root_first:
+            argv.insert(ro_at, "--read-only=/")
+        else:
+            argv.append("--read-only=/")
+
     # -- working directory ---------------------------------------------------------------
     # Also visible: an ancestor of a whitelisted path (firejail creates it, holding only
     # the whitelisted entries), so relative paths into the exposures work from there.
@@ -285,7 +312,10 @@ def build_argv(
             f"the working directory {plan.cwd} is not exposed: the program starts in /"
         )
     argv.append(f"--private-cwd={cmd.cwd}")
-    argv += ["--", *plan.argv]
+    # No "--" before the program: firejail 0.9.72 would then start it through
+    # ``/bin/bash -c`` (one more exec, and bash reads $BASH_ENV). Option parsing stops
+    # at the first argument not starting with "-", and the program is an absolute path.
+    argv += plan.argv
     return cmd
 
 

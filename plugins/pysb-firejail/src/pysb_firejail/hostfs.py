@@ -11,8 +11,8 @@ real host, so that the unit tests can describe any host.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
+from pysb_core.records import field, record
 from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
 
 #: The system's programs and libraries: left visible (read-only). On a merged-/usr host
@@ -28,7 +28,7 @@ SPECIAL = ("/proc", "/dev", "/run", "/tmp", "/etc")
 FIREJAIL_RUN = "/run/firejail"
 
 
-@dataclass(frozen=True)
+@record
 class HostLayout:
     """A snapshot of the host facts the builder uses.
 

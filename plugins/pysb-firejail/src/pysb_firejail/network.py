@@ -21,16 +21,13 @@ the host's network.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import tempfile
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Capability
-from pysb_firejail.netfilter import compile_rules, is_loopback_rule
 
+# shutil, socket, tempfile and the rule compiler (ipaddress) are imported where used: a run
+# without network allow rules (nearly every run) needs none of them.
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
@@ -69,6 +66,8 @@ def restricted_network(config: str = FIREJAIL_CONFIG) -> bool:
 def bridge_exists(name: str) -> bool:
     """The interface exists in pysb's own network namespace (where firejail looks for it;
     /sys may show another namespace's interfaces)."""
+    import socket
+
     try:
         socket.if_nametoindex(name)
     except OSError:
@@ -88,6 +87,8 @@ def host_problems(bridge: Any, *, as_root: bool) -> list[str]:
             f"firejail lets only root use --net here: set `restricted-network no` in "
             f"{FIREJAIL_CONFIG}"
         )
+    import shutil
+
     for tool in ("iptables-restore", "ip6tables-restore"):
         if shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin") is None:
             problems.append(f"{tool} is missing (apt-get install iptables)")
@@ -96,6 +97,8 @@ def host_problems(bridge: Any, *, as_root: bool) -> list[str]:
 
 def rule_problems(policy: Policy) -> list[str]:
     """Rules a bridged namespace cannot honour (the host's loopback, SPEC §4)."""
+    from pysb_firejail.netfilter import is_loopback_rule
+
     return [
         f"'{r}' ({r.source}) names the host's loopback, which a bridged sandbox cannot reach "
         "(use the bwrap or unshare provider for it)"
@@ -106,6 +109,8 @@ def rule_problems(policy: Policy) -> list[str]:
 
 def usable(bridge: Any, *, as_root: bool) -> frozenset[Capability]:
     """The network capabilities this host gives the provider."""
+    if not bridge:
+        return frozenset()  # the common case, without looking at the host
     return frozenset() if host_problems(bridge, as_root=as_root) else NETWORK_CAPABILITIES
 
 
@@ -123,16 +128,20 @@ def refusal(policy: Policy, bridge: Any, *, as_root: bool) -> ProviderUnavailabl
     )
 
 
-@dataclass
 class BridgedNetwork:
     """The files and options of one filtered launch (removed by :meth:`close`)."""
 
-    options: list[str]
-    directory: str
-    files: dict[str, str] = field(default_factory=dict)
+    def __init__(self, options: list[str], directory: str) -> None:
+        self.options = options
+        self.directory = directory
+        self.files: dict[str, str] = {}
 
     @classmethod
     def create(cls, plan: LaunchPlan, bridge: str) -> BridgedNetwork:
+        import tempfile
+
+        from pysb_firejail.netfilter import compile_rules
+
         rulesets = compile_rules(plan.policy.network, plan.policy.pins)
         directory = tempfile.mkdtemp(prefix="pysb-firejail-net-")
         net = cls(options=[], directory=directory)
@@ -156,4 +165,6 @@ class BridgedNetwork:
         return path
 
     def close(self) -> None:
+        import shutil
+
         shutil.rmtree(self.directory, ignore_errors=True)

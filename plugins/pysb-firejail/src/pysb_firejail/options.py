@@ -14,16 +14,23 @@ shipped with the code it sandboxes, could add ``--noblacklist`` or ``--net=eth0`
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pysb_core.provider import unknown_option
 
 KNOWN = ("hostname", "bridge", "share-net")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
+#: Checked with ``re`` only when a profile sets the key (``re`` is not otherwise needed
+#: by every run's parent).
+_HOSTNAME = r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62})"
 #: Linux interface names: at most 15 bytes, no '/', no white space.
-_IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+_IFNAME = r"[A-Za-z0-9_.-]{1,15}"
+
+
+def _matches(pattern: str, value: Any) -> bool:
+    import re
+
+    return isinstance(value, str) and re.fullmatch(pattern, value) is not None
 
 
 def validate(options: Mapping[str, Any]) -> list[str]:
@@ -33,10 +40,10 @@ def validate(options: Mapping[str, Any]) -> list[str]:
     errors = []
     for key, value in options.items():
         if key == "hostname":
-            if not isinstance(value, str) or not _HOSTNAME.match(value):
+            if not _matches(_HOSTNAME, value):
                 errors.append(f"hostname must be 1-63 letters, digits, '.' or '-' (got {value!r})")
         elif key == "bridge":
-            if not isinstance(value, str) or not _IFNAME.match(value):
+            if not _matches(_IFNAME, value):
                 errors.append(
                     "bridge must name a host bridge interface (1-15 letters, digits, "
                     f"'_', '.' or '-'; got {value!r})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
@@ -20,7 +20,7 @@ from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.wrapper_process import adopt
-from pysb_firejail import network, options
+from pysb_firejail import netns, network, options
 from pysb_firejail.argv import FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
@@ -78,7 +78,12 @@ class FirejailProvider(Provider):
         lines = []
         net_options: list[str] | None = None
         if not network.needs_network(plan.policy):
-            lines.append("network: own namespace, loopback only (--net=none)")
+            how = (
+                "made by pysb before firejail starts: the command has no --net option"
+                if self._own_netns(plan)
+                else "--net=none"
+            )
+            lines.append(f"network: own namespace, loopback only ({how})")
         else:
             refused = network.refusal(plan.policy, self.bridge, as_root=uid_is_root())
             if refused is not None:
@@ -106,6 +111,11 @@ class FirejailProvider(Provider):
 
     # -- launch ---------------------------------------------------------------------
 
+    @staticmethod
+    def _own_netns(plan: LaunchPlan) -> bool:
+        """No network, and pysb makes the namespace itself (:mod:`pysb_firejail.netns`)."""
+        return not network.needs_network(plan.policy) and netns.usable(as_root=uid_is_root())
+
     def _command(self, plan: LaunchPlan, net_options: list[str] | None = None) -> FirejailCommand:
         problems = options.validate(plan.provider_options)
         if problems:
@@ -120,6 +130,7 @@ class FirejailProvider(Provider):
             as_root=uid_is_root(),
             hostname=str(hostname) if hostname else None,
             network=net_options,
+            own_netns=net_options is None and self._own_netns(plan),
         )
 
     def prepare(self, plan: LaunchPlan) -> LaunchSpec:
@@ -145,29 +156,47 @@ class FirejailProvider(Provider):
             pass_fds=list(plan.pass_fds),
             cleanups=[net.close] if net is not None else [],
         )
+        if net is None and self._own_netns(plan):
+            spec.on_started.append(netns.check_started)
         spec.on_started.append(adopt)
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-        """Like :meth:`Provider.launch`; with a ``processes`` limit while pysb runs as root
-        (where ``RLIMIT_NPROC`` does not apply), firejail starts inside a pids cgroup of
-        its own, joined before ``exec`` so that nothing escapes it."""
+        """Like :meth:`Provider.launch`, with two steps between ``fork`` and ``exec`` of
+        firejail when pysb runs as root: with a ``processes`` limit (``RLIMIT_NPROC`` does
+        not apply to root) it joins a pids cgroup of its own, so that nothing escapes it;
+        without network allow rules it enters a new network namespace with ``lo`` up
+        (:mod:`pysb_firejail.netns`), which firejail keeps for the sandbox."""
         problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
         if problem:
             raise SandboxError(f"firejail: {problem}")
+        steps: list[Callable[[], None]] = []
         limit = plan.policy.limits.processes
         if limit is not None and uid_is_root():
             group = PidsCgroup.create(limit)
             plan.add_cleanup(group.remove)
-            previous = popen_kwargs.pop("preexec_fn", None)
+            steps.append(group.join_self)
+        if self._own_netns(plan):
+            # prepare() leaves --net=none out for this plan: the namespace is made here.
+            steps.append(netns.enter_new())
+        if not steps:
+            return super().launch(plan, **popen_kwargs)
+        previous = popen_kwargs.pop("preexec_fn", None)
+        if previous is not None:
+            steps.append(previous)
 
-            def join() -> None:
-                group.join_self()
-                if previous is not None:
-                    previous()
+        def before_exec() -> None:
+            for step in steps:
+                step()
 
-            popen_kwargs["preexec_fn"] = join
-        return super().launch(plan, **popen_kwargs)
+        popen_kwargs["preexec_fn"] = before_exec
+        try:
+            return super().launch(plan, **popen_kwargs)
+        except subprocess.SubprocessError as exc:  # a step failed in the child: nothing ran
+            raise SandboxError(
+                "firejail: the set-up before firejail starts failed (a network namespace "
+                f"of its own{', the pids cgroup' if limit is not None else ''}): {exc}"
+            ) from exc
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
 
