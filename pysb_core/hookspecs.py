@@ -136,6 +136,11 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
     Runs before the program and before the API guard is armed. ``recorder`` reports
     denials and, in a learning run, every access (``recorder.learning`` tells which).
 
+    The child does not use pluggy: the bootstrap imports each guard family's module and
+    calls this function directly. A family whose entry-point module sets
+    ``PYSB_CHILD_MODULE = "pkg.module"`` has that module imported instead, so that the
+    host (which only needs the family's other hooks) never imports the guard itself.
+
     .. versionadded:: 0.1
     """
 

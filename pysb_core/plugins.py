@@ -154,10 +154,20 @@ class Hooks:
         return [impl.plugin_name for impl in caller.get_hookimpls()]
 
     def child_modules(self) -> list[str]:
-        """Modules the sandboxed interpreter must import to install the guards."""
+        """Modules the sandboxed interpreter must import to install the guards.
+
+        A guard family may keep its host-side hooks and its in-sandbox guard apart (the
+        host then never imports the guard): its entry-point module names the in-sandbox
+        module in ``PYSB_CHILD_MODULE``. Otherwise the module itself is sent when it has
+        ``pysb_child_install`` or ``pysb_child_arm``.
+        """
         out = []
         for name, plugin in self.pm.list_name_plugin():
             if not name.startswith("guard:"):
+                continue
+            child = getattr(plugin, "PYSB_CHILD_MODULE", None)
+            if isinstance(child, str) and child:
+                out.append(child)
                 continue
             modname = getattr(plugin, "__name__", None)
             has = hasattr(plugin, "pysb_child_install") or hasattr(plugin, "pysb_child_arm")
