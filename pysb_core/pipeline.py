@@ -128,7 +128,7 @@ class Session:
 
         environ = dict(os.environ if environ is None else environ)
         cwd = os.path.realpath(cwd or os.getcwd())
-        pm, plugins = get_plugin_manager(extra_plugins=extra_plugins)
+        pm, plugins = get_plugin_manager(extra_plugins=extra_plugins, light=True)
         hooks = Hooks(pm)
         guard_families = frozenset(p.name for p in plugins if p.kind == "guard")
         if events:
