@@ -14,7 +14,10 @@ import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 #: Signals forwarded to the sandbox when someone sends them to pysb.
 FORWARDED = (

@@ -40,13 +40,15 @@ from __future__ import annotations
 import enum
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
 
 from pysb_core import pidlimit
 from pysb_core.records import Record, field, record
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, ClassVar
+
     from pysb_core.plan import LaunchPlan, LaunchSpec
 
 
