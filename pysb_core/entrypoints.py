@@ -89,23 +89,38 @@ def _dist_of(info_dir: str) -> tuple[str, str]:
     return name, "?"
 
 
+def _read_text(path: str) -> str | None:
+    """The file's text, or None when it cannot be read. Most distributions have no
+    ``entry_points.txt``: a failed ``os.open`` is far cheaper than a failed ``open()``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def _parse(path: str, dist: tuple[str, str]) -> list[EntryPoint]:
     out: list[EntryPoint] = []
     group = ""
-    try:
-        with open(path, encoding="utf-8") as f:
-            for raw in f:
-                line = raw.strip()
-                if not line or line[0] in "#;":
-                    continue
-                if line.startswith("[") and line.endswith("]"):
-                    group = line[1:-1].strip()
-                    continue
-                name, eq, value = line.partition("=")
-                if eq and group:
-                    out.append(EntryPoint(name.strip(), value.strip(), group, *dist))
-    except OSError:
-        pass
+    text = _read_text(path)
+    for raw in text.splitlines() if text else ():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip()
+            continue
+        name, eq, value = line.partition("=")
+        if eq and group:
+            out.append(EntryPoint(name.strip(), value.strip(), group, *dist))
     return out
 
 

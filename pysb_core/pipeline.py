@@ -15,7 +15,6 @@ import threading
 
 from pysb_core.check import CheckReport
 from pysb_core.errors import ExitCode, ProfileError, UnenforceableRuleError
-from pysb_core.events import Event
 from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, get_plugin_manager
 from pysb_core.policy import Exposure
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO, Any
 
+    from pysb_core.events import Event
     from pysb_core.plugins import LoadedPlugin
     from pysb_core.policy import Policy
     from pysb_core.provider import Provider
@@ -382,6 +382,8 @@ class Session:
             from pysb_core.execute import FORWARDED
 
             signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
+        from pysb_core.events import Event
+
         with os.fdopen(fd, "rb") as stream:
             for line in stream:
                 try:
