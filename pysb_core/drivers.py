@@ -6,13 +6,15 @@ break the others. Listing names uses entry-point metadata alone (no plugin impor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pysb_core.entrypoints import entry_points
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Provider, ProviderStatus
 from pysb_core.records import Record, record
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 GROUP = "pysb.providers"
 

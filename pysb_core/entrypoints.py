@@ -14,15 +14,47 @@ import functools
 import os
 import sys
 from importlib import import_module
-from typing import Any, NamedTuple
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 
-class EntryPoint(NamedTuple):
-    name: str
-    value: str
-    group: str
-    dist_name: str
-    dist_version: str
+class EntryPoint(tuple):  # a named tuple without typing.NamedTuple's cost
+    """``(name, value, group, dist_name, dist_version)`` of one entry point."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls, name: str, value: str, group: str, dist_name: str, dist_version: str
+    ) -> EntryPoint:
+        return tuple.__new__(cls, (name, value, group, dist_name, dist_version))
+
+    def __repr__(self) -> str:
+        return (
+            f"EntryPoint(name={self[0]!r}, value={self[1]!r}, group={self[2]!r}, "
+            f"dist_name={self[3]!r}, dist_version={self[4]!r})"
+        )
+
+    @property
+    def name(self) -> str:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def value(self) -> str:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def group(self) -> str:
+        return self[2]  # type: ignore[no-any-return]
+
+    @property
+    def dist_name(self) -> str:
+        return self[3]  # type: ignore[no-any-return]
+
+    @property
+    def dist_version(self) -> str:
+        return self[4]  # type: ignore[no-any-return]
 
     @property
     def module(self) -> str:
@@ -57,23 +89,38 @@ def _dist_of(info_dir: str) -> tuple[str, str]:
     return name, "?"
 
 
+def _read_text(path: str) -> str | None:
+    """The file's text, or None when it cannot be read. Most distributions have no
+    ``entry_points.txt``: a failed ``os.open`` is far cheaper than a failed ``open()``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def _parse(path: str, dist: tuple[str, str]) -> list[EntryPoint]:
     out: list[EntryPoint] = []
     group = ""
-    try:
-        with open(path, encoding="utf-8") as f:
-            for raw in f:
-                line = raw.strip()
-                if not line or line[0] in "#;":
-                    continue
-                if line.startswith("[") and line.endswith("]"):
-                    group = line[1:-1].strip()
-                    continue
-                name, eq, value = line.partition("=")
-                if eq and group:
-                    out.append(EntryPoint(name.strip(), value.strip(), group, *dist))
-    except OSError:
-        pass
+    text = _read_text(path)
+    for raw in text.splitlines() if text else ():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1].strip()
+            continue
+        name, eq, value = line.partition("=")
+        if eq and group:
+            out.append(EntryPoint(name.strip(), value.strip(), group, *dist))
     return out
 
 

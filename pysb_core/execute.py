@@ -14,7 +14,10 @@ import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 #: Signals forwarded to the sandbox when someone sends them to pysb.
 FORWARDED = (
@@ -68,11 +71,17 @@ def wait(
     watched = {*FORWARDED, signal.SIGCHLD}
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     deadline = None if wall_time is None else time.monotonic() + wall_time
+    pending = pending if pending is not None else []
+    forwarded = 0
     try:
-        for signo in pending or ():
-            if proc.poll() is None:
-                proc.send_signal(signo)
         while True:
+            # Signals held while the sandbox started; read on every turn, because the
+            # handler of one that arrived just before the mask may run only after it.
+            while forwarded < len(pending):
+                signo = pending[forwarded]
+                forwarded += 1
+                if proc.poll() is None:
+                    proc.send_signal(signo)
             if proc.poll() is not None:
                 return status_of(proc.returncode)
             timeout = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))

@@ -20,12 +20,13 @@ Order of one complete-mode run (see :func:`pysb_launch`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pysb_core.markers import PROJECT, hookspec
 
-import pluggy
-
+TYPE_CHECKING = False  # read by every `pysb run`: no typing import at run time
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
     from pysb_core.learning import LearnedProfile, Recorder
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     from pysb_core.profile.schema import ProfileSchema
     from pysb_core.provider import Provider
 
-PROJECT = "pysb"
-hookspec = pluggy.HookspecMarker(PROJECT)
+#: The project name (``pysb_spec`` / ``pysb_impl`` attributes) and the spec marker.
+__all__ = ["PROJECT", "hookspec"]
 
 # ---------------------------------------------------------------------------------------
 # Profile
@@ -135,6 +136,11 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
 
     Runs before the program and before the API guard is armed. ``recorder`` reports
     denials and, in a learning run, every access (``recorder.learning`` tells which).
+
+    The child does not use pluggy: the bootstrap imports each guard family's module and
+    calls this function directly. A family whose entry-point module sets
+    ``PYSB_CHILD_MODULE = "pkg.module"`` has that module imported instead, so that the
+    host (which only needs the family's other hooks) never imports the guard itself.
 
     .. versionadded:: 0.1
     """

@@ -1,17 +1,19 @@
-"""The marker plugins use: ``@pysb_core.hookimpl``.
+"""The markers of pysb's hooks: ``@pysb_core.hookimpl`` for plugins, ``hookspec`` for
+:mod:`pysb_core.hookspecs`.
 
-It sets exactly the attribute pluggy's ``HookimplMarker("pysb")`` sets (``pysb_impl``
-holding the hook-implementation options), so pluggy registers marked functions as usual.
-It does not import pluggy: guard modules are imported inside the sandboxed interpreter,
-whose start-up must stay cheap, and pluggy (with ``inspect``) costs about 5 ms there. A
-test checks the equivalence against pluggy's own marker.
+They set exactly the attributes pluggy's ``HookimplMarker("pysb")`` and
+``HookspecMarker("pysb")`` set (``pysb_impl`` / ``pysb_spec``, holding the options), so
+pluggy registers marked functions as usual. They do not import pluggy: guard modules are
+imported inside the sandboxed interpreter, and ``pysb run`` calls its hooks without pluggy
+when it can (:mod:`pysb_core.lighthooks`); pluggy (with ``inspect``) costs about 5 ms to
+import. Tests check the equivalence against pluggy's own markers.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing is not imported inside the sandbox
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any, TypeVar, overload
 
     F = TypeVar("F", bound=Callable[..., Any])
@@ -71,3 +73,35 @@ class HookimplMarker:
 
 
 hookimpl = HookimplMarker(PROJECT)
+
+
+class HookspecMarker:
+    """Mark a function as a pysb hook specification (same options as pluggy's marker)."""
+
+    def __init__(self, project_name: str) -> None:
+        self.project_name = project_name
+
+    def __call__(
+        self,
+        function: F | None = None,
+        firstresult: bool = False,
+        historic: bool = False,
+        warn_on_impl: Warning | None = None,
+        warn_on_impl_args: Mapping[str, Warning] | None = None,
+    ) -> F | Callable[[F], F]:
+        def mark(func: F) -> F:
+            if historic and firstresult:
+                raise ValueError("cannot have a historic firstresult hook")
+            opts = {
+                "firstresult": firstresult,
+                "historic": historic,
+                "warn_on_impl": warn_on_impl,
+                "warn_on_impl_args": warn_on_impl_args,
+            }
+            setattr(func, self.project_name + "_spec", opts)
+            return func
+
+        return mark(function) if function is not None else mark
+
+
+hookspec = HookspecMarker(PROJECT)

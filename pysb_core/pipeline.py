@@ -12,17 +12,23 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from typing import IO, Any
 
 from pysb_core.check import CheckReport
 from pysb_core.errors import ExitCode, ProfileError, UnenforceableRuleError
-from pysb_core.events import Event
 from pysb_core.plan import LaunchPlan
-from pysb_core.plugins import Hooks, LoadedPlugin, get_plugin_manager
-from pysb_core.policy import Exposure, Policy
-from pysb_core.provider import Provider
+from pysb_core.plugins import Hooks, get_plugin_manager
+from pysb_core.policy import Exposure
 from pysb_core.records import Record, field, mutable_record
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import IO, Any
+
+    from pysb_core.events import Event
+    from pysb_core.plugins import LoadedPlugin
+    from pysb_core.policy import Policy
+    from pysb_core.provider import Provider
 
 #: The ``-c`` stub that starts the bootstrap; the payload fd number follows as argv[1].
 BOOT_STUB = (
@@ -128,7 +134,7 @@ class Session:
 
         environ = dict(os.environ if environ is None else environ)
         cwd = os.path.realpath(cwd or os.getcwd())
-        pm, plugins = get_plugin_manager(extra_plugins=extra_plugins)
+        pm, plugins = get_plugin_manager(extra_plugins=extra_plugins, light=True)
         hooks = Hooks(pm)
         guard_families = frozenset(p.name for p in plugins if p.kind == "guard")
         if events:
@@ -376,6 +382,8 @@ class Session:
             from pysb_core.execute import FORWARDED
 
             signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
+        from pysb_core.events import Event
+
         with os.fdopen(fd, "rb") as stream:
             for line in stream:
                 try:

@@ -8,13 +8,14 @@ it into a :class:`LaunchSpec` (its own argv, mounts, rulesets) and starts it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from pysb_core.records import Record, field, mutable_record, record
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
+    from typing import Any
 
     from pysb_core.policy import Exposure, Policy
 

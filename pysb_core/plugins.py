@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-import pluggy
 
 from pysb_core import hookspecs
 from pysb_core.entrypoints import EntryPoint, entry_points
 from pysb_core.errors import SandboxError
 from pysb_core.records import Record, record
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing (nor pluggy) at run time
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
+
+    import pluggy
+
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
     from pysb_core.learning import LearnedProfile
+    from pysb_core.lighthooks import LightPluginManager
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
     from pysb_core.profile.schema import ProfileSchema
@@ -69,7 +72,8 @@ def get_plugin_manager(
     guards: bool = True,
     autoload: bool = True,
     extra_plugins: Iterable[Any] = (),
-) -> tuple[pluggy.PluginManager, list[LoadedPlugin]]:
+    light: bool = False,
+) -> tuple[pluggy.PluginManager | LightPluginManager, list[LoadedPlugin]]:
     """Build a fresh plugin manager.
 
     :param guards: load the ``pysb.guards`` entry points (false under
@@ -77,12 +81,24 @@ def get_plugin_manager(
         ``pysb check``, so callers normally keep this true and skip the child side).
     :param autoload: load ``pysb.plugins`` entry points.
     :param extra_plugins: plugin objects registered last (tests).
+    :param light: return a :class:`~pysb_core.lighthooks.LightPluginManager`, which calls
+        the hooks without importing pluggy and hands over to pluggy itself as soon as a
+        plugin needs more (the ``pysb run`` path); else a ``pluggy.PluginManager``.
     """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    if os.environ.get("PYSB_DEBUG_PLUGINS"):
-        pm.trace.root.setwriter(lambda msg: os.write(2, msg.encode()))
-        pm.enable_tracing()
+    pm: Any
+    debug = bool(os.environ.get("PYSB_DEBUG_PLUGINS"))
+    if light and not debug:
+        from pysb_core.lighthooks import LightPluginManager
+
+        pm = LightPluginManager(hookspecs.PROJECT)
+    else:
+        import pluggy
+
+        pm = pluggy.PluginManager(hookspecs.PROJECT)
+        pm.add_hookspecs(hookspecs)
+        if debug:
+            pm.trace.root.setwriter(lambda msg: os.write(2, msg.encode()))
+            pm.enable_tracing()
     loaded: list[LoadedPlugin] = []
     for modname in BUILTIN_PLUGINS:
         pm.register(importlib.import_module(modname), name=modname)
@@ -115,7 +131,7 @@ def get_plugin_manager(
 class Hooks:
     """Typed calls of every hook: the one place that touches ``pm.hook``."""
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(self, pm: pluggy.PluginManager | LightPluginManager) -> None:
         self.pm = pm
 
     def add_profile_keys(self, schema: ProfileSchema) -> None:
@@ -154,10 +170,20 @@ class Hooks:
         return [impl.plugin_name for impl in caller.get_hookimpls()]
 
     def child_modules(self) -> list[str]:
-        """Modules the sandboxed interpreter must import to install the guards."""
+        """Modules the sandboxed interpreter must import to install the guards.
+
+        A guard family may keep its host-side hooks and its in-sandbox guard apart (the
+        host then never imports the guard): its entry-point module names the in-sandbox
+        module in ``PYSB_CHILD_MODULE``. Otherwise the module itself is sent when it has
+        ``pysb_child_install`` or ``pysb_child_arm``.
+        """
         out = []
         for name, plugin in self.pm.list_name_plugin():
             if not name.startswith("guard:"):
+                continue
+            child = getattr(plugin, "PYSB_CHILD_MODULE", None)
+            if isinstance(child, str) and child:
+                out.append(child)
                 continue
             modname = getattr(plugin, "__name__", None)
             has = hasattr(plugin, "pysb_child_install") or hasattr(plugin, "pysb_child_arm")

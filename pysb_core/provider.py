@@ -40,13 +40,14 @@ from __future__ import annotations
 import enum
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
 
-from pysb_core import pidlimit
 from pysb_core.records import Record, field, record
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, ClassVar
+
     from pysb_core.plan import LaunchPlan, LaunchSpec
 
 
@@ -165,18 +166,20 @@ class Provider(ABC):
         plan.cleanups.extend(spec.cleanups)
         plan.seal()
         processes = plan.policy.limits.processes
-        if not self.manages_process_limit and pidlimit.needed(processes):
-            assert processes is not None
-            cgroup = pidlimit.PidsCgroup.create(processes + self.own_processes)
-            plan.cleanups.append(cgroup.remove)
-            previous = popen_kwargs.pop("preexec_fn", None)
+        if processes is not None and not self.manages_process_limit:
+            from pysb_core import pidlimit  # (only a root pysb with a process limit needs it)
 
-            def join_cgroup() -> None:
-                cgroup.join_self()
-                if previous is not None:
-                    previous()
+            if pidlimit.needed(processes):
+                cgroup = pidlimit.PidsCgroup.create(processes + self.own_processes)
+                plan.cleanups.append(cgroup.remove)
+                previous = popen_kwargs.pop("preexec_fn", None)
 
-            popen_kwargs["preexec_fn"] = join_cgroup
+                def join_cgroup() -> None:
+                    cgroup.join_self()
+                    if previous is not None:
+                        previous()
+
+                popen_kwargs["preexec_fn"] = join_cgroup
         proc = subprocess.Popen(
             spec.argv,
             env=spec.env,

@@ -74,11 +74,12 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
         ]
     )
     script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    cwd = os.path.realpath(os.getcwd())
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
             continue
         real = os.path.realpath(entry)
-        if real in (os.path.realpath(os.getcwd()), script_dir):
+        if real in (cwd, script_dir):
             continue
         if real in dirs or any(real.startswith(d + os.sep) for d in dirs):
             continue

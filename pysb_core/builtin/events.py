@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING
 
 from pysb_core.markers import hookimpl
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     from pysb_core.events import Event
 

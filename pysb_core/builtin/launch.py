@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from pysb_core.markers import hookimpl
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.plan import LaunchPlan
     from pysb_core.provider import Provider
 

@@ -7,11 +7,10 @@ with nothing otherwise, so that a rule with no enforcing layer is never silently
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pysb_core.markers import hookimpl
 from pysb_core.provider import Capability as C
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     from pysb_core.check import CheckReport
     from pysb_core.policy import NetworkRule, Policy

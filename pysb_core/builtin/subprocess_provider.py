@@ -8,11 +8,10 @@ because a learning run must see every access rather than have the kernel refuse 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pysb_core.plan import LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
 

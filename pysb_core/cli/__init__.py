@@ -11,6 +11,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "run" and argv is None:
+        from pysb_core.cli.run import process_main
+
+        process_main(args[1:])  # this process is pysb run: it ends there
     if args and args[0] == "run":
         from pysb_core.cli.run import run_main
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from pysb_core.drivers import provider_names
@@ -11,9 +12,18 @@ HOOK_PREFIX = "pysb_"
 
 
 def _hooks_of(obj: Any) -> list[str]:
-    return sorted(
-        n for n in dir(obj) if n.startswith(HOOK_PREFIX) and callable(getattr(obj, n, None))
-    )
+    names = {n for n in dir(obj) if n.startswith(HOOK_PREFIX) and callable(getattr(obj, n, None))}
+    child = getattr(obj, "PYSB_CHILD_MODULE", None)
+    if isinstance(child, str) and child:
+        # A guard family whose in-sandbox hooks live in a module of their own.
+        try:
+            module = importlib.import_module(child)
+        except Exception:  # listed anyway; `pysb check` / `pysb run` fail closed on it
+            module = None
+        names.update(
+            n for n in dir(module) if n.startswith(HOOK_PREFIX) and callable(getattr(module, n))
+        )
+    return sorted(names)
 
 
 def list_plugins() -> list[dict[str, Any]]:

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import marshal
 import os
-from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 try:  # the C module directly: ``hashlib`` drags in OpenSSL (~4 ms)
     from _blake2 import blake2b

@@ -10,20 +10,22 @@ and raised together as one :class:`ProfileError`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProfileError
 from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Limits, NetworkRule, Policy
-from pysb_core.profile.loader import ProfileFile, expand_user, load_files
-from pysb_core.profile.merge import Collected, EnvEntry, Item, merge_files
+from pysb_core.profile.loader import expand_user, load_files
+from pysb_core.profile.merge import Item, merge_files
 from pysb_core.profile.schema import Located, ProfileSchema
-from pysb_core.profile.units import parse_count, parse_duration, parse_size
 from pysb_core.profile.variables import VariableError, expand, is_absent
 
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from pysb_core.profile import CliRules
+    from pysb_core.profile.loader import ProfileFile
+    from pysb_core.profile.merge import Collected, EnvEntry
 
 CLI = "<cli>"
 DEFAULT_PROFILE = ".pysb.yaml"
@@ -189,6 +191,8 @@ class _Compiler:
                 value = self.environ[name]
             env[name], sources[name] = value, CLI
         for item in self.items("unenv"):
+            from fnmatch import fnmatchcase  # (fnmatch imports re: only when needed)
+
             for name in [n for n in env if fnmatchcase(n, item.value.strip())]:
                 del env[name]
                 sources.pop(name, None)
@@ -223,6 +227,8 @@ class _Compiler:
             except VariableError as exc:
                 self.err(entry.loc, f"env: {pattern}: {exc}")
                 return
+        from fnmatch import fnmatchcase
+
         for name in sorted(self.environ):
             if fnmatchcase(name, pattern):
                 value = self.env_text(name, rewrite(entry.text, name), entry)
@@ -234,6 +240,10 @@ class _Compiler:
     def limits(self) -> Limits:
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
+        if not any(key.startswith("limits.") for key in self.c.scalars):
+            return Limits(sources=sources)
+        from pysb_core.profile.units import parse_count, parse_duration, parse_size
+
         parsers = {
             "memory": ("memory", parse_size),
             "processes": ("processes", parse_count),

@@ -18,13 +18,16 @@ is an error, because skipping it could drop a ``learn: false`` lock).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
 from pysb_core.profile import cache
 from pysb_core.profile.variables import VariableError, expand, is_absent
 
-Node = tuple[Any, ...]
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    Node = tuple[Any, ...]
 
 _SCALAR_TYPES = (str, int, float, bool, type(None))
 _MAP_TAG = "tag:yaml.org,2002:map"

@@ -8,20 +8,16 @@ expanded here, exactly once, with ``${PROFILE_DIR}`` bound to the file being rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from pysb_core.profile.loader import Node, ProfileFile
-from pysb_core.profile.schema import (
-    ENV,
-    LIST,
-    PROVIDERS,
-    SCALAR,
-    Located,
-    ProfileSchema,
-    did_you_mean,
-)
+from pysb_core.profile.schema import ENV, LIST, PROVIDERS, SCALAR, Located, did_you_mean
 from pysb_core.profile.variables import VariableError, expand, is_absent
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from pysb_core.profile.loader import Node, ProfileFile
+    from pysb_core.profile.schema import ProfileSchema
 
 
 class Item:

@@ -17,11 +17,14 @@ location.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any
 
-#: fn(value, location) -> list of messages
-Validator = Callable[[Any, str], "list[str] | None"]
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    #: fn(value, location) -> list of messages
+    Validator = Callable[[Any, str], "list[str] | None"]
 
 SCALAR = "scalar"
 LIST = "list"

@@ -9,7 +9,9 @@ empty string.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 PROFILE_DIR = "PROFILE_DIR"
 

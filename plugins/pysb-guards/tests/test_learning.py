@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import guarded
-from pysb_guards import api, env, files, imports
+from pysb_guards import api_hooks as api
+from pysb_guards import env_hooks as env
+from pysb_guards import files_hooks as files
+from pysb_guards import imports_hooks as imports
 
 from pysb_core.events import Event
 from pysb_core.learning import LearnedProfile

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pysb_guards import network
+from pysb_guards import network_hooks
 
 from pysb_core.builtin import dns as builtin_dns
 from pysb_core.check import CheckReport
@@ -668,14 +668,14 @@ def test_learning_records_by_name_and_renders_rules(tmp_path: Path, server: Serv
     results, events = run_child(tmp_path, Policy(learn=True), code)
     assert all("ok" in v for v in results.values()), results
     assert events and all(e.action == "learn" for e in events)
-    lines = network.learned_rules(events)
+    lines = network_hooks.learned_rules(events)
     assert f"allow tcp localhost {P} out" in lines
     assert f"allow udp localhost {P} out" in lines  # 127.0.0.1 was met as "localhost"
     assert "allow tcp localhost 0 in" in lines
     assert len([e for e in events if e.data.get("proto") == "udp"]) == 1  # deduplicated
 
     profile = LearnedProfile(cwd=str(tmp_path), environ={})
-    network.pysb_learned(records=events, profile=profile)
+    network_hooks.pysb_learned(records=events, profile=profile)
     added = [(r.section, r.key, r.value) for r in profile]
     assert ("network", None, f"allow tcp localhost {P} out") in added
     assert ("files", "expose-rw", "./sockets") in added
@@ -746,7 +746,7 @@ def test_check_merges_with_the_os_layer_report(
 
     policy = Policy(network=rules(*CHECKED_RULES), pins={"svc.test": ("127.0.0.7",)})
     report = CheckReport(provider="fake", python_families=frozenset({"network"}))
-    network.pysb_check(policy=policy, provider=FakeProvider(caps), report=report)
+    network_hooks.pysb_check(policy=policy, provider=FakeProvider(caps), report=report)
     oslayer.pysb_check(policy=policy, provider=FakeProvider(caps), report=report)
     assert [r.rule for r in report.rules] == [f"network: {x}" for x in CHECKED_RULES]
     assert [list(r.layers) for r in report.rules] == expected
@@ -758,7 +758,7 @@ def test_check_merges_with_the_os_layer_report(
 def test_check_without_python_guards_needs_the_os_layer() -> None:
     policy = Policy(network=rules(*CHECKED_RULES))
     report = CheckReport(provider="fake", python_guards=False)
-    network.pysb_check(policy=policy, provider=None, report=report)
+    network_hooks.pysb_check(policy=policy, provider=None, report=report)
     assert all(r.layers == () for r in report.rules)
     assert len(report.unenforced()) == len(CHECKED_RULES)
 
@@ -792,7 +792,7 @@ def test_without_python_guards_pins_still_answer(
     P = server.port
     policy = pinned_policy(f"allow tcp svc.pysb.test {P} out").replace(python_guards=False)
     plan = LaunchPlan(policy=policy, python=sys.executable, argv=[], env={}, cwd=str(tmp_path))
-    network.pysb_contribute(policy=policy, plan=plan)
+    network_hooks.pysb_contribute(policy=policy, plan=plan)
     assert len(plan.child_setups) == 1
     setup = plan.child_setups[0]
     assert json.loads(json.dumps(setup.args)) == {"pins": {"svc.pysb.test": ["127.0.0.1"]}}
@@ -813,7 +813,7 @@ def test_without_python_guards_pins_still_answer(
     assert events == []
     with_guards = policy.replace(python_guards=True)
     plan2 = LaunchPlan(policy=with_guards, python=sys.executable, argv=[], env={}, cwd="/")
-    network.pysb_contribute(policy=with_guards, plan=plan2)
+    network_hooks.pysb_contribute(policy=with_guards, plan=plan2)
     assert plan2.child_setups == []
 
 

@@ -23,13 +23,10 @@ except ImportError:  # pragma: no cover - an older pysb_core
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event, Recorder
+    from pysb_core.events import Recorder
     from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
 
 GUARD = "env"
 
@@ -48,31 +45,6 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
     """Reads count from here on (the framework's own start-up reads do not)."""
     if _state:
         _state["armed"] = True
-
-
-@hookimpl
-def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
-    """The environment is built by the launcher: every provider that starts a fresh process
-    enforces it (``os``); the Python layer has nothing to add."""
-    from pysb_core.provider import Capability
-
-    enforced = provider is None or Capability.ENV in set(provider.enforced())
-    layers = ["os"] if enforced else []
-    for name in sorted(policy.env):
-        source = policy.env_sources.get(name, "<profile>")
-        report.add(f"env: {name}", source, layers, family=GUARD)
-
-
-@hookimpl
-def pysb_learned(records: Sequence[Event], profile: Any) -> None:
-    """``env: NAME: ${NAME}`` for each variable the program read."""
-    for name in learned_env(records):
-        profile.add("env", None, (name, "${" + name + "}"))
-
-
-def learned_env(records: Sequence[Event]) -> list[str]:
-    names = {r.target for r in records if r.guard == GUARD and r.action == "learn"}
-    return sorted(n for n in names if n and all(c.isalnum() or c == "_" for c in n))
 
 
 def install(recorder: Recorder) -> None:

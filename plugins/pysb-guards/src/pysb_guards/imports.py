@@ -40,13 +40,11 @@ except ImportError:  # pragma: no cover - an older pysb_core
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event, Recorder
+    from pysb_core.events import Recorder
     from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
 
 GUARD = "imports"
 
@@ -192,53 +190,6 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
         sweep_pending(visit_modules)
         _runtime[0][1]()
         _seal.audit_registry()[1]()
-
-
-@hookimpl
-def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
-    """Imports are a Python-layer rule only."""
-    if policy.imports is None:
-        report.add(
-            "imports: (none: only the interpreter's own modules)",
-            "<default>",
-            ["python"],
-            family=GUARD,
-        )
-        return
-    text = "imports: " + ("*" if "*" in policy.imports else ", ".join(policy.imports))
-    report.add(text, policy.imports_source or "<profile>", ["python"], family=GUARD)
-
-
-@hookimpl
-def pysb_learned(records: Sequence[Event], profile: Any) -> None:
-    """Render learned imports, grouped: standard library, third party, dangerous."""
-    for group, name in learned_imports(records):
-        profile.add("imports", None, name, group=group)
-
-
-def learned_imports(records: Sequence[Event]) -> list[tuple[str, str]]:
-    """``(group, top-level name)`` for every import the program made, sorted by group."""
-    stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
-    names = sorted(
-        {
-            r.target.partition(".")[0]
-            for r in records
-            if r.guard == GUARD and r.action == "learn" and r.target.isidentifier() is not False
-        }
-    )
-    out = []
-    for name in names:
-        if not name.replace("_", "a").isalnum() or name in ALWAYS:
-            continue
-        if name in DANGEROUS:
-            group = "dangerous"
-        elif name in stdlib:
-            group = "standard library"
-        else:
-            group = "third party"
-        out.append((group, name))
-    order = {"standard library": 0, "third party": 1, "dangerous": 2}
-    return sorted(out, key=lambda gn: (order[gn[0]], gn[1]))
 
 
 # ---------------------------------------------------------------------------------------

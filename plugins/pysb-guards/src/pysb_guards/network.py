@@ -20,8 +20,8 @@ reached (the raw class through the MRO, an original kept before the guard was in
 the hook judges them with the same rules.
 
 In a learning run nothing is refused: each connection and bind is recorded, by host name when
-the program used one (names are remembered from resolver answers), and :func:`pysb_learned`
-renders them as ``network:`` rules.
+the program used one (names are remembered from resolver answers), and the parent renders
+them as ``network:`` rules (:mod:`pysb_guards.network_hooks`).
 
 The guard keeps its state in closures, not in module globals. It is friction, not a boundary:
 native code, inherited descriptors and a raw ``listen()`` (no audit event) get around it; the
@@ -41,12 +41,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event, Recorder
-    from pysb_core.learning import LearnedProfile
-    from pysb_core.plan import LaunchPlan
+    from pysb_core.events import Recorder
     from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
 
 GUARD = "network"
 
@@ -62,18 +58,6 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
     install(policy, recorder)
 
 
-@hookimpl
-def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
-    """Without the Python guards the interpreter still answers pinned names from the pins
-    (SPEC §6): ask the bootstrap to install the resolver part alone."""
-    if policy.python_guards or not policy.pins:
-        return
-    from pysb_core.plan import ChildSetup
-
-    pins = {name: list(addresses) for name, addresses in policy.pins.items()}
-    plan.add_child_setup(ChildSetup(__name__, "pin_resolver", {"pins": pins}))
-
-
 def pin_resolver(pins: dict[str, list[str]]) -> None:
     """Child set-up: pinned names answer with their pins, nothing is judged or refused."""
     from pysb_core.events import Recorder
@@ -81,50 +65,6 @@ def pin_resolver(pins: dict[str, list[str]]) -> None:
 
     policy = Policy(pins={k: tuple(v) for k, v in pins.items()}, python_guards=False)
     install(policy, Recorder(None, learning=False), enforce=False)
-
-
-@hookimpl
-def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
-    """Each network rule is enforced by this (Python) layer.
-
-    The ``os`` layer of the same rule is reported by the core's OS-layer plugin from the
-    provider's capabilities (``tcp-host``/``udp-host`` for any rule of that protocol, the port
-    capabilities only for rules on every address); reports of one rule merge, so the text
-    here must be the core's: ``network: RULE``.
-    """
-    for rule in policy.network:
-        report.add(f"network: {rule}", rule.source, ["python"], family=GUARD)
-    for name, addresses in sorted(policy.pins.items()):
-        report.note(f"network: {name} pinned to {', '.join(addresses)}")
-
-
-@hookimpl
-def pysb_learned(records: Sequence[Event], profile: LearnedProfile) -> None:
-    """Render learned connections and binds as ``network:`` rules (ports merged per host),
-    and Unix socket paths as the read-write exposure of their directory."""
-    for line in learned_rules(records):
-        profile.add("network", None, line)
-    for event in records:
-        if event.guard == GUARD and event.action == "learn" and event.data.get("kind") == "unix":
-            directory = os.path.dirname(str(event.data["path"]))
-            form = getattr(profile, "path_form", None)
-            profile.add("files", "expose-rw", form(directory) if form else directory)
-
-
-def learned_rules(records: Sequence[Event]) -> list[str]:
-    """The rule lines for the learned network accesses, in a stable order."""
-    ports: dict[tuple[str, str, str], set[int]] = {}
-    for event in records:
-        if event.guard != GUARD or event.action != "learn" or event.data.get("kind") != "inet":
-            continue
-        data = event.data
-        key = (str(data["proto"]), str(data["host"]), str(data["direction"]))
-        ports.setdefault(key, set()).add(int(data["port"]))
-    lines = []
-    for (proto, host, direction), found in sorted(ports.items()):
-        listed = ",".join(str(p) for p in sorted(found))
-        lines.append(f"allow {proto} {host} {listed} {direction}")
-    return lines
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""The environment guard's parent-side hooks: ``pysb check`` and learned variables.
+
+This module is the ``env`` entry point of the ``pysb.guards`` group, imported by every
+``pysb run`` on the host. The environment is enforced by construction (the child starts
+with exactly ``Policy.env``); watching reads in a learning run is done by
+:mod:`pysb_guards.env`, which only the sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
+"""
+
+from __future__ import annotations
+
+from pysb_core.markers import hookimpl
+
+TYPE_CHECKING = False  # typing costs milliseconds at every start
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from pysb_core.check import CheckReport
+    from pysb_core.events import Event
+    from pysb_core.policy import Policy
+    from pysb_core.provider import Provider
+
+GUARD = "env"
+#: The module the sandboxed interpreter imports to install this family's guard.
+PYSB_CHILD_MODULE = "pysb_guards.env"
+
+
+@hookimpl
+def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+    """The environment is built by the launcher: every provider that starts a fresh process
+    enforces it (``os``); the Python layer has nothing to add."""
+    from pysb_core.provider import Capability
+
+    enforced = provider is None or Capability.ENV in set(provider.enforced())
+    layers = ["os"] if enforced else []
+    for name in sorted(policy.env):
+        source = policy.env_sources.get(name, "<profile>")
+        report.add(f"env: {name}", source, layers, family=GUARD)
+
+
+@hookimpl
+def pysb_learned(records: Sequence[Event], profile: Any) -> None:
+    """``env: NAME: ${NAME}`` for each variable the program read."""
+    for name in learned_env(records):
+        profile.add("env", None, (name, "${" + name + "}"))
+
+
+def learned_env(records: Sequence[Event]) -> list[str]:
+    names = {r.target for r in records if r.guard == GUARD and r.action == "learn"}
+    return sorted(n for n in names if n and all(c.isalnum() or c == "_" for c in n))

@@ -1,0 +1,122 @@
+"""The file guard's parent-side hooks: the launch plan, ``pysb check``, learned exposures.
+
+This module is the ``files`` entry point of the ``pysb.guards`` group. It is imported by
+every ``pysb run`` on the host, so it stays light: the guard itself (faces on the path
+functions, the audit hook) lives in :mod:`pysb_guards.files`, which only the sandboxed
+interpreter imports (``PYSB_CHILD_MODULE``).
+"""
+
+from __future__ import annotations
+
+from pysb_core.markers import hookimpl
+
+TYPE_CHECKING = False  # typing costs milliseconds at every start
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from pysb_core.check import CheckReport
+    from pysb_core.events import Event
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
+    from pysb_core.provider import Provider
+
+GUARD = "files"
+#: The module the sandboxed interpreter imports to install this family's guard.
+PYSB_CHILD_MODULE = "pysb_guards.files"
+
+
+@hookimpl
+def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
+    """Hand the child the implicit exposures the pipeline computed (no recomputation)."""
+    payload = getattr(plan, "payload", None)
+    if not isinstance(payload, dict) or not isinstance(payload.get("policy"), dict):
+        return
+    try:
+        from pysb_core.records import asdict
+    except ImportError:  # pragma: no cover - pysb_core with dataclass records
+        from dataclasses import asdict  # type: ignore[assignment]
+
+    known = {(e["path"], e["target"]) for e in payload["policy"].get("exposures", ())}
+    extra = [asdict(e) for e in plan.exposures if e.implicit and (e.path, e.target) not in known]
+    if extra:
+        payload["policy"]["exposures"] = [*extra, *payload["policy"].get("exposures", ())]
+
+
+@hookimpl
+def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+    """Each exposure and ignore rule: python, plus os when the provider enforces it."""
+    from pysb_core.provider import Capability
+
+    enforced = set(provider.enforced()) if provider is not None else set()
+    for e in policy.exposures:
+        if e.implicit:
+            continue
+        key = "expose-rw" if e.writable else "expose-ro"
+        shown = e.path if not e.renamed else f"{e.path}:{e.target}"
+        layers = ["python"]
+        needs = {Capability.FILES} | ({Capability.FILES_WRITE} if e.writable else set())
+        if e.renamed:
+            needs.add(Capability.RENAME)
+        if needs <= enforced:
+            layers.append("os")
+        report.add(f"files: {key}: {shown}", e.source, layers, family=GUARD)
+    for rule in policy.ignore:
+        layers = ["python", *(["os"] if Capability.IGNORE in enforced else [])]
+        report.add(f"files: ignore: {rule.pattern}", rule.source, layers, family=GUARD)
+    # Profile files are protected implicitly, not by a rule the user wrote: a note, so that
+    # an explicit opt-out of the Python layer under a provider without write confinement
+    # is not refused for a rule nobody asked for.
+    for path in policy.profile_files:
+        layers = ["python", *(["os"] if Capability.FILES_WRITE in enforced else [])]
+        report.note(f"profile file {path} is never writable inside (by: {', '.join(layers)})")
+
+
+@hookimpl
+def pysb_learned(records: Sequence[Event], profile: Any) -> None:
+    """Files as their directories: ``expose-rw`` if written, else ``expose-ro``."""
+    for key, path in learned_exposures(records):
+        form = profile.path_form(path) if hasattr(profile, "path_form") else path
+        profile.add("files", key, form)
+
+
+def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
+    """``(expose-ro|expose-rw, directory)`` covering every learned file access.
+
+    A file becomes its directory; a directory listed or entered stays itself. A ``stat``
+    never widens a rule to a parent: a stat of an existing file counts as its directory,
+    a stat of a directory or of a missing path counts for nothing (those are made while
+    resolving paths). Directories below another kept one with at least the same right
+    are merged into it.
+    """
+    import os.path
+
+    dirs: dict[str, bool] = {}
+    for r in records:
+        if r.guard != GUARD or r.action != "learn":
+            continue
+        path = r.target
+        if not path.startswith("/") or path.startswith(("/proc/", "/sys/", "/dev/")):
+            continue
+        write = bool(r.data.get("write"))
+        isdir = bool(r.data.get("isdir"))
+        kind = r.detail
+        if kind == "stat":
+            # Only a stat of an existing file says the program needs its directory; stats
+            # of directories (made while resolving paths, or by the import system scanning
+            # sys.path) and of missing paths never widen a rule.
+            if isdir or not r.data.get("exists", True):
+                continue
+            directory = os.path.dirname(path) or "/"
+        elif isdir and not write and kind in ("list", "chdir", "read"):
+            directory = path
+        else:
+            directory = os.path.dirname(path) or "/"
+        dirs[directory] = dirs.get(directory, False) or write
+    kept: dict[str, bool] = {}
+    for d in sorted(dirs, key=len):
+        parent = next((k for k in kept if d == k or d.startswith(k.rstrip("/") + "/")), None)
+        if parent is not None and (kept[parent] or not dirs[d]):
+            continue
+        kept[d] = dirs[d]
+    return [("expose-rw" if w else "expose-ro", d) for d, w in sorted(kept.items())]

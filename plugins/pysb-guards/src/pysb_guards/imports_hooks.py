@@ -1,0 +1,76 @@
+"""The import guard's parent-side hooks: what ``pysb check`` reports, what learning writes.
+
+This module is the ``imports`` entry point of the ``pysb.guards`` group. It is imported by
+every ``pysb run`` on the host, so it stays light: the guard itself (the finder, the
+``__import__`` checks) lives in :mod:`pysb_guards.imports`, which only the sandboxed
+interpreter imports (``PYSB_CHILD_MODULE``).
+"""
+
+from __future__ import annotations
+
+from pysb_core.markers import hookimpl
+
+TYPE_CHECKING = False  # typing costs milliseconds at every start
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from pysb_core.check import CheckReport
+    from pysb_core.events import Event
+    from pysb_core.policy import Policy
+    from pysb_core.provider import Provider
+
+GUARD = "imports"
+#: The module the sandboxed interpreter imports to install this family's guard.
+PYSB_CHILD_MODULE = "pysb_guards.imports"
+
+
+@hookimpl
+def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
+    """Imports are a Python-layer rule only."""
+    if policy.imports is None:
+        report.add(
+            "imports: (none: only the interpreter's own modules)",
+            "<default>",
+            ["python"],
+            family=GUARD,
+        )
+        return
+    text = "imports: " + ("*" if "*" in policy.imports else ", ".join(policy.imports))
+    report.add(text, policy.imports_source or "<profile>", ["python"], family=GUARD)
+
+
+@hookimpl
+def pysb_learned(records: Sequence[Event], profile: Any) -> None:
+    """Render learned imports, grouped: standard library, third party, dangerous."""
+    for group, name in learned_imports(records):
+        profile.add("imports", None, name, group=group)
+
+
+def learned_imports(records: Sequence[Event]) -> list[tuple[str, str]]:
+    """``(group, top-level name)`` for every import the program made, sorted by group."""
+    import sys
+
+    from pysb_guards.imports import ALWAYS, DANGEROUS  # the guard's own lists (end of run)
+
+    stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+    names = sorted(
+        {
+            r.target.partition(".")[0]
+            for r in records
+            if r.guard == GUARD and r.action == "learn" and r.target.isidentifier() is not False
+        }
+    )
+    out = []
+    for name in names:
+        if not name.replace("_", "a").isalnum() or name in ALWAYS:
+            continue
+        if name in DANGEROUS:
+            group = "dangerous"
+        elif name in stdlib:
+            group = "standard library"
+        else:
+            group = "third party"
+        out.append((group, name))
+    order = {"standard library": 0, "third party": 1, "dangerous": 2}
+    return sorted(out, key=lambda gn: (order[gn[0]], gn[1]))

@@ -1,0 +1,96 @@
+"""What ``pysb run`` imports on the host: start-up time is a feature (docs/performance.md).
+
+The host needs the profile, the plugins' host-side hooks and the provider; it must not pay
+for pluggy, typing, the guards themselves (sockets, address parsing, the sealed engines)
+or for what only some profiles need.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pysb_core.testing import BASE_ENV
+
+NEVER_ON_THE_HOST = {
+    # pluggy and what it drags in: the run path calls hooks without it (lighthooks)
+    "pluggy",
+    "inspect",
+    "typing",
+    "dataclasses",
+    "importlib.metadata",
+    # the guards themselves run in the sandbox only (pysb_guards.<family>_hooks here)
+    "pysb_guards.imports",
+    "pysb_guards.files",
+    "pysb_guards.network",
+    "pysb_guards.api",
+    "pysb_guards.env",
+    "pysb_guards.registry",
+    "pysb_guards._seal",
+    "pysb_guards._fileengine",
+    "pysb_guards._importengine",
+    "pysb_core.netrules",
+    "socket",
+    "ipaddress",
+    # other commands' dependencies, and what a warm profile cache makes unnecessary
+    "click",
+    "stevedore",
+    "yaml",
+    "dns",
+    "json",
+}
+
+RUN = """
+import sys
+from pysb_core.cli.run import run_main
+status = run_main(["-c", "pass"])
+modules = sorted(sys.modules)
+import json
+print(json.dumps({"status": status, "modules": modules}))
+"""
+
+PLAN = """
+import json
+from pysb_core.pipeline import Program, Session
+session = Session.create()
+plan = session.plan(Program("code", argv=["-c"], code="pass"))
+print(json.dumps(plan.payload["guards"]))
+"""
+
+
+def _python(code: str, cwd: Path) -> str:
+    env = {**BASE_ENV, "XDG_CACHE_HOME": str(cwd / "cache")}
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
+    (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\nenv: {TERM: xterm}\n")
+    _python(RUN, tmp_path)  # fills the profile cache
+    out = json.loads(_python(RUN, tmp_path))
+    assert out["status"] == 0
+    assert NEVER_ON_THE_HOST.isdisjoint(out["modules"]), NEVER_ON_THE_HOST & set(out["modules"])
+    assert "pysb_guards.files_hooks" in out["modules"]
+
+
+def test_the_sandbox_still_gets_every_guard(tmp_path: Path) -> None:
+    (tmp_path / ".pysb.yaml").write_text("version: 1\n")
+    guards = json.loads(_python(PLAN, tmp_path))
+    assert sorted(guards) == [
+        "pysb_guards.api",
+        "pysb_guards.env",
+        "pysb_guards.files",
+        "pysb_guards.imports",
+        "pysb_guards.network",
+    ]
