@@ -72,6 +72,16 @@ def _memory_text(policy: Policy) -> str | None:
     return f"{value} ({source})" if source else value
 
 
+def _with_state_dirs(policy: Policy, environ: Mapping[str, str]) -> Policy:
+    """Name pysb's state directory in the policy, so that no layer lets the sandbox write
+    the caches the next run trusts (:mod:`pysb_core.statedir`)."""
+    from pysb_core.statedir import ensure, state_dir
+
+    path = state_dir(environ)
+    real = ensure(path) if path else None
+    return policy.replace(state_dirs=(real,)) if real else policy
+
+
 def _profile_from_env(environ: Mapping[str, str]) -> str | None:
     return environ.get("PYSB_PROFILE") or None
 
@@ -184,6 +194,7 @@ class Session:
         hooks.register(prov, name=f"provider:{prov.name}")
 
         policy = cls._pin(policy, hooks, stderr)
+        policy = _with_state_dirs(policy, environ)
         hooks.configure(policy)
         report = CheckReport(
             prov.name,
@@ -272,7 +283,7 @@ class Session:
             env=env,
             cwd=policy.cwd,
             exposures=exposures,
-            protected=list(policy.profile_files),
+            protected=[*policy.profile_files, *policy.state_dirs],
             pass_fds=[payload_fd, *([report_w] if report_w is not None else []), *pass_fds],
             interactive=interactive,
             popen_kwargs=dict(popen_kwargs or {}),

@@ -149,6 +149,8 @@ class Policy(Record):
     locked: bool = False
     profile_files: tuple[str, ...] = ()
     profile_path: str | None = None
+    #: pysb's own state directories (caches): like the profile files, never writable inside.
+    state_dirs: tuple[str, ...] = ()
     cwd: str = "/"
     #: third-party sections declared with ``ProfileSchema.add_section``, as plain data.
     extra: dict[str, Any] = field(default_factory=dict)
@@ -181,6 +183,7 @@ class Policy(Record):
         d["api"] = tuple(ApiRule(**r) for r in d.get("api", ()))
         d["limits"] = Limits(**d.get("limits", {}))
         d["profile_files"] = tuple(d.get("profile_files", ()))
+        d["state_dirs"] = tuple(d.get("state_dirs", ()))
         return cls(**d)
 
     @classmethod

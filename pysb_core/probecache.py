@@ -15,13 +15,12 @@ import os
 from collections.abc import Callable, Sequence
 
 from pysb_core.provider import ProviderStatus
+from pysb_core.statedir import state_dir, trusted
 
 
 def _cache_file(name: str) -> str | None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not base or base == ".cache":
-        return None
-    return os.path.join(base, "pysb", "probes", f"{name}.json")
+    base = state_dir()
+    return None if base is None else os.path.join(base, "probes", f"{name}.json")
 
 
 def _key(binaries: Sequence[str]) -> list[object]:
@@ -44,7 +43,14 @@ def cached_probe(
     if path is not None:
         try:
             with open(path, encoding="utf-8") as f:
+                # A remembered binary path is run on the host: only an entry this user
+                # alone could have written counts (pysb_core.statedir).
+                if not (trusted(os.path.dirname(path)) and trusted("", os.fstat(f.fileno()))):
+                    raise ValueError("untrusted probe cache entry")
                 saved = json.load(f)
+            details = saved.get("details", {})
+            if details.get("binary", binaries[0] if binaries else None) not in (*binaries, None):
+                raise ValueError("a cached binary that is not the probed one")
             if saved.get("key") == key:
                 return ProviderStatus.ok(version=saved.get("version"), **saved.get("details", {}))
         except (OSError, ValueError, TypeError, AttributeError):
@@ -52,7 +58,7 @@ def cached_probe(
     status = probe()
     if status.available and path is not None:
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             tmp = f"{path}.{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"key": key, "version": status.version, "details": status.details}, f)

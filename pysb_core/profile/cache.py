@@ -8,6 +8,10 @@ digest of the bytes just read all match, so an edited file is always re-parsed (
 edited twice within the same mtime tick). Variables are expanded after the cache, so the
 cache never holds host environment values.
 
+The directory is never writable inside a sandbox (it is protected like the profile files:
+:mod:`pysb_core.statedir`), and an entry is read only when it and its directory belong to
+this user and nobody else can write them.
+
 Every failure here (unwritable home, corrupt entry, foreign marshal version) silently
 falls back to parsing: the cache can make a start faster, never different.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 import marshal
 import os
+
+from pysb_core.statedir import state_dir, trusted
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -32,14 +38,9 @@ FORMAT = 1
 
 
 def cache_dir(environ: Mapping[str, str]) -> str | None:
-    """The cache directory, from ``XDG_CACHE_HOME`` (else ``~/.cache``); None when unknown."""
-    base = environ.get("XDG_CACHE_HOME") or os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        home = environ.get("HOME") or os.environ.get("HOME")
-        if not home:
-            return None
-        base = os.path.join(home, ".cache")
-    return os.path.join(base, "pysb", "profiles")
+    """The cache directory, in pysb's state directory (:mod:`pysb_core.statedir`)."""
+    base = state_dir(environ)
+    return None if base is None else os.path.join(base, "profiles")
 
 
 def digest(data: bytes) -> bytes:
@@ -57,6 +58,9 @@ def load(directory: str | None, path: str, st: os.stat_result, data: bytes) -> A
         return None
     try:
         with open(_entry(directory, path), "rb") as f:
+            # Only an entry this user alone could have written (pysb_core.statedir).
+            if not (trusted(directory) and trusted("", os.fstat(f.fileno()))):
+                return None
             record = marshal.load(f)
         fmt, cpath, size, mtime_ns, dig, tree = record
     except (OSError, EOFError, ValueError, TypeError):

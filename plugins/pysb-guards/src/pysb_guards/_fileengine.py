@@ -236,6 +236,16 @@ def _f_decide(canon, write, kind):
                 detail,
                 EACCES,
             )
+        if canon in ST["state"] or canon.startswith(ST["state_below"]):
+            return _f_deny(
+                WDENIED,
+                f"'{canon}' is (or holds) pysb's own cache directory, which the next run "
+                "trusts: it is never writable from inside",
+                canon,
+                "",
+                detail,
+                EACCES,
+            )
         if not exp[2]:
             rule = f"files: expose-rw: [{_f_shown(_f_rule_dir(canon, kind))}]"
             return _f_deny(

@@ -238,6 +238,15 @@ def install(policy: Policy, recorder: Recorder) -> None:
         ignore.append((kind, rx.match, rule.pattern, rule.source))
 
     profile_files = frozenset(os.path.realpath(p) for p in policy.profile_files)
+    state_dirs = tuple(os.path.realpath(d) for d in policy.state_dirs)
+    # The directories above them too: renaming ~/.cache away and making a new one would
+    # replace the caches as surely as writing them.
+    state_above = {os.path.dirname(d) for d in state_dirs}
+    for d in list(state_above):
+        while d not in ("/", ""):
+            d = os.path.dirname(d)
+            state_above.add(d)
+    state_above.discard("/")
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     write_flags |= getattr(os, "O_TMPFILE", 0) & ~os.O_DIRECTORY
 
@@ -249,6 +258,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "renames": renames,
             "ignore": tuple(ignore),
             "profile": profile_files,
+            "state": frozenset(state_dirs) | state_above,
+            "state_below": tuple(d.rstrip("/") + "/" for d in state_dirs),
             "devices": frozenset(DEVICES),
             "cwd": None,
             "cwd_hint": policy.cwd,
