@@ -27,6 +27,7 @@ IMPORTS = (
     "unittest",
     "traceback",
     "runpy",
+    "sysconfig",
     "sys",
 )
 
@@ -129,6 +130,10 @@ ALLOWED = [
     (
         "lazy-relative-import",
         "import concurrent.futures as cf\ncf.ProcessPoolExecutor\nprint('ok')",
+    ),
+    (
+        "sysconfig-data",
+        "import sysconfig\nprint('ok' if sysconfig.get_config_vars()['prefix'] else 'no')",
     ),
     ("codecs-search", "print('ok' if 'x'.encode('idna') == b'x' else 'no')"),
     (

@@ -395,11 +395,9 @@ def internal_importers() -> frozenset[tuple[str, str]]:
     """``(filename, function name)`` of :data:`INTERNAL_IMPORTERS` in this interpreter."""
     import os
 
+    # Code objects of the standard library carry the path it was found under, os's too.
     stdlib = os.path.dirname(os.__file__)
-    roots = {stdlib, os.path.realpath(stdlib)}
-    return frozenset(
-        (os.path.join(root, rel), name) for root in roots for rel, name in INTERNAL_IMPORTERS
-    )
+    return frozenset((os.path.join(stdlib, rel), name) for rel, name in INTERNAL_IMPORTERS)
 
 
 def _probe() -> Any:
