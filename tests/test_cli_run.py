@@ -244,3 +244,25 @@ def test_unknown_provider_option_is_reported_once_with_a_hint(project: Project) 
     assert r.returncode == 125 and "must not run" not in r.stdout
     assert r.stderr.count("providers: subprocess:") == 1, r.stderr
     assert "unknown option 'isolate'" in r.stderr
+
+
+def test_directory_program_imports_its_siblings_as_python_does(project: Project) -> None:
+    """`pysb run app/`: the directory is sys.path[0] and its modules are the program's."""
+    import subprocess
+
+    project.profile("version: 1\nfiles:\n  expose-ro: [.]\n")
+    project.file("app/util.py", "X = 1\n")
+    project.file("app/sub/__init__.py", "")
+    project.file("app/sub/m.py", "Y = 2\n")
+    project.file(
+        "app/__main__.py",
+        "import sys, util\nfrom sub import m\nprint(sys.argv, sys.path[0], util.X, m.Y)\n"
+        "try:\n    from app import util\nexcept ModuleNotFoundError as e:\n    print(e)\n",
+    )
+    r = project.run("run", "app/")
+    assert r.returncode == 0, r.stderr
+    plain = subprocess.run(
+        [sys.executable, "app/"], cwd=project.root, capture_output=True, text=True
+    )
+    assert r.stdout == plain.stdout
+    assert "1 2" in r.stdout and "No module named 'app'" in r.stdout

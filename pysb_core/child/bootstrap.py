@@ -60,8 +60,11 @@ def _read_payload(fd: int) -> dict:
 
 def _fix_sys_path(program: dict) -> None:
     """Make ``sys.path[0]`` what CPython would have put there for the real program."""
-    if not sys.flags.safe_path and sys.path and sys.path[0] == "":
-        del sys.path[0]  # the bootstrap's own -c entry
+    if not sys.flags.safe_path and "" in sys.path:
+        sys.path.remove("")  # the bootstrap's own -c entry (the stub put its paths before it)
+    if program.get("importer"):  # a directory or zip: there even with -P, as in CPython
+        sys.path.insert(0, program["path0"])
+        return
     if sys.flags.safe_path:
         return
     mode = program["mode"]
@@ -71,6 +74,45 @@ def _fix_sys_path(program: dict) -> None:
         sys.path.insert(0, os.getcwd())
     elif mode in ("code", "stdin", "repl"):
         sys.path.insert(0, "")
+
+
+def _program_modules(root: str) -> list[str]:
+    """Top-level modules of a program run as a directory or a zip file (its sys.path[0]).
+
+    They are the program's own: ``__main__`` imports its siblings as top-level names. Names
+    of the standard library and of modules already loaded are left out: CPython would not
+    take them from the program's directory either (a loaded module wins), and they must not
+    become importable under the program's name. The directory's own name stays allowed.
+    """
+    import _imp
+
+    suffixes = (".py", ".pyc", *_imp.extension_suffixes())
+    if os.path.isdir(root):
+        entries = []
+        for entry in os.scandir(root):
+            if entry.is_dir():
+                entries.append(entry.name)
+            elif entry.name.endswith(suffixes):
+                entries.append(entry.name.partition(".")[0])
+        entries.append(os.path.basename(os.path.normpath(root)))
+    else:
+        import zipfile
+
+        with zipfile.ZipFile(root) as z:
+            names = z.namelist()
+        entries = [
+            n.partition("/")[0] if "/" in n else n.partition(".")[0]
+            for n in names
+            if "/" in n or n.endswith((".py", ".pyc"))
+        ]
+    skip = set(getattr(sys, "stdlib_module_names", ())) | set(sys.modules)
+    return sorted(
+        {
+            n
+            for n in entries
+            if n.isidentifier() and n not in skip and not n.startswith("pysb") and n != "__main__"
+        }
+    )
 
 
 def _apply_limits(limits: dict) -> None:
@@ -158,8 +200,8 @@ def _run_program(program: dict, runpy) -> None:
         return
     if mode == "script":
         path = program["path"]
-        if runpy is not None:  # a directory or a zip file with __main__.py
-            runpy.run_path(path, run_name="__main__")
+        if runpy is not None:  # a directory or a zip file with __main__.py: as CPython does
+            runpy._run_module_as_main("__main__", alter_argv=False)
             return
         source = program["source"]
         main_globals["__file__"] = path
@@ -199,10 +241,6 @@ def main(fd: str) -> None:
         if entry not in sys.path:
             sys.path.append(entry)
 
-    if program["mode"] == "script":
-        # Resolved now: once the file guard is installed, resolving the script's directory
-        # would itself be an access the profile may not grant.
-        program["path0"] = os.path.dirname(os.path.realpath(program["path"]))
     # As CPython does, the script is opened before anything runs (and before the guards,
     # so the program itself never needs a file rule to start).
     if program["mode"] == "script" and not os.path.isdir(program["path"]):
@@ -215,8 +253,16 @@ def main(fd: str) -> None:
                 f"[Errno {e.errno}] {e.strerror}\n"
             )
             raise SystemExit(2) from None
-    elif program["mode"] == "script":
-        pass  # a directory with __main__.py: runpy below
+    if program["mode"] == "script":
+        # Resolved now: once the file guard is installed, resolving the script's directory
+        # would itself be an access the profile may not grant. A directory or a zip file
+        # with __main__.py is itself sys.path[0], as CPython puts it (see _program_modules).
+        path = program["path"]
+        if "source" not in program or program["source"][:2] == b"PK":
+            program["path0"] = os.path.join(os.getcwd(), path)
+            program["importer"] = True
+        else:
+            program["path0"] = os.path.dirname(os.path.realpath(path))
 
     # Framework modules the program's mode needs are imported now, before the guards
     # (the import guard evicts framework modules; references held here stay usable).
@@ -270,6 +316,8 @@ def main(fd: str) -> None:
             ]
             if mode == "entry":  # partial mode: the modules defining sandboxed functions
                 allowed_names = list(program.get("args", {}).get("program_modules", ()))
+            elif program.get("importer"):
+                allowed_names = _program_modules(program["path0"])
             else:
                 allowed_names = [
                     program.get("module")

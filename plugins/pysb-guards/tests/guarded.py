@@ -87,12 +87,14 @@ def run(
     cwd: str | os.PathLike[str] | None = None,
     families: tuple[str, ...] = FAMILIES,
     script: str | os.PathLike[str] | None = None,
+    module: str | None = None,
     profile_files: tuple[str, ...] = (),
     python: str = sys.executable,
     timeout: float = 60,
     stdin: str | None = None,
 ) -> Result:
-    """Run ``code`` (as ``-c``, or as ``script`` when given) under the guards."""
+    """Run ``code`` (as ``-c``, or as ``script`` or ``-m module`` when given) under the
+    guards."""
     import shutil
 
     python = shutil.which(python) or python  # the child's PATH may differ
@@ -108,7 +110,9 @@ def run(
         cwd=cwd,
         profile_files=profile_files,
     )
-    if script is not None:
+    if module is not None:
+        program = {"mode": "module", "module": module, "argv": ["-m"]}
+    elif script is not None:
         program = {"mode": "script", "path": str(script), "argv": [str(script)]}
     else:
         program = {"mode": "code", "code": code, "argv": ["-c"]}

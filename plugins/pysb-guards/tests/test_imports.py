@@ -141,3 +141,64 @@ def test_loader_level_imports_are_refused(attack: str, python: str) -> None:
     )
     assert "refused" in res.stdout, res.stdout + res.stderr
     assert "ESCAPED" not in res.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Imports that library code makes for the program (tests/security/import_escapes.py)
+# ---------------------------------------------------------------------------------------
+
+sys_path_security = str(guarded.ROOT / "tests" / "security")
+if sys_path_security not in guarded.sys.path:
+    guarded.sys.path.insert(0, sys_path_security)
+import import_escapes  # noqa: E402
+
+
+def _corpus_run(code: str, python: str) -> guarded.Result:
+    return guarded.run(
+        code, imports=import_escapes.IMPORTS, api=(("allow", "*"),), python=python, timeout=120
+    )
+
+
+def test_library_code_does_not_import_for_the_program(python: str) -> None:
+    """Every attack of the corpus, each in a child of its own, on every interpreter."""
+    escaped = []
+    for label, code in import_escapes.ATTACKS:
+        res = _corpus_run(import_escapes.program(code), python)
+        if "held" not in res.stdout or "ESCAPED" in res.stdout:
+            escaped.append((label, res.stdout, res.stderr[-600:]))
+    assert not escaped, escaped
+
+
+def test_library_code_still_imports_for_itself(python: str) -> None:
+    failed = []
+    for label, code in import_escapes.ALLOWED:
+        res = _corpus_run(code, python)
+        lines = res.stdout.strip().splitlines()
+        if res.returncode != 0 or not lines or lines[-1] != "ok":
+            failed.append((label, res.stdout, res.stderr[-600:]))
+    assert not failed, failed
+
+
+def test_library_frames_decide_by_the_instruction_they_run(python: str) -> None:
+    """The rule's pieces, one by one, under `imports: [threading, json]`: a library's
+    import *statement* is its own; its call of ``__import__`` (``Thread.run`` calling its
+    target) is the program's, whoever called the library, unless the name is its own
+    package's or a module already loaded."""
+    r = guarded.probe(
+        """
+        import threading, json
+        def call(name):
+            return threading.Thread(target=__import__, args=(name,)).run()
+        t("statement", lambda: json.loads("[1]"))
+        t("call-unlisted", lambda: call("csv"))
+        t("call-loaded", lambda: call("json"))
+        t("call-own-package", lambda: call("threading"))
+        """,
+        imports=("threading", "json"),
+        api=(("allow", "*"),),
+        python=python,
+    )
+    assert r["statement"][0] == "ok"
+    assert r["call-unlisted"][0] == "ImportDeniedError"
+    assert r["call-loaded"][0] == "ok"
+    assert r["call-own-package"][0] == "ok"

@@ -38,6 +38,9 @@ MODULESPEC: Any = None  # type: ignore[assignment]  # sealed
 MODULES: dict[str, Any] = None  # type: ignore[assignment]  # sealed
 ALWAYS: frozenset[str] = None  # type: ignore[assignment]  # sealed
 KEEP: frozenset[str] = None  # type: ignore[assignment]  # sealed
+IMPORT_NAME: int = None  # type: ignore[assignment]  # sealed
+EXTENDED_ARG: int = None  # type: ignore[assignment]  # sealed
+INTERNAL: frozenset[tuple[str, str]] = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -45,16 +48,16 @@ def _e_top(name):
 
 
 def _e_allowed(top):
-    if top in STATE["program"]:
-        return True
     if top in NEVER:
         return False
+    if top in STATE["program"]:
+        return True
     return STATE["star"] or top in STATE["allowed"]
 
 
-def _e_from_library():
-    """True when the nearest frame that is neither the import system nor pysb's own is
-    library code (a module importing on its own behalf), False for the program."""
+def _e_importer():
+    """The frame of the code that asked for the import: the nearest frame that is neither
+    the import system nor pysb's own (None when no Python code asked: atexit, C callbacks)."""
     f = GETFRAME(1)
     while f is not None:
         g = f.f_globals
@@ -65,8 +68,70 @@ def _e_from_library():
         if code in FACE_CODES:
             f = f.f_back
             continue
-        return IS_LIBRARY(code.co_filename, PREFIXES)
-    return True
+        return f
+    return None
+
+
+def _e_own_top(filename):
+    """Top-level package of a library file (below the longest library prefix)."""
+    if filename.startswith("<frozen "):
+        return filename[8:-1].partition(".")[0]
+    best = ""
+    for prefix in PREFIXES:
+        if filename.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    if not best:
+        return None
+    head = best[:-1].rpartition("/")[2]
+    if head.startswith("pysb_"):
+        return head  # pysb's own prefixes are its package directories
+    return filename[len(best) :].partition("/")[0].partition(".")[0]
+
+
+def _e_written(code, at):
+    """The name an ``IMPORT_NAME`` at offset ``at`` of ``code`` names (None otherwise)."""
+    ops = code.co_code
+    if at < 0 or at + 1 >= len(ops) or ops[at] != IMPORT_NAME:
+        return None
+    arg = ops[at + 1]
+    shift = 8
+    while at >= 2 and ops[at - 2] == EXTENDED_ARG:
+        at -= 2
+        arg |= ops[at + 1] << shift
+        shift += 8
+    names = code.co_names
+    return names[arg] if arg < len(names) else None
+
+
+def _e_library_own(name, top, loaded_ok, relative):
+    """True when library code imports ``name`` on its own behalf, False when the import is
+    the program's (to be judged).
+
+    Library code's ``import`` *statement* names a constant (the ``IMPORT_NAME`` under way in
+    its frame): its own business. An import made by a *call* -- ``__import__``,
+    ``import_module``, C code -- takes its name as data, which may be the program's (a
+    ``Thread`` whose target is ``__import__``, ``pkgutil.resolve_name('csv:reader')``, a
+    pickle naming a module): judged as the program's, unless it names the calling library's
+    own package, a module already in ``sys.modules`` (``loaded_ok``: nothing runs, nothing
+    is put back), or the caller is one of the interpreter's internal importers (INTERNAL).
+    A relative import follows the importing module's ``__package__``, which the program
+    can rewrite: it must stay in the package the library file belongs to.
+    """
+    f = _e_importer()
+    if f is None:
+        return False
+    code = f.f_code
+    filename = code.co_filename
+    if type(filename) is not str or not IS_LIBRARY(filename, PREFIXES):
+        return False
+    if _e_own_top(filename) == top:
+        return True
+    written = _e_written(code, f.f_lasti)
+    if written is not None and not relative and written.partition(".")[0] == top:
+        return True
+    if loaded_ok and name in MODULES:
+        return True
+    return (filename, code.co_name) in INTERNAL
 
 
 def _e_refusal(name):
@@ -83,12 +148,13 @@ def _e_refusal(name):
     return REFUSAL(exc)
 
 
-def _e_decide(name):
-    """None when the import may go on, else a Refusal."""
+def _e_decide(name, loaded_ok=False, relative=False):
+    """None when the import may go on, else a Refusal (see ``_e_library_own`` for the
+    flags)."""
     top = _e_top(name)
     if _e_allowed(top):
         return None
-    if _e_from_library():
+    if _e_library_own(name, top, loaded_ok, relative):
         return None
     if STATE["learning"]:
         if top not in STATE["learned"] and top.isidentifier():
@@ -130,13 +196,13 @@ def _e_judge_import(args, kwargs):
         state = STATE
         if (state["star"] and top not in NEVER) or top in state["allowed"]:
             return None
-        return _e_decide(str.__str__(name))
+        return _e_decide(str.__str__(name), True)
     if type(level) is not int:
         return None
     name = _e_resolve(str.__str__(name), args[1] if len(args) > 1 else kwargs.get("globals"), level)
     if name is None:
         return None
-    return _e_decide(name)
+    return _e_decide(name, True, True)
 
 
 def _e_judge_import_module(args, kwargs):
@@ -158,7 +224,7 @@ def _e_judge_import_module(args, kwargs):
         state = STATE
         if (state["star"] and top not in NEVER) or top in state["allowed"]:
             return None
-    return _e_decide(name)
+    return _e_decide(name, True)
 
 
 def _e_find_action(name):
@@ -197,6 +263,7 @@ def _e_on_import(name, patcher):
 
 
 def _e_patch_importlib(module):
+    global FACE_CODES
     face = STATE["import_face"]
     if getattr(module, "__import__", None) is not None and module.__import__ is not face:
         module.__import__ = face
@@ -204,6 +271,9 @@ def _e_patch_importlib(module):
     if im is not None and not IS_FACE(im):
         door = MAKE_DOOR(im, _e_judge_import_module, name="import_module")
         if _e_is_standard_import_module(im):
+            # Its frame (below the door, for a relative name) is the import system's: the
+            # importer is whoever called it.
+            FACE_CODES = (*FACE_CODES, im.__code__)
             gate = MAKE_GATE("import_module", GCD_IMPORT, door, STATE["fast"])
             module.import_module = MAKE_FACE(gate, im, None, "import_module")
         else:
@@ -345,13 +415,28 @@ def _e_audit_import(args):
 
 
 def _e_module_of_file(filename):
-    """Top-level module name of a source file below a sys.path entry (None if none)."""
+    """Top-level module name of a source file (None if none).
+
+    A library file belongs to the package below its library prefix (fixed at install). Any
+    other file is named from the longest ``sys.path`` entry holding it, except that a
+    package's ``__init__`` is never a top-level module of its own directory: a program run
+    as a directory or a zip has that directory on ``sys.path``, and its package may also be
+    imported from the parent.
+    """
+    if IS_LIBRARY(filename, PREFIXES):
+        top = _e_own_top(filename)
+        if top:
+            return top if top.isidentifier() else None
     best = ""
     for entry in SYS.path:
         if type(entry) is not str or not entry:
             continue
         root = entry.rstrip("/") + "/"
-        if filename.startswith(root) and len(root) > len(best):
+        if (
+            filename.startswith(root)
+            and len(root) > len(best)
+            and not filename[len(root) :].startswith("__init__.")
+        ):
             best = root
     if not best:
         return None

@@ -217,6 +217,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
     add_handler, _close = _seal.audit_registry()
     mark = _seal.sealed_mark()
+    import_name, extended_arg = _opcodes()
     never = frozenset({"pysb_guards"})
     # The names __import__ and import_module let through without asking the judge: those
     # its first test allows on the name alone (see _seal's gates). Program modules join
@@ -266,6 +267,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
         ALWAYS=ALWAYS,
         KEEP=KEEP,
         MODULES=sys.modules,
+        INTERNAL=internal_importers(),
+        IMPORT_NAME=import_name,
+        EXTENDED_ARG=extended_arg,
     )
     state = ns["STATE"]
 
@@ -277,6 +281,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         *ns["FACE_CODES"],
         state["find_face"].__code__,
         _PatchingLoader.exec_module.__code__,
+        _PatchingLoader.create_module.__code__,
         _ReinsertLoader.load_module.__code__,
     )
     ns["_e_restore_finder"]()
@@ -322,6 +327,47 @@ def install(policy: Policy, recorder: Recorder) -> None:
             _seal.guard(ns["_e_visit"], _seal._allow_all),
         )
     )
+
+
+#: Standard library functions that import modules other than their own by *calling*
+#: ``__import__`` with names of their own making (not the caller's): ``(file below the
+#: standard library, function)``. The rest of the standard library's calls import names
+#: their callers give them (pickle, logging.config, pkgutil, unittest...): judged.
+INTERNAL_IMPORTERS = (
+    ("sysconfig.py", "_init_posix"),  # _sysconfigdata_<platform> (3.11, 3.12)
+    ("sysconfig/__init__.py", "_init_posix"),  # 3.13
+)
+
+#: ``(IMPORT_NAME, EXTENDED_ARG)`` opcodes by version (checked against a probe at install).
+_OPCODES = {(3, 11): (108, 144), (3, 12): (108, 144), (3, 13): (75, 71)}
+
+
+def internal_importers() -> frozenset[tuple[str, str]]:
+    """``(filename, function name)`` of :data:`INTERNAL_IMPORTERS` in this interpreter."""
+    import os
+
+    # Code objects of the standard library carry the path it was found under, os's too.
+    stdlib = os.path.dirname(os.__file__)
+    return frozenset((os.path.join(stdlib, rel), name) for rel, name in INTERNAL_IMPORTERS)
+
+
+def _probe() -> Any:
+    import _pysb_probe_  # type: ignore[import-not-found]  # noqa: F401 - never called
+
+
+def _opcodes() -> tuple[int, int]:
+    """``IMPORT_NAME`` and ``EXTENDED_ARG`` of this interpreter, without importing ``opcode``
+    (0.6 ms) on the versions we know: the table's value must be the one instruction of
+    :func:`_probe` naming ``_pysb_probe_``."""
+    known = _OPCODES.get(sys.version_info[:2])
+    if known is not None:
+        ops = _probe.__code__.co_code
+        found = [i for i in range(0, len(ops), 2) if ops[i] == known[0]]
+        if len(found) == 1 and _probe.__code__.co_names[ops[found[0] + 1]] == "_pysb_probe_":
+            return known
+    import opcode
+
+    return opcode.opmap["IMPORT_NAME"], opcode.opmap["EXTENDED_ARG"]
 
 
 def _text(value: Any) -> str | None:
