@@ -202,3 +202,21 @@ def test_library_frames_decide_by_the_instruction_they_run(python: str) -> None:
     assert r["call-unlisted"][0] == "ImportDeniedError"
     assert r["call-loaded"][0] == "ok"
     assert r["call-own-package"][0] == "ok"
+
+
+def test_c_code_imports_the_interpreters_own_helpers(python: str) -> None:
+    """datetime's C code imports ``time`` (strftime) and ``_strptime`` (strptime) on
+    demand: listing datetime is enough, and ``time`` itself needs no rule."""
+    r = guarded.probe(
+        """
+        import datetime
+        t("strftime", lambda: datetime.date(2020, 1, 2).strftime("%Y-%m-%d"))
+        t("strptime", lambda: datetime.datetime.strptime("2021", "%Y").year)
+        t("csv", lambda: __import__("csv"))
+        """,
+        imports=("datetime",),
+        python=python,
+    )
+    assert r["strftime"] == ("ok", "'2020-01-02'")
+    assert r["strptime"] == ("ok", "2021")
+    assert r["csv"][0] == "ImportDeniedError"

@@ -64,6 +64,7 @@ ALWAYS = frozenset(
         "warnings",
         "_warnings",
         "_strptime",
+        "time",  # datetime's C code imports it for strftime/timetuple
         "copyreg",
         "linecache",
         "tokenize",
