@@ -50,12 +50,19 @@ class Recorder:
     Writes are unbuffered single ``os.write`` calls so that a crash loses nothing written.
     """
 
-    __slots__ = ("_fd", "_seen", "learning")
+    __slots__ = ("_dumps", "_fd", "_seen", "learning")
 
     def __init__(self, fd: int | None, *, learning: bool) -> None:
         self._fd = fd
         self.learning = learning
         self._seen: set[tuple[str, str, str]] = set()
+        self._dumps = None
+        if fd is not None:
+            # Imported now, before the guards: a first record made in the middle of an import
+            # (a stat the files guard learns) must not start another import.
+            import json
+
+            self._dumps = json.dumps
 
     def deny(self, guard: str, target: str, detail: str = "", suggested_rule: str = "") -> None:
         self._emit(Event("python", guard, "deny", target, detail, suggested_rule))
@@ -72,7 +79,8 @@ class Recorder:
     def _emit(self, event: Event) -> None:
         if self._fd is None:
             return
-        data = (event.to_json() + "\n").encode()
+        text = self._dumps(asdict(event), separators=(",", ":"), default=str)  # type: ignore[misc]
+        data = (text + "\n").encode()
         try:
             while data:
                 n = os.write(self._fd, data)

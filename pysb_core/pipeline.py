@@ -253,7 +253,7 @@ class Session:
         popen_kwargs: Mapping[str, Any] | None = None,
     ) -> LaunchPlan:
         """Build the launch plan for ``program`` (guards contribute, pins are announced)."""
-        from pysb_core.pyenv import implicit_exposures, python_paths
+        from pysb_core.pyenv import implicit_exposures, import_roots
 
         policy = self.policy
         python = sys.executable
@@ -261,11 +261,8 @@ class Session:
         report_r = report_w = None
         if policy.learn or self.hooks.implementers("pysb_event"):
             report_r, report_w = os.pipe()
-        _, dirs = python_paths(python)
         core_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        boot_paths = [p for p in (core_root,) if p not in dirs] + [
-            p for p in dirs if p not in (core_root,)
-        ]
+        boot_paths = [core_root, *(p for p in import_roots() if p != core_root)]
         argv = [python, *python_opts, "-c", BOOT_STUB.format(paths=boot_paths), str(payload_fd)]
         env = dict(policy.env)
         if policy.learn:

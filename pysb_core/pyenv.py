@@ -92,6 +92,26 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
     return tuple(files), tuple(dirs)
 
 
+def import_roots() -> list[str]:
+    """This interpreter's ``sys.path`` directories, canonical, without the working directory
+    and the launching script's: where the sandboxed interpreter (the same one) must find
+    pysb and the plugins even when they come from ``PYTHONPATH``, which it does not inherit.
+
+    Exposure directories are not import roots: a package directory such as
+    ``.../pysb_core`` on ``sys.path`` would make its modules importable under bare names.
+    """
+    script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    cwd = os.path.realpath(os.getcwd())
+    roots: list[str] = []
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real not in (cwd, script_dir) and real not in roots:
+            roots.append(real)
+    return roots
+
+
 def _importable_parts(entry: str) -> list[str]:
     """What of a sys.path entry outside site-packages the interpreter needs to read.
 

@@ -266,3 +266,38 @@ def test_directory_program_imports_its_siblings_as_python_does(project: Project)
     )
     assert r.stdout == plain.stdout
     assert "1 2" in r.stdout and "No module named 'app'" in r.stdout
+
+
+def test_sys_path_is_the_interpreters_own(project: Project) -> None:
+    """The sandboxed interpreter's ``sys.path`` is what plain Python gives a ``-c`` program:
+    no exposure directory (``.../pysb_core``, the venv's ``lib/pythonX.Y``) is an import
+    root, so pysb's own modules cannot be imported under bare names."""
+    import subprocess
+
+    from pysb_core.testing import BASE_ENV
+
+    project.profile('version: 1\nimports: ["*"]\n')
+    code = "import sys; print(sys.path)"
+    plain = subprocess.run(
+        [sys.executable, "-c", code], cwd=project.root, env=BASE_ENV,
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    res = project.run("run", "-c", code + "\ntry:\n import errors\nexcept ImportError: pass\n"
+                      "else: print('BARE NAME IMPORTED')")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == plain.stdout.splitlines()
+
+
+def test_learning_records_accesses_made_during_an_import(project: Project, tmp_path) -> None:
+    """The first learned access can come from inside an import (the import system stats
+    every ``sys.path`` entry): recording it must not start another import."""
+    dirs = []
+    for i in range(40):
+        d = tmp_path / f"entry{i}"
+        d.mkdir()
+        dirs.append(str(d))
+    code = f"import sys\nsys.path[:0] = {dirs!r}\nimport json\nprint(json.dumps('ok'))"
+    res = project.run("run", "--learn", "-c", code)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == '"ok"'
+    assert "json" in (project.root / ".pysb.yaml").read_text()
