@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pysb_bwrap.hostfs import (
@@ -35,6 +34,7 @@ from pysb_bwrap.hostfs import (
     is_below,
 )
 from pysb_core.errors import SandboxError
+from pysb_core.records import Record, field, mutable_record
 from pysb_core.sysfiles import ETC_BASE, ETC_HOSTS, ETC_NETWORK, ETC_RESOLV
 
 if TYPE_CHECKING:
@@ -48,8 +48,8 @@ RESERVED = ("/proc", "/dev")
 DEFAULT_HOSTNAME = "pysb"
 
 
-@dataclass
-class BwrapCommand:
+@mutable_record
+class BwrapCommand(Record):
     """The built command plus what the provider must arrange around it."""
 
     argv: list[str]

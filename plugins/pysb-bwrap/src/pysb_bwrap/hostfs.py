@@ -8,8 +8,8 @@ file) without touching the real one.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
+from pysb_core.records import Record, field, record
 from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
 
 #: Top-level entries that hold the system's programs and libraries. On a merged-/usr
@@ -18,8 +18,8 @@ from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
 TOP_LEVEL_SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
-@dataclass(frozen=True)
-class HostLayout:
+@record
+class HostLayout(Record):
     """A snapshot of the host facts the builder uses.
 
     ``top_level`` maps each entry of :data:`TOP_LEVEL_SYSTEM` that exists to ``"dir"`` or

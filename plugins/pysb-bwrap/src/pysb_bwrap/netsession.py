@@ -9,22 +9,23 @@ which never ran the program (fail closed).
 
 from __future__ import annotations
 
-import json
 import os
 import select
-import subprocess
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import SandboxError
+from pysb_core.records import Record, field, mutable_record
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: How long bwrap may take to report its PID (it is milliseconds in practice).
 INFO_TIMEOUT = 20.0
 
 
-@dataclass
-class Resources:
+@mutable_record
+class Resources(Record):
     """Host-side temporary files and pipe ends of one launch, released exactly once."""
 
     tmpdir: str | None = None
@@ -68,8 +69,8 @@ class Resources:
             self.tmpdir = None
 
 
-@dataclass
-class NetworkLaunch:
+@mutable_record
+class NetworkLaunch(Record):
     """The pipes bwrap shares with pysb, and the network to attach when it reports in."""
 
     net: Any  # pysb_core.netns.NetnsNetwork
@@ -100,6 +101,8 @@ class NetworkLaunch:
         self.res.close(self.block_w)
 
     def _read_child_pid(self, proc: subprocess.Popen[bytes]) -> int:
+        import json
+
         data = b""
         deadline = time.monotonic() + INFO_TIMEOUT
         while True:
