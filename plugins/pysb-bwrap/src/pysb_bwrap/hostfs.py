@@ -39,6 +39,9 @@ class HostLayout(Record):
     #: Exposure paths that are symlinks (the interpreter's link chain), mapped to their
     #: link text: they are recreated as the same links, not bound.
     exposure_links: dict[str, str] = field(default_factory=dict)
+    #: Exposure paths lying below another exposure (or /usr) that are their own canonical
+    #: path: the builder may leave their bind out when an enclosing one already shows them.
+    canonical: frozenset[str] = frozenset()
 
     def is_dir(self, path: str) -> bool:
         return path in self.dirs
@@ -71,7 +74,13 @@ def scan_host(
         if os.path.isdir(p)
     )
     exp_links = {p: os.readlink(p) for p in exposure_paths if os.path.islink(p)}
-    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved, exp_links)
+    nested = {
+        p
+        for p in exposure_paths
+        if any(is_below(p, q) and p != q for q in (*exposure_paths, "/usr"))
+    }
+    canonical = frozenset(p for p in nested if os.path.realpath(p) == p)
+    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved, exp_links, canonical)
 
 
 def is_below(path: str, root: str) -> bool:

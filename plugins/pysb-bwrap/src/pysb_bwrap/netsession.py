@@ -45,6 +45,27 @@ class Resources(Record):
         os.chmod(path, mode)
         return path
 
+    def memfile(self, data: bytes) -> int:
+        """An fd holding ``data`` from its start, for ``bwrap --file FD DEST`` (bwrap reads
+        and closes its copy; ours is closed once bwrap has started)."""
+        fd = os.memfd_create("pysb-bwrap", os.MFD_CLOEXEC)
+        self.fds.add(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def copy(self, path: str, limit: int = 1 << 20) -> int | None:
+        """:meth:`memfile` of the host file ``path``; None when it cannot be read or is
+        larger than ``limit`` (the caller then binds it)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+        except OSError:
+            return None
+        return self.memfile(data) if len(data) <= limit else None
+
     def pipe(self) -> tuple[int, int]:
         r, w = os.pipe()
         self.fds.update((r, w))
