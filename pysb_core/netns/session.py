@@ -15,9 +15,7 @@ If any step fails, :meth:`NetnsNetwork.attach` stops what it started and raises
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -34,7 +32,9 @@ _SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
 
 
 def _which(name: str) -> str | None:
-    return shutil.which(name, path=os.environ.get("PATH", "") + _SBIN)
+    from pysb_core.probecache import which
+
+    return which(name, _SBIN)
 
 
 class NetnsNetwork:
@@ -156,16 +156,20 @@ class NetnsNetwork:
 
     # -- runtime --------------------------------------------------------------------------
 
-    def attach(self, pid: int) -> None:
+    def attach(self, pid: int, *, filter_loaded: bool = False) -> None:
         """Filter, then connect, the network namespace of ``pid`` (see the module docstring).
 
         ``pid`` must already be inside its new user and network namespaces. Raises
         :class:`SandboxError` with nothing left running when any step fails.
+        ``filter_loaded``: the sandbox's own set-up, inside the namespace, already ran
+        :meth:`filter_steps` and checked that every command succeeded (so no ``nsenter``
+        is needed here).
         """
         if not self.enabled:
             return
         self.check()
-        self.load_filter(pid)
+        if not filter_loaded:
+            self.load_filter(pid)
         from pysb_core.netns.usernet import Pasta
 
         c = self.compiled
@@ -199,6 +203,30 @@ class NetnsNetwork:
             return f"# iptables-restore\n{v4}# ip6tables-restore\n{v6}"
         return self.compiled.ruleset
 
+    def filter_steps(self) -> tuple[bool, list[tuple[list[str], bytes]]]:
+        """What loading the filter takes, for a set-up that runs *inside* the namespace
+        (as its root, before the program exists): whether ``route_localnet`` must be set
+        first, then the commands to run, each with its standard input. Every command must
+        exit 0, else the program must not start. Raises :class:`SandboxError` when no
+        backend is installed."""
+        c = self.compiled
+        backend = self.backend
+        route_localnet = bool(self.layout.host_loopback_nat and (c.host_loopback or c.inbound))
+        if backend == "nft":
+            return route_localnet, [([str(_which("nft")), "-f", "-"], c.ruleset.encode())]
+        if backend == "iptables":
+            from pysb_core.netns.iptables import compile_iptables
+
+            v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
+            return route_localnet, [
+                ([str(_which("iptables-restore"))], v4.encode()),
+                ([str(_which("ip6tables-restore"))], v6.encode()),
+            ]
+        raise SandboxError(
+            "cannot load the network filter: neither nft nor iptables-restore is installed "
+            "(apt-get install nftables)"
+        )
+
     def load_filter(self, pid: int) -> None:
         """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not."""
         c = self.compiled
@@ -220,6 +248,8 @@ class NetnsNetwork:
             args = [str(_which("nft"))]
             stdin = c.ruleset.encode()
         else:
+            import tempfile
+
             from pysb_core.netns.iptables import compile_iptables
 
             v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
@@ -241,6 +271,8 @@ class NetnsNetwork:
             raise SandboxError(f"cannot load the network filter: {exc}") from exc
         finally:
             if tmpdir is not None:
+                import shutil
+
                 shutil.rmtree(tmpdir, ignore_errors=True)
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace").strip()

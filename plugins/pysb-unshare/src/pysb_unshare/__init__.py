@@ -1,9 +1,10 @@
 """The ``unshare`` provider: util-linux ``unshare`` namespaces, a root built from explicit
 binds, and a kernel-filtered user-mode network.
 
-``unshare --user --map-root-user --mount --net --ipc --uts --cgroup --pid`` execs
-:mod:`pysb_unshare.nsinit` (standalone, run with ``-I -S``), which builds the root, becomes
-the PID namespace's init and starts the program with no capabilities (see its docstring).
+``unshare --user --map-root-user --mount --net --ipc --uts --cgroup`` execs
+:mod:`pysb_unshare.nsinit` (standalone, run with ``-I -S``), which makes the PID namespace,
+builds the root, becomes its init and starts the program with no capabilities (see its
+docstring).
 Network rules are enforced by :class:`pysb_core.netns.NetnsNetwork` (nftables inside the
 namespace + slirp4netns/pasta), loaded before the program is released.
 """
@@ -14,10 +15,8 @@ import contextlib
 import marshal
 import os
 import select
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -45,12 +44,28 @@ START_TIMEOUT = 15.0
 
 
 def _which(name: str) -> str | None:
-    return shutil.which(name, path=os.environ.get("PATH", "") + _SBIN)
+    from pysb_core.probecache import which  # not shutil: it imports the compressors
+
+    return which(name, _SBIN)
+
+
+def _tempdir() -> str:
+    """``tempfile.gettempdir()`` without importing ``tempfile`` (``random``, ``shutil``:
+    ~2 ms): ``tempfile.tempdir`` if a caller set it, else the first writable directory
+    among ``$TMPDIR``, ``$TEMP``, ``$TMP``, /tmp, /var/tmp, /usr/tmp."""
+    chosen = getattr(sys.modules.get("tempfile"), "tempdir", None)
+    if isinstance(chosen, str):
+        return chosen
+    names = [os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")]
+    for path in (*names, "/tmp", "/var/tmp", "/usr/tmp"):
+        if path and os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK):
+            return os.path.abspath(path)
+    return os.getcwd()
 
 
 def _staging_dir() -> str:
     """An empty directory the new root's tmpfs is mounted on (only inside the namespace)."""
-    path = os.path.join(tempfile.gettempdir(), f"pysb-unshare-root-{os.geteuid()}")
+    path = os.path.join(_tempdir(), f"pysb-unshare-root-{os.geteuid()}")
     try:
         os.mkdir(path, 0o700)
     except PermissionError as exc:
@@ -228,7 +243,6 @@ class UnshareProvider(Provider):
             "--ipc",
             "--uts",
             "--cgroup",
-            "--pid",
             "--",
             sys.executable,
             "-I",
@@ -259,6 +273,14 @@ class UnshareProvider(Provider):
             "trace": bool(os.environ.get("PYSB_UNSHARE_TRACE")),
             "cgroup_procs": cgroup,
         }
+        if net.enabled:
+            # Loaded by the namespace's init itself (no nsenter, no shell), before it says
+            # it is ready; only then does pysb attach the user-mode network.
+            route_localnet, commands = net.filter_steps()
+            cfg["net_filter"] = {
+                "route_localnet": route_localnet,
+                "commands": [[argv, data] for argv, data in commands],
+            }
         return marshal.dumps(cfg)
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
@@ -307,7 +329,7 @@ class UnshareProvider(Provider):
                         early = _read_status(status_r, proc, until_eof=True)
                         raise SandboxError(early.decode(errors="replace").strip())
                     raise SandboxError("unshare: the sandbox did not start its namespaces")
-                net.attach(proc.pid)
+                net.attach(proc.pid, filter_loaded=True)
             os.write(ctl_w, b"G")
             answer = _read_status(status_r, proc, until_eof=True)
             if not answer.startswith(b"S"):
