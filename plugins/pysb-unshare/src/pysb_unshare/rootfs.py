@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pysb_core.errors import SandboxError
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure
+from pysb_core.sysfiles import ALWAYS_HIDDEN
 
 #: System directories bound read-only when present (symlinks are recreated as symlinks).
 BASE_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -154,6 +155,11 @@ def build_ops(
         inside = translate(h, exposures)
         if inside is not None:
             ops.append(["mask", inside])
+    # Host secrets inside what the /etc binds show (private TLS keys under /etc/ssl): a
+    # root pysb's sandbox is their owner, so their modes alone would not keep them closed.
+    for h in ALWAYS_HIDDEN:
+        if any(_under(h, p) for p in etc) and os.path.isdir(h) and not os.path.islink(h):
+            ops.append(["mask", h])
     visible = [o[2] for o in ops if o[0] == "bind"] + base
     if not any(_under(plan.cwd, v) for v in visible):
         ops.append(["dir", plan.cwd])
