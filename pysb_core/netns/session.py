@@ -156,20 +156,20 @@ class NetnsNetwork:
 
     # -- runtime --------------------------------------------------------------------------
 
-    def attach(self, pid: int, *, filter_loaded: bool = False) -> None:
+    def attach(self, pid: int, *, route_localnet_set: bool = False, checked: bool = False) -> None:
         """Filter, then connect, the network namespace of ``pid`` (see the module docstring).
 
         ``pid`` must already be inside its new user and network namespaces. Raises
         :class:`SandboxError` with nothing left running when any step fails.
-        ``filter_loaded``: the sandbox's own set-up, inside the namespace, already ran
-        :meth:`filter_steps` and checked that every command succeeded (so no ``nsenter``
-        is needed here).
+        ``route_localnet_set``: the sandbox's own set-up sets ``route_localnet`` (before
+        the program can start), so no shell is needed around ``nft``. ``checked``: the
+        caller ran :meth:`check` already.
         """
         if not self.enabled:
             return
-        self.check()
-        if not filter_loaded:
-            self.load_filter(pid)
+        if not checked:
+            self.check()
+        self.load_filter(pid, route_localnet_set=route_localnet_set)
         from pysb_core.netns.usernet import Pasta
 
         c = self.compiled
@@ -203,32 +203,19 @@ class NetnsNetwork:
             return f"# iptables-restore\n{v4}# ip6tables-restore\n{v6}"
         return self.compiled.ruleset
 
-    def filter_steps(self) -> tuple[bool, list[tuple[list[str], bytes]]]:
-        """What loading the filter takes, for a set-up that runs *inside* the namespace
-        (as its root, before the program exists): whether ``route_localnet`` must be set
-        first, then the commands to run, each with its standard input. Every command must
-        exit 0, else the program must not start. Raises :class:`SandboxError` when no
-        backend is installed."""
+    @property
+    def needs_route_localnet(self) -> bool:
+        """Whether the filter DNATs to the user-mode network's gateway, which the kernel
+        routes only with ``net.ipv4.conf.all.route_localnet=1`` in the namespace."""
         c = self.compiled
-        backend = self.backend
-        route_localnet = bool(self.layout.host_loopback_nat and (c.host_loopback or c.inbound))
-        if backend == "nft":
-            return route_localnet, [([str(_which("nft")), "-f", "-"], c.ruleset.encode())]
-        if backend == "iptables":
-            from pysb_core.netns.iptables import compile_iptables
+        return bool(self.layout.host_loopback_nat and (c.host_loopback or c.inbound))
 
-            v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
-            return route_localnet, [
-                ([str(_which("iptables-restore"))], v4.encode()),
-                ([str(_which("ip6tables-restore"))], v6.encode()),
-            ]
-        raise SandboxError(
-            "cannot load the network filter: neither nft nor iptables-restore is installed "
-            "(apt-get install nftables)"
-        )
+    def load_filter(self, pid: int, *, route_localnet_set: bool = False) -> None:
+        """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not.
 
-    def load_filter(self, pid: int) -> None:
-        """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not."""
+        ``nft`` is run through ``nsenter`` alone when nothing else is needed; a shell only
+        when ``route_localnet`` must be set first (``route_localnet_set`` false) or for the
+        two iptables-restore commands."""
         c = self.compiled
         backend = self.backend
         nsenter = _which("nsenter")
@@ -237,16 +224,21 @@ class NetnsNetwork:
                 "cannot load the network filter: nsenter, or both nft and iptables-restore, "
                 "are missing (apt-get install nftables)"
             )
-        script = ""
-        if self.layout.host_loopback_nat and (c.host_loopback or c.inbound):
+        prefix = ""
+        if self.needs_route_localnet and not route_localnet_set:
             # 127.0.0.1 may only be routed out of tap0 (and accepted from it) with this on.
-            script = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
+            prefix = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
         tmpdir = None
         stdin = b""
+        script: str | None
         if backend == "nft":
-            script += 'exec "$0" -f -'
             args = [str(_which("nft"))]
             stdin = c.ruleset.encode()
+            if prefix:
+                script = prefix + 'exec "$0" -f -'
+            else:
+                script = None  # nsenter execs nft itself
+                args += ["-f", "-"]
         else:
             import tempfile
 
@@ -260,9 +252,11 @@ class NetnsNetwork:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
                 files.append(path)
-            script += '"$0" "$2" && exec "$1" "$3"'
+            script = prefix + '"$0" "$2" && exec "$1" "$3"'
             args = [str(_which("iptables-restore")), str(_which("ip6tables-restore")), *files]
-        argv = [nsenter, f"--target={pid}", "--user", "--net", "--", "/bin/sh", "-c", script]
+        argv = [nsenter, f"--target={pid}", "--user", "--net", "--"]
+        if script is not None:
+            argv += ["/bin/sh", "-c", script]
         try:
             done = subprocess.run(
                 [*argv, *args], input=stdin, capture_output=True, timeout=20, check=False

@@ -1,10 +1,9 @@
 """The ``unshare`` provider: util-linux ``unshare`` namespaces, a root built from explicit
 binds, and a kernel-filtered user-mode network.
 
-``unshare --user --map-root-user --mount --net --ipc --uts --cgroup`` execs
-:mod:`pysb_unshare.nsinit` (standalone, run with ``-I -S``), which makes the PID namespace,
-builds the root, becomes its init and starts the program with no capabilities (see its
-docstring).
+``unshare --user --map-root-user --mount --net --ipc --uts --cgroup --pid`` execs
+:mod:`pysb_unshare.nsinit` (standalone, run with ``-I -S``), which builds the root, becomes
+the PID namespace's init and starts the program with no capabilities (see its docstring).
 Network rules are enforced by :class:`pysb_core.netns.NetnsNetwork` (nftables inside the
 namespace + slirp4netns/pasta), loaded before the program is released.
 """
@@ -243,6 +242,7 @@ class UnshareProvider(Provider):
             "--ipc",
             "--uts",
             "--cgroup",
+            "--pid",
             "--",
             sys.executable,
             "-I",
@@ -273,14 +273,8 @@ class UnshareProvider(Provider):
             "trace": bool(os.environ.get("PYSB_UNSHARE_TRACE")),
             "cgroup_procs": cgroup,
         }
-        if net.enabled:
-            # Loaded by the namespace's init itself (no nsenter, no shell), before it says
-            # it is ready; only then does pysb attach the user-mode network.
-            route_localnet, commands = net.filter_steps()
-            cfg["net_filter"] = {
-                "route_localnet": route_localnet,
-                "commands": [[argv, data] for argv, data in commands],
-            }
+        if net.enabled and net.needs_route_localnet:
+            cfg["route_localnet"] = True  # set by the init itself: no shell around nft
         return marshal.dumps(cfg)
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
@@ -323,13 +317,21 @@ class UnshareProvider(Provider):
                 os.close(fd)
             cfg_fd = ctl_r = status_w = -1
             if net.enabled:
+                # The filter and the user-mode network go in while the init's interpreter
+                # starts; the program is released ("G") only after both, and after the
+                # init is ready ("R": loopback up, route_localnet set).
+                _wait_for_namespaces(proc)
+                try:
+                    net.attach(proc.pid, route_localnet_set=True, checked=True)
+                except SandboxError:
+                    _raise_early_error(status_r, proc)
+                    raise
                 ready = _read_status(status_r, proc)
                 if ready != b"R":
                     if ready == b"E":
                         early = _read_status(status_r, proc, until_eof=True)
                         raise SandboxError(early.decode(errors="replace").strip())
                     raise SandboxError("unshare: the sandbox did not start its namespaces")
-                net.attach(proc.pid, filter_loaded=True)
             os.write(ctl_w, b"G")
             answer = _read_status(status_r, proc, until_eof=True)
             if not answer.startswith(b"S"):
@@ -359,6 +361,38 @@ class UnshareProvider(Provider):
 
         plan.add_cleanup(cleanup)
         return proc
+
+
+def _wait_for_namespaces(proc: subprocess.Popen[bytes]) -> None:
+    """Return once ``unshare`` has made the namespaces and written the id maps (it then
+    execs the init), so that nsenter and slirp4netns can join them -- long before the
+    init's interpreter is up."""
+    own = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/ns/net") != own:
+                # Read through the new user namespace: empty until unshare writes the maps.
+                with open(f"/proc/{proc.pid}/uid_map") as u, open(f"/proc/{proc.pid}/gid_map") as g:
+                    if u.read().strip() and g.read().strip():
+                        return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise SandboxError(f"unshare exited ({proc.returncode}) before making its namespaces")
+        if time.monotonic() > deadline:
+            raise SandboxError("unshare: the namespaces were not made in time")
+        time.sleep(0.0002)
+
+
+def _raise_early_error(fd: int, proc: subprocess.Popen[bytes]) -> None:
+    """If the init already failed and said why ("E..."), raise that rather than the error
+    of a step that could not join its namespaces."""
+    if proc.poll() is None:
+        return
+    answer = _read_status(fd, proc, until_eof=True)
+    if answer.startswith(b"E"):
+        raise SandboxError(answer[1:].decode(errors="replace").strip())
 
 
 def _read_status(fd: int, proc: subprocess.Popen[bytes], *, until_eof: bool = False) -> bytes:

@@ -5,12 +5,13 @@ root, be the PID namespace's init, start the program.
 Standalone on purpose -- no pysb import, only the standard library -- so that it starts in a
 few milliseconds and nothing from the host's ``sys.path`` is trusted. Three processes::
 
-    P0  exec'd by ``unshare`` (new user, mount, net, ipc, uts, cgroup namespaces). Brings
-        ``lo`` up; with network rules, loads the packet filter (the commands pysb
-        compiled, run here as the namespace's root) and tells pysb it is ready ("R");
-        makes the PID namespace its children go to, sets the host name, waits for "G"
-        (pysb has attached the user-mode network by then), forks P1, forwards signals to
-        it, and ends like the program did (same exit code, or killed by the same signal).
+    P0  exec'd by ``unshare`` (new user, mount, net, ipc, uts, cgroup namespaces; its
+        children go to a new PID namespace). Brings ``lo`` up (and sets ``route_localnet``
+        when the filter needs it), tells pysb so ("R") when there are network rules, sets
+        the host name, waits for "G" (pysb has loaded the packet filter and attached the
+        user-mode network by then: it starts doing so while this interpreter starts),
+        forks P1, forwards signals to it, and ends like the program did (same exit code,
+        or killed by the same signal).
     P1  PID 1 of the new PID namespace: builds the root (tmpfs + binds), mounts /proc
         (and through it forbids nested user namespaces, then makes /proc/sys read-only),
         pivots into it, forks P2, forwards signals, reaps orphans, and reports P2's wait
@@ -43,7 +44,6 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
-CLONE_NEWPID = 0x20000000
 MOUNT_ATTR_RDONLY = 1
 MOUNT_ATTR_NOSUID = 2
 MOUNT_ATTR_NODEV = 4
@@ -338,46 +338,6 @@ def loopback_up() -> None:
         s.close()
 
 
-def load_filter(setup: dict, inherited: list[int]) -> None:
-    """Load the packet filter into this new network namespace (P0 is its root, and nothing
-    but this set-up runs in it yet): ``route_localnet`` first if asked, then each command
-    with its input; every one must exit 0, else the program never starts. The commands
-    get none of pysb's fds (``inherited`` is closed for them)."""
-    if setup.get("route_localnet"):
-        with open("/proc/sys/net/ipv4/conf/all/route_localnet", "w") as f:
-            f.write("1")
-    for argv, data in setup["commands"]:
-        stdin = os.memfd_create("pysb-filter", os.MFD_CLOEXEC)  # no pipe: nothing can block
-        err_r, err_w = os.pipe()
-        try:
-            os.write(stdin, data)
-            os.lseek(stdin, 0, os.SEEK_SET)
-            actions = [
-                (os.POSIX_SPAWN_DUP2, stdin, 0),
-                (os.POSIX_SPAWN_DUP2, err_w, 1),
-                (os.POSIX_SPAWN_DUP2, err_w, 2),
-                *((os.POSIX_SPAWN_CLOSE, fd) for fd in inherited),
-            ]
-            try:
-                pid = os.posix_spawn(argv[0], argv, {}, file_actions=actions)
-            except OSError as exc:
-                raise SetupError(f"cannot run {argv[0]}: {exc.strerror}") from None
-        finally:
-            os.close(stdin)
-            os.close(err_w)
-        err = b""
-        while chunk := os.read(err_r, 65536):
-            err += chunk
-        os.close(err_r)
-        status = os.waitpid(pid, 0)[1]
-        if status != 0:
-            detail = err.decode(errors="replace").strip() or f"exit {status}"
-            raise SetupError(
-                "the network filter could not be loaded into the sandbox (the program was "
-                f"not started): {detail}"
-            )
-
-
 def drop_privileges() -> None:
     """no_new_privs, an empty bounding set and no capabilities: the program's exec cannot
     regain any, even as uid 0 of the user namespace."""
@@ -650,23 +610,18 @@ def main() -> None:
     trace(cfg, "P0 started")
     try:
         loopback_up()
+        if cfg.get("route_localnet"):
+            # The filter pysb loads meanwhile DNATs 127.0.0.1 to the host's gateway, which
+            # the kernel routes only with this on (this namespace's own setting).
+            with open("/proc/sys/net/ipv4/conf/all/route_localnet", "w") as f:
+                f.write("1")
     except OSError as exc:
         _write(status_w, f"Eunshare: cannot set up the namespaces: {exc}".encode())
         os._exit(125)
-    if cfg.get("net_filter"):
-        try:
-            load_filter(cfg["net_filter"], [ctl, status_w, *cfg["pass_fds"]])
-        except (OSError, SetupError) as exc:
-            _write(status_w, f"E{exc}".encode())
-            os._exit(125)
-        trace(cfg, "P0: filter loaded")
     if cfg.get("network"):
-        _write(status_w, b"R")  # filtered: pysb attaches the user-mode network meanwhile
+        _write(status_w, b"R")
     try:
-        load_libc()
-        # The PID namespace is made here, not by ``unshare --pid``: the filter's commands,
-        # P0's first children, would otherwise become its init and end it by exiting.
-        _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+        load_libc()  # while pysb may still be attaching the network
         name = cfg.get("hostname", "sandbox").encode()
         _check(_libc.sethostname(name, len(name)), "sethostname")
     except (OSError, SetupError) as exc:
