@@ -74,13 +74,19 @@ def scan_host(
         if os.path.isdir(p)
     )
     exp_links = {p: os.readlink(p) for p in exposure_paths if os.path.islink(p)}
-    nested = {
-        p
-        for p in exposure_paths
-        if any(is_below(p, q) and p != q for q in (*exposure_paths, "/usr"))
-    }
+    roots = {*exposure_paths, "/usr"}
+    nested = {p for p in exposure_paths if any(a in roots for a in _ancestors(p))}
     canonical = frozenset(p for p in nested if os.path.realpath(p) == p)
     return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved, exp_links, canonical)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b/c`` -> ``/a/b``, ``/a``, ``/``."""
+    out = []
+    while path not in ("/", ""):
+        path = os.path.dirname(path)
+        out.append(path)
+    return out
 
 
 def is_below(path: str, root: str) -> bool:
