@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from pysb_core.netrules import canonical_ip, is_hostname, normalize_host
 from pysb_core.policy import NetworkRule, PortRange
+from pysb_core.records import Record, field, mutable_record, record
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -41,8 +41,8 @@ _HOST_LOOPBACK = ipaddress.ip_address("127.0.0.1")
 MAX_FORWARDED_PORTS = 256
 
 
-@dataclass(frozen=True)
-class UserNetLayout:
+@record
+class UserNetLayout(Record):
     """Addresses of the user-mode network, as the namespace sees them.
 
     ``gateway`` reaches the host's loopback (slirp4netns maps it to 127.0.0.1 on the host);
@@ -63,16 +63,16 @@ class UserNetLayout:
 SLIRP4NETNS = UserNetLayout()
 
 
-@dataclass(frozen=True)
-class Forward:
+@record
+class Forward(Record):
     """One port the user-mode helper must forward (``proto``, ``port``)."""
 
     proto: str
     port: int
 
 
-@dataclass
-class CompiledNetwork:
+@mutable_record
+class CompiledNetwork(Record):
     """The result of :func:`compile_network`: ruleset text plus what the helper must do."""
 
     ruleset: str

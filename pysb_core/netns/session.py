@@ -15,9 +15,7 @@ If any step fails, :meth:`NetnsNetwork.attach` stops what it started and raises
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -34,7 +32,9 @@ _SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
 
 
 def _which(name: str) -> str | None:
-    return shutil.which(name, path=os.environ.get("PATH", "") + _SBIN)
+    from pysb_core.probecache import which
+
+    return which(name, _SBIN)
 
 
 class NetnsNetwork:
@@ -156,16 +156,20 @@ class NetnsNetwork:
 
     # -- runtime --------------------------------------------------------------------------
 
-    def attach(self, pid: int) -> None:
+    def attach(self, pid: int, *, route_localnet_set: bool = False, checked: bool = False) -> None:
         """Filter, then connect, the network namespace of ``pid`` (see the module docstring).
 
         ``pid`` must already be inside its new user and network namespaces. Raises
         :class:`SandboxError` with nothing left running when any step fails.
+        ``route_localnet_set``: the sandbox's own set-up sets ``route_localnet`` (before
+        the program can start), so no shell is needed around ``nft``. ``checked``: the
+        caller ran :meth:`check` already.
         """
         if not self.enabled:
             return
-        self.check()
-        self.load_filter(pid)
+        if not checked:
+            self.check()
+        self.load_filter(pid, route_localnet_set=route_localnet_set)
         from pysb_core.netns.usernet import Pasta
 
         c = self.compiled
@@ -199,8 +203,19 @@ class NetnsNetwork:
             return f"# iptables-restore\n{v4}# ip6tables-restore\n{v6}"
         return self.compiled.ruleset
 
-    def load_filter(self, pid: int) -> None:
-        """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not."""
+    @property
+    def needs_route_localnet(self) -> bool:
+        """Whether the filter DNATs to the user-mode network's gateway, which the kernel
+        routes only with ``net.ipv4.conf.all.route_localnet=1`` in the namespace."""
+        c = self.compiled
+        return bool(self.layout.host_loopback_nat and (c.host_loopback or c.inbound))
+
+    def load_filter(self, pid: int, *, route_localnet_set: bool = False) -> None:
+        """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not.
+
+        ``nft`` is run through ``nsenter`` alone when nothing else is needed; a shell only
+        when ``route_localnet`` must be set first (``route_localnet_set`` false) or for the
+        two iptables-restore commands."""
         c = self.compiled
         backend = self.backend
         nsenter = _which("nsenter")
@@ -209,17 +224,24 @@ class NetnsNetwork:
                 "cannot load the network filter: nsenter, or both nft and iptables-restore, "
                 "are missing (apt-get install nftables)"
             )
-        script = ""
-        if self.layout.host_loopback_nat and (c.host_loopback or c.inbound):
+        prefix = ""
+        if self.needs_route_localnet and not route_localnet_set:
             # 127.0.0.1 may only be routed out of tap0 (and accepted from it) with this on.
-            script = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
+            prefix = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
         tmpdir = None
         stdin = b""
+        script: str | None
         if backend == "nft":
-            script += 'exec "$0" -f -'
             args = [str(_which("nft"))]
             stdin = c.ruleset.encode()
+            if prefix:
+                script = prefix + 'exec "$0" -f -'
+            else:
+                script = None  # nsenter execs nft itself
+                args += ["-f", "-"]
         else:
+            import tempfile
+
             from pysb_core.netns.iptables import compile_iptables
 
             v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
@@ -230,9 +252,11 @@ class NetnsNetwork:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
                 files.append(path)
-            script += '"$0" "$2" && exec "$1" "$3"'
+            script = prefix + '"$0" "$2" && exec "$1" "$3"'
             args = [str(_which("iptables-restore")), str(_which("ip6tables-restore")), *files]
-        argv = [nsenter, f"--target={pid}", "--user", "--net", "--", "/bin/sh", "-c", script]
+        argv = [nsenter, f"--target={pid}", "--user", "--net", "--"]
+        if script is not None:
+            argv += ["/bin/sh", "-c", script]
         try:
             done = subprocess.run(
                 [*argv, *args], input=stdin, capture_output=True, timeout=20, check=False
@@ -241,6 +265,8 @@ class NetnsNetwork:
             raise SandboxError(f"cannot load the network filter: {exc}") from exc
         finally:
             if tmpdir is not None:
+                import shutil
+
                 shutil.rmtree(tmpdir, ignore_errors=True)
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace").strip()

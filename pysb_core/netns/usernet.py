@@ -16,13 +16,9 @@ address lets the packet filter see and DNAT every connection; pasta is the fallb
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
-import shutil
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -75,7 +71,9 @@ class UserNet(ABC):
 
     @classmethod
     def binary(cls) -> str | None:
-        return shutil.which(cls.name, path=os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin")
+        from pysb_core.probecache import which
+
+        return which(cls.name, ":/usr/sbin:/usr/bin")
 
     @abstractmethod
     def start(self, pid: int) -> None:
@@ -103,9 +101,8 @@ class UserNet(ABC):
             # rather than make the program's exit wait for it.
             proc.kill()
             threading.Thread(target=proc.wait, name=f"reap-{self.name}", daemon=True).start()
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        _remove_tree(self._tmpdir)
+        self._tmpdir = None
 
     def _fail(self, message: str) -> SandboxError:
         err = b""
@@ -152,6 +149,8 @@ class Slirp4netns(UserNet):
             argv.append("--disable-host-loopback")
         api = None
         if self.inbound:
+            import tempfile  # only for inbound forwards (the API socket's directory)
+
             self._tmpdir = tempfile.mkdtemp(prefix="pysb-slirp-")
             api = os.path.join(self._tmpdir, "api.sock")
             argv.append(f"--api-socket={api}")
@@ -181,11 +180,13 @@ class Slirp4netns(UserNet):
                 self._hostfwd(api, fwd)
             # The API is only needed to add the forwards: remove its socket now, so that not
             # even a SIGKILLed pysb leaves the directory behind.
-            if self._tmpdir is not None:
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
-                self._tmpdir = None
+            _remove_tree(self._tmpdir)
+            self._tmpdir = None
 
     def _hostfwd(self, api: str, fwd: Forward) -> None:
+        import json
+        import socket
+
         request = {
             "execute": "add_hostfwd",
             "arguments": {
@@ -307,6 +308,13 @@ class Pasta(UserNet):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise self._fail("did not bring the namespace's network up")
             time.sleep(0.002)
+
+
+def _remove_tree(path: str | None) -> None:
+    if path is not None:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _has_default_route(pid: int, device: str) -> bool:

@@ -108,7 +108,7 @@ def test_probe_cache_never_returns_another_binary(tmp_path: Path, monkeypatch) -
     assert probecache.cached_probe("demo", [binary], probe).details["binary"] == binary
     assert probecache.cached_probe("demo", [binary], probe).details["binary"] == binary
     assert len(calls) == 1  # the second answer came from the cache
-    entry = tmp_path / "pysb" / "probes" / "demo.json"
+    entry = tmp_path / "pysb" / "probes" / "demo.txt"
     text = entry.read_text().replace(binary, "/tmp/evil")
     entry.write_text(text)
     assert probecache.cached_probe("demo", [binary], probe).details["binary"] == binary

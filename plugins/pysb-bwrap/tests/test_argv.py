@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pysb_bwrap.argv import build_argv, sandbox_path
+from pysb_bwrap.argv import build_argv, etc_copies, sandbox_path
 from pysb_bwrap.hostfs import HostLayout
 
 from pysb_core.errors import SandboxError
@@ -247,3 +247,88 @@ def test_kernel_knobs_in_proc_are_read_only():
         "/proc/sysrq-trigger",
     ) in knobs
     assert all(argv.index(k[0]) > argv.index("--proc") for k in knobs if k[0].startswith("/proc/"))
+
+
+def binds(argv: list[str]) -> list[tuple[str, str, str]]:
+    return [
+        (a, argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a in ("--bind", "--ro-bind")
+    ]
+
+
+def test_a_bind_that_changes_nothing_is_left_out():
+    """Each bind costs bwrap a pass over the mount table: a read-only exposure already shown
+    read-only at the same place by an enclosing bind is not bound again."""
+    layout = HostLayout(canonical=frozenset({"/p/ro", "/p/rw/ro", "/usr/share/x", "/q/a"}))
+    exposures = (
+        E("/p"),
+        E("/p/ro"),  # inside read-only /p: left out
+        E("/p/rw", rw=True),
+        E("/p/rw/ro"),  # inside a read-write bind: must stay read-only, so bound
+        E("/usr/share/x"),  # inside the read-only /usr: left out
+        E("/q"),
+        E("/q/a", "/q/b"),  # renamed: bound
+        E("/q/link"),  # not canonical (not in layout.canonical): bound
+    )
+    got = binds(build_argv(plan(*exposures), layout).argv)
+    assert ("--ro-bind", "/p", "/p") in got
+    assert ("--bind", "/p/rw", "/p/rw") in got
+    assert ("--ro-bind", "/p/rw/ro", "/p/rw/ro") in got
+    assert ("--ro-bind", "/q/a", "/q/b") in got
+    assert ("--ro-bind", "/q/link", "/q/link") in got
+    for left_out in ("/p/ro", "/usr/share/x"):
+        assert not any(b[2] == left_out for b in got)
+
+
+def test_a_bind_below_the_private_tmp_is_kept():
+    layout = HostLayout(canonical=frozenset({"/tmp/a"}))
+    got = binds(build_argv(plan(E("/tmp/a")), layout).argv)
+    assert ("--ro-bind", "/tmp/a", "/tmp/a") in got
+
+
+def test_etc_files_an_exposure_covers_are_not_bound_first():
+    layout = HostLayout(etc=frozenset({"/etc/passwd", "/etc/ssl/certs", "/etc/ssl/openssl.cnf"}))
+    got = binds(build_argv(plan(E("/etc/ssl")), layout).argv)
+    assert ("--ro-bind", "/etc/passwd", "/etc/passwd") in got
+    assert ("--ro-bind", "/etc/ssl", "/etc/ssl") in got
+    assert not any(b[2].startswith("/etc/ssl/") for b in got)
+
+
+def test_etc_files_as_copies():
+    layout = HostLayout(
+        etc=frozenset({"/etc/passwd", "/etc/hosts", "/etc/ssl/certs", "/etc/localtime"}),
+        symlinks={"/etc/localtime": "/usr/share/zoneinfo/UTC"},
+        dirs=frozenset({"/etc/ssl/certs"}),
+    )
+    p = plan(E("/p"))
+    assert etc_copies(p, layout, network=False) == ["/etc/passwd", "/etc/hosts"]
+    # network: /etc/hosts and /etc/resolv.conf are generated, never the host's
+    assert etc_copies(p, layout, network=True) == ["/etc/passwd"]
+    # pinned names: core's hosts file is bound instead
+    assert etc_copies(plan(E("/p"), hosts_file="/run/h"), layout, network=False) == ["/etc/passwd"]
+    argv = build_argv(p, layout, copies={"/etc/passwd": 11, "/etc/hosts": 12}).argv
+    i = argv.index("/etc/passwd")
+    assert argv[i - 4 : i] == ["--perms", "0444", "--file", "11"]
+    i = argv.index("/etc/hosts")
+    assert argv[i - 4 : i] == ["--perms", "0444", "--file", "12"]
+    assert ("/etc/ssl/certs", "/etc/ssl/certs") in pairs(argv, "--ro-bind")
+    assert argv.index("--remount-ro") > i  # the root holding the copies ends read-only
+
+
+def test_no_copies_when_the_root_is_a_host_directory():
+    """With ``/`` exposed, bwrap's root is a host directory: a copy would write into it."""
+    layout = HostLayout(etc=frozenset({"/etc/passwd"}))
+    p = plan(E("/", rw=True))
+    assert etc_copies(p, layout, network=False) == []
+    argv = build_argv(p, layout, copies={"/etc/passwd": 11}).argv
+    assert "--file" not in argv
+    assert ("/etc/passwd", "/etc/passwd") in pairs(argv, "--ro-bind")
+
+
+def test_generated_files_from_fds():
+    argv = build_argv(
+        plan(E("/p")), MERGED, network=True, resolv_file=21, hosts_file=22, info_fd=7
+    ).argv
+    i = argv.index("/etc/resolv.conf")
+    assert argv[i - 2 : i + 1] == ["--file", "21", "/etc/resolv.conf"]
+    i = argv.index("/etc/hosts")
+    assert argv[i - 2 : i + 1] == ["--file", "22", "/etc/hosts"]

@@ -56,6 +56,29 @@ def test_host_etc_is_not_exposed(run_plan, mkplan):
     assert "passwd" in res.stdout.split()
 
 
+def test_etc_files_are_read_only_copies_and_their_fds_are_gone(run_plan, mkplan):
+    """The /etc files arrive as copies (memory files read by bwrap): same content, not
+    writable, and no fd of theirs reaches the program."""
+    code = (
+        "import os\n"
+        "for path in ('/etc/passwd', '/etc/hosts', '/etc/ld.so.cache'):\n"
+        "    try:\n"
+        "        open(path, 'a')\n"
+        "        print('writable', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', exc.errno)\n"
+        "print(sorted(os.listdir('/proc/self/fd')))\n"
+    )
+    res = run_plan(mkplan([os.path.realpath(sys.executable), "-c", code], env=ENV))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert all(line.startswith("refused") for line in lines[:3]), res.stdout
+    assert lines[3] == "['0', '1', '2', '3']", res.stdout  # 3: listdir's own
+    with open("/etc/passwd") as f:
+        host = f.read()
+    assert run_plan(mkplan(["/bin/cat", "/etc/passwd"], env=ENV)).stdout == host
+
+
 def test_writes_only_inside_rw_exposures(run_plan, mkplan, workdir):
     out, inp = workdir / "out", workdir / "in"
     out.mkdir()

@@ -143,8 +143,13 @@ def test_args_are_json_and_restrict_signature():
 
 
 @pytest.fixture
-def provider_with_abi(monkeypatch):
+def provider_with_abi(monkeypatch, tmp_path):
+    made = []
+
     def make(abi):
+        # A cache of its own per provider: a remembered ABI would hide the patched one.
+        made.append(abi)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"cache{len(made)}"))
         if abi is None:
             exc = OSError(errno.EOPNOTSUPP, "Operation not supported")
             monkeypatch.setattr(ruleset, "abi_version", lambda: (_ for _ in ()).throw(exc))

@@ -543,3 +543,18 @@ def test_process_limit_is_a_pids_cgroup_for_root():
         else []
     )
     assert not [d for d in leftovers if d.startswith(f"pysb-{os.getpid()}-")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/etc/ssl/private"), reason="no /etc/ssl/private here")
+def test_host_private_tls_keys_are_masked():
+    """/etc/ssl is shown for the CA certificates; its private/ is covered by an empty
+    read-only tmpfs, closed even to a root pysb (whose sandbox uid 0 owns the host's)."""
+    res = run_plan(
+        sh(
+            "stat -f -c %T /etc/ssl/certs /etc/ssl/private; "
+            "ls -A /etc/ssl/private; touch /etc/ssl/private/x"
+        )
+    )
+    lines = res.stdout.splitlines()
+    assert lines[:2] != ["tmpfs", "tmpfs"] and lines[1] == "tmpfs", res
+    assert lines[2:] == [], res  # nothing of the host's, and nothing can be added

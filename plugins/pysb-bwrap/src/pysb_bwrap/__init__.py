@@ -11,9 +11,10 @@ interpreter, and importing it must not pull in the provider (subprocess, pysb_co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not ``typing``: the sandboxed interpreter imports this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_bwrap.provider import BwrapProvider
 
 __all__ = ["BwrapProvider"]

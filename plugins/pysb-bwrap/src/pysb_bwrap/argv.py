@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pysb_bwrap.hostfs import (
@@ -35,6 +34,7 @@ from pysb_bwrap.hostfs import (
     is_below,
 )
 from pysb_core.errors import SandboxError
+from pysb_core.records import Record, field, mutable_record
 from pysb_core.sysfiles import ETC_BASE, ETC_HOSTS, ETC_NETWORK, ETC_RESOLV
 
 if TYPE_CHECKING:
@@ -48,8 +48,8 @@ RESERVED = ("/proc", "/dev")
 DEFAULT_HOSTNAME = "pysb"
 
 
-@dataclass
-class BwrapCommand:
+@mutable_record
+class BwrapCommand(Record):
     """The built command plus what the provider must arrange around it."""
 
     argv: list[str]
@@ -114,6 +114,56 @@ def _check_targets(exposures: Sequence[Exposure]) -> None:
         raise SandboxError("bwrap cannot build this sandbox:\n  " + "\n  ".join(problems))
 
 
+def _file_or_bind(
+    source: str | int, target: str, fd: int | None, mounts: list[tuple[str, bool]]
+) -> list[str]:
+    """Arguments putting ``source`` (a host path, or an fd with the content) at ``target``,
+    read-only: a copy when there is an fd, else a bind (recorded in ``mounts``)."""
+    if fd is None and isinstance(source, int):
+        fd = source
+    if fd is not None:
+        return ["--perms", "0444", "--file", str(fd), target]
+    assert isinstance(source, str)
+    mounts.append((target, source == target))
+    return ["--ro-bind", source, target]
+
+
+def etc_copies(plan: LaunchPlan, layout: HostLayout, *, network: bool) -> list[str]:
+    """The host /etc files :func:`build_argv` would bind that may be copies instead: the
+    regular files it shows (not directories, not the localtime link, nothing an exposure
+    covers, nothing when the profile exposes ``/``). With a network, the provider
+    generates ``/etc/hosts`` and ``/etc/resolv.conf`` itself; so does core for pins."""
+    if any(e.target == "/" for e in plan.exposures):
+        return []
+    wanted = [*ETC_BASE]
+    if network:
+        wanted += [p for p in ETC_NETWORK if p != ETC_RESOLV]
+    elif plan.hosts_file is None:
+        wanted.append(ETC_HOSTS)
+    covering = [e.target for e in plan.exposures]
+    return [
+        p
+        for p in wanted
+        if p in layout.etc
+        and p not in layout.dirs
+        and not (p == "/etc/localtime" and p in layout.symlinks)
+        and not any(is_below(p, c) for c in covering)
+    ]
+
+
+def _redundant(target: str, mounts: Sequence[tuple[str, bool]]) -> bool:
+    """True when the deepest mount so far that covers ``target`` binds the host's tree at
+    the same path, read-only: a read-only bind of the host's ``target`` there would show
+    exactly what is already shown (bwrap binds recursively, submounts included, and makes
+    them all read-only). Only for canonical host paths: through a symlink the two would
+    differ."""
+    deepest: tuple[str, bool] | None = None
+    for mount in mounts:
+        if is_below(target, mount[0]) and (deepest is None or depth(mount[0]) >= depth(deepest[0])):
+            deepest = mount
+    return deepest is not None and deepest[1]
+
+
 def build_argv(
     plan: LaunchPlan,
     layout: HostLayout,
@@ -125,10 +175,11 @@ def build_argv(
     empty_file: str = "/nonexistent/pysb-empty",
     info_fd: int | None = None,
     block_fd: int | None = None,
-    hosts_file: str | None = None,
-    resolv_file: str | None = None,
+    hosts_file: str | int | None = None,
+    resolv_file: str | int | None = None,
     disable_userns: bool = True,
     seccomp_fd: int | None = None,
+    copies: Mapping[str, int] | None = None,
 ) -> BwrapCommand:
     """Return the bwrap command that runs ``plan.argv`` under ``plan``'s view of the system.
 
@@ -136,7 +187,11 @@ def build_argv(
     files are visible; the filtering itself is the caller's business, through ``info_fd``
     and ``block_fd``). ``empty_file`` is a host file of mode 000 bound over ignored files.
     ``hosts_file`` / ``resolv_file`` replace the host's ``/etc/hosts`` / ``/etc/resolv.conf``
-    (generated from the pinned names and the filtered network's resolver).
+    (generated from the pinned names and the filtered network's resolver): a host path to
+    bind, or an fd whose content bwrap copies. ``copies`` maps host /etc files (from
+    :func:`etc_copies`) to fds holding their content: each becomes a read-only file of the
+    sandbox's root instead of a bind mount (bwrap reads the whole mount table for every
+    bind; a copy costs no mount).
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(
@@ -174,16 +229,32 @@ def build_argv(
     root_exposed = [e for e in exposures if e.target == "/"]
     for e in sorted(root_exposed, key=lambda e: e.writable):
         argv += ["--bind" if e.writable else "--ro-bind", e.path, "/"]
+    if root_exposed:
+        # The root is a host directory then: a copy would be written into it.
+        copies = None
+    copies = copies or {}
+    # Every mount made, in order: (target, whether it shows the host's tree at the same
+    # path read-only). bwrap reads the whole mount table for each bind (~0.15 ms each),
+    # so a bind that would change nothing in the view is left out (see _redundant).
+    mounts: list[tuple[str, bool]] = [(e.target, False) for e in root_exposed]
+    # Exposures mounted after the system files, over them: what they cover is not bound.
+    covering = [
+        e.target
+        for e in exposures
+        if e.target != "/" and not (e.path in layout.exposure_links and not e.renamed)
+    ]
 
     # -- the system, read-only ---------------------------------------------------------
     for path in SYSTEM_RO:
         argv += ["--ro-bind", path, path]
+        mounts.append((path, True))
     for path in TOP_LEVEL_SYSTEM:
         kind = layout.top_level.get(path)
         if kind is None:
             continue
         if kind == "dir":
             argv += ["--ro-bind", path, path]
+            mounts.append((path, True))
         else:
             argv += ["--symlink", kind, path]
     etc_wanted = [*ETC_BASE, *(ETC_NETWORK if network else ())]
@@ -194,15 +265,18 @@ def build_argv(
         if link is not None and path == "/etc/localtime":
             # Keep the link: tz libraries read the zone's name from its target.
             argv += ["--symlink", link, path]
-        else:
-            argv += ["--ro-bind", path, path]
+        elif not any(is_below(path, c) for c in covering):
+            argv += _file_or_bind(path, path, copies.get(path), mounts)
     # The plan's generated hosts file agrees with the pinned names (SPEC §6).
-    hosts = hosts_file or plan.hosts_file or (ETC_HOSTS if ETC_HOSTS in layout.etc else None)
+    hosts = hosts_file if hosts_file is not None else plan.hosts_file
+    if hosts is None and ETC_HOSTS in layout.etc:
+        hosts = copies.get(ETC_HOSTS, ETC_HOSTS)
     if hosts is not None:
-        argv += ["--ro-bind", hosts, ETC_HOSTS]
+        argv += _file_or_bind(hosts, ETC_HOSTS, None, mounts)
     if network and resolv_file is not None:
-        argv += ["--ro-bind", resolv_file, ETC_RESOLV]
+        argv += _file_or_bind(resolv_file, ETC_RESOLV, None, mounts)
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    mounts += [("/proc", False), ("/dev", False)]
     # The kernel's global knobs: a root program is the host's uid 0 inside (bwrap keeps the
     # uid), and /proc/sys files check the uid, not a capability -- kernel.core_pattern would
     # run a program of the sandbox's choosing as root on the host. Read-only, as in runc.
@@ -210,6 +284,7 @@ def build_argv(
         argv += ["--ro-bind-try", knob, knob]
     if not any(is_below("/tmp", e.target) for e in exposures):
         argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+        mounts.append(("/tmp", False))
 
     # -- exposures: shallowest first; read-write after read-only at equal target -------
     bound: list[str] = [*SYSTEM_RO, *(e.target for e in root_exposed)]
@@ -225,8 +300,13 @@ def build_argv(
                 argv += ["--symlink", link, e.target]
                 bound.append(e.target)
             continue
+        same_ro = not e.writable and not e.renamed
+        if same_ro and e.path in layout.canonical and _redundant(e.target, mounts):
+            bound.append(e.target)
+            continue
         argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
         bound.append(e.target)
+        mounts.append((e.target, same_ro))
 
     # -- ignored paths: masked by an unreadable placeholder -----------------------------
     masked: list[str] = []

@@ -8,8 +8,8 @@ file) without touching the real one.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
+from pysb_core.records import Record, field, record
 from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
 
 #: Top-level entries that hold the system's programs and libraries. On a merged-/usr
@@ -18,8 +18,8 @@ from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
 TOP_LEVEL_SYSTEM = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
-@dataclass(frozen=True)
-class HostLayout:
+@record
+class HostLayout(Record):
     """A snapshot of the host facts the builder uses.
 
     ``top_level`` maps each entry of :data:`TOP_LEVEL_SYSTEM` that exists to ``"dir"`` or
@@ -39,6 +39,9 @@ class HostLayout:
     #: Exposure paths that are symlinks (the interpreter's link chain), mapped to their
     #: link text: they are recreated as the same links, not bound.
     exposure_links: dict[str, str] = field(default_factory=dict)
+    #: Exposure paths lying below another exposure (or /usr) that are their own canonical
+    #: path: the builder may leave their bind out when an enclosing one already shows them.
+    canonical: frozenset[str] = frozenset()
 
     def is_dir(self, path: str) -> bool:
         return path in self.dirs
@@ -71,7 +74,19 @@ def scan_host(
         if os.path.isdir(p)
     )
     exp_links = {p: os.readlink(p) for p in exposure_paths if os.path.islink(p)}
-    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved, exp_links)
+    roots = {*exposure_paths, "/usr"}
+    nested = {p for p in exposure_paths if any(a in roots for a in _ancestors(p))}
+    canonical = frozenset(p for p in nested if os.path.realpath(p) == p)
+    return HostLayout(top, frozenset(etc), links, dirs, hidden, resolved, exp_links, canonical)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b/c`` -> ``/a/b``, ``/a``, ``/``."""
+    out = []
+    while path not in ("/", ""):
+        path = os.path.dirname(path)
+        out.append(path)
+    return out
 
 
 def is_below(path: str, root: str) -> bool:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import os
-import shutil
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -64,8 +62,9 @@ def layer_usable() -> frozenset[Capability]:
     """
     if not layer_capabilities():
         return frozenset()
-    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
-    have = lambda name: shutil.which(name, path=path) is not None  # noqa: E731
+    from pysb_core.probecache import which
+
+    have = lambda name: which(name, ":/usr/sbin:/sbin:/usr/bin:/bin") is not None  # noqa: E731
     if have("nft") and have("nsenter") and (have("slirp4netns") or have("pasta")):
         return NETWORK_CAPABILITIES
     return frozenset()

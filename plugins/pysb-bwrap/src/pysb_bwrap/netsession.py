@@ -9,22 +9,23 @@ which never ran the program (fail closed).
 
 from __future__ import annotations
 
-import json
 import os
 import select
-import subprocess
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import SandboxError
+from pysb_core.records import Record, field, mutable_record
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: How long bwrap may take to report its PID (it is milliseconds in practice).
 INFO_TIMEOUT = 20.0
 
 
-@dataclass
-class Resources:
+@mutable_record
+class Resources(Record):
     """Host-side temporary files and pipe ends of one launch, released exactly once."""
 
     tmpdir: str | None = None
@@ -43,6 +44,27 @@ class Resources:
             os.close(fd)
         os.chmod(path, mode)
         return path
+
+    def memfile(self, data: bytes) -> int:
+        """An fd holding ``data`` from its start, for ``bwrap --file FD DEST`` (bwrap reads
+        and closes its copy; ours is closed once bwrap has started)."""
+        fd = os.memfd_create("pysb-bwrap", os.MFD_CLOEXEC)
+        self.fds.add(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def copy(self, path: str, limit: int = 1 << 20) -> int | None:
+        """:meth:`memfile` of the host file ``path``; None when it cannot be read or is
+        larger than ``limit`` (the caller then binds it)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+        except OSError:
+            return None
+        return self.memfile(data) if len(data) <= limit else None
 
     def pipe(self) -> tuple[int, int]:
         r, w = os.pipe()
@@ -68,8 +90,8 @@ class Resources:
             self.tmpdir = None
 
 
-@dataclass
-class NetworkLaunch:
+@mutable_record
+class NetworkLaunch(Record):
     """The pipes bwrap shares with pysb, and the network to attach when it reports in."""
 
     net: Any  # pysb_core.netns.NetnsNetwork
@@ -100,6 +122,8 @@ class NetworkLaunch:
         self.res.close(self.block_w)
 
     def _read_child_pid(self, proc: subprocess.Popen[bytes]) -> int:
+        import json
+
         data = b""
         deadline = time.monotonic() + INFO_TIMEOUT
         while True:

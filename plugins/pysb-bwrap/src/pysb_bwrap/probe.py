@@ -8,7 +8,6 @@ possible command (``true``), and turns its complaint into a reason and a fix.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from functools import lru_cache
 
@@ -50,11 +49,11 @@ def _userns_fix(stderr: str) -> str:
 @lru_cache(maxsize=4)
 def probe_bwrap(binary: str = "bwrap") -> ProviderStatus:
     """Return the cached availability of ``binary`` (a name looked up on PATH, or a path)."""
-    path = shutil.which(binary)
+    from pysb_core.probecache import cached_probe, which
+
+    path = which(binary)
     if path is None:
         return ProviderStatus.missing("bubblewrap (bwrap) is not installed", fix=INSTALL_FIX)
-    from pysb_core.probecache import cached_probe
-
     return cached_probe("bwrap", [path], lambda: _probe(path))
 
 

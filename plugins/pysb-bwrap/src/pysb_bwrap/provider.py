@@ -19,7 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pysb_bwrap import netlayer, options
-from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv
+from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv, etc_copies
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
@@ -97,21 +97,38 @@ class BwrapProvider(Provider):
             return [*lines, f"cannot build: {exc}"]
         shown = list(cmd.argv)
         for i, arg in enumerate(shown[:-1]):
-            if arg == "--seccomp":
-                shown[i + 1] = "FD"  # the filter travels over a pipe made at launch
+            if arg in ("--seccomp", "--file"):
+                shown[i + 1] = "FD"  # the filter, copies of /etc files: fds made at launch
         lines.append("command: " + " ".join(shown))
         return lines
 
     # -- launch ---------------------------------------------------------------------
 
     def _command(
-        self, plan: LaunchPlan, *, empty_file: str, seccomp: bool = True, **kwargs: Any
+        self,
+        plan: LaunchPlan,
+        *,
+        empty_file: str,
+        seccomp: bool = True,
+        res: Resources | None = None,
+        child_fds: list[int] | None = None,
+        **kwargs: Any,
     ) -> BwrapCommand:
+        """The command for ``plan``. With ``res``, the host /etc files are handed over as
+        copies in memory files (their fds appended to ``child_fds``); without, the
+        command shows where they would go (``pysb check``)."""
         problems = options.validate(plan.provider_options)
         if problems:
             raise SandboxError("\n".join(problems))
         status = probe_bwrap()
         layout = scan_host((*plan.hidden, *plan.protected), tuple(e.path for e in plan.exposures))
+        copies: dict[str, int] = {}
+        for path in etc_copies(plan, layout, network=bool(kwargs.get("network"))):
+            fd = res.copy(path) if res is not None else -1
+            if fd is not None:
+                copies[path] = fd
+                if child_fds is not None:
+                    child_fds.append(fd)
         return build_argv(
             plan,
             layout,
@@ -120,6 +137,7 @@ class BwrapProvider(Provider):
             # Without the TIOCSTI filter, even an interactive run gets its own session.
             new_session=not (plan.interactive and seccomp),
             empty_file=empty_file,
+            copies=copies,
             **kwargs,
         )
 
@@ -140,13 +158,15 @@ class BwrapProvider(Provider):
                     "network": True,
                     "info_fd": netlaunch.info_w,
                     "block_fd": netlaunch.block_r,
-                    "resolv_file": res.file("resolv.conf", net.resolv_text().encode(), 0o444),
+                    "resolv_file": res.memfile(net.resolv_text().encode()),
                     # A nested user namespace would hide the network namespace's owner
                     # from nsenter; the filter could not be loaded (docs: residual risks).
                     "disable_userns": False,
                 }
                 if plan.hosts_file is None:
-                    extra["hosts_file"] = res.file("hosts", net.hosts_text().encode(), 0o444)
+                    extra["hosts_file"] = res.memfile(net.hosts_text().encode())
+                    child_fds.append(extra["hosts_file"])
+                child_fds.append(extra["resolv_file"])
             bpf = filter_bytes()
             if bpf is not None:
                 seccomp_r, seccomp_w = res.pipe()
@@ -154,7 +174,14 @@ class BwrapProvider(Provider):
                 res.close(seccomp_w)
                 extra["seccomp_fd"] = seccomp_r
                 child_fds.append(seccomp_r)
-            cmd = self._command(plan, empty_file=empty, seccomp=bpf is not None, **extra)
+            cmd = self._command(
+                plan,
+                empty_file=empty,
+                seccomp=bpf is not None,
+                res=res,
+                child_fds=child_fds,
+                **extra,
+            )
         except BaseException:
             res.release()
             raise

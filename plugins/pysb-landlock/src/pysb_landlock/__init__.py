@@ -12,9 +12,10 @@ user code. See ``provider.py`` (parent side), ``compiler.py`` (plan -> ruleset d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # not ``typing``: the sandboxed interpreter imports this package
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_landlock.provider import LandlockProvider
 
 __all__ = ["LandlockProvider"]

@@ -12,11 +12,11 @@ express is listed in :attr:`Compiled.gaps` (the Python layer, when active, cover
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import NetworkRule
@@ -122,31 +122,34 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-@dataclass
 class Compiled:
-    """The ruleset for one run, plus what Landlock cannot express."""
+    """The ruleset for one run, plus what Landlock cannot express.
 
-    abi: int
-    read: list[str] = field(default_factory=list)
-    write: list[str] = field(default_factory=list)
-    devices: list[str] = field(default_factory=list)
-    connect: Ranges | None = None
-    bind: Ranges | None = None
-    scope: bool = False
-    #: Capabilities the sandbox keeps (everything else is dropped: see caps.py).
-    keep_caps: list[int] = field(default_factory=lambda: [1, 2])
-    #: Whether some rule allows UDP (the seccomp filter then lets UDP sockets be created).
-    udp: bool = False
-    #: Whether AF_UNIX sockets may be created (provider option ``unix-sockets``).
-    unix: bool = False
-    #: Whether this machine has a seccomp table (x86_64, aarch64).
-    seccomp: bool = True
-    #: Rules the OS layer does not enforce; ``pysb check`` already sees them through the
-    #: provider's capabilities (hosts, UDP, ignore, renames).
-    gaps: list[str] = field(default_factory=list)
-    #: Weaker-than-written grants no capability flag reveals (a read-only exposure or a
-    #: profile file inside a read-write one): shown by ``describe`` and noted at launch.
-    warnings: list[str] = field(default_factory=list)
+    A plain class (not a dataclass): ``dataclasses`` costs ~1 ms of imports at every run.
+    """
+
+    def __init__(self, abi: int, *, scope: bool = False) -> None:
+        self.abi = abi
+        self.read: list[str] = []
+        self.write: list[str] = []
+        self.devices: list[str] = []
+        self.connect: Ranges | None = None
+        self.bind: Ranges | None = None
+        self.scope = scope
+        #: Capabilities the sandbox keeps (everything else is dropped: see caps.py).
+        self.keep_caps: list[int] = [1, 2]
+        #: Whether some rule allows UDP (the seccomp filter then lets UDP sockets be created).
+        self.udp = False
+        #: Whether AF_UNIX sockets may be created (provider option ``unix-sockets``).
+        self.unix = False
+        #: Whether this machine has a seccomp table (x86_64, aarch64).
+        self.seccomp = True
+        #: Rules the OS layer does not enforce; ``pysb check`` already sees them through
+        #: the provider's capabilities (hosts, UDP, ignore, renames).
+        self.gaps: list[str] = []
+        #: Weaker-than-written grants no capability flag reveals (a read-only exposure or
+        #: a profile file inside a read-write one): shown by ``describe``, noted at launch.
+        self.warnings: list[str] = []
 
     def args(self) -> dict[str, Any]:
         """Keyword arguments of ``restrict()``, JSON-safe (they cross to the child as JSON)."""

@@ -14,10 +14,8 @@ import contextlib
 import marshal
 import os
 import select
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -45,12 +43,28 @@ START_TIMEOUT = 15.0
 
 
 def _which(name: str) -> str | None:
-    return shutil.which(name, path=os.environ.get("PATH", "") + _SBIN)
+    from pysb_core.probecache import which  # not shutil: it imports the compressors
+
+    return which(name, _SBIN)
+
+
+def _tempdir() -> str:
+    """``tempfile.gettempdir()`` without importing ``tempfile`` (``random``, ``shutil``:
+    ~2 ms): ``tempfile.tempdir`` if a caller set it, else the first writable directory
+    among ``$TMPDIR``, ``$TEMP``, ``$TMP``, /tmp, /var/tmp, /usr/tmp."""
+    chosen = getattr(sys.modules.get("tempfile"), "tempdir", None)
+    if isinstance(chosen, str):
+        return chosen
+    names = [os.environ.get(v) for v in ("TMPDIR", "TEMP", "TMP")]
+    for path in (*names, "/tmp", "/var/tmp", "/usr/tmp"):
+        if path and os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK):
+            return os.path.abspath(path)
+    return os.getcwd()
 
 
 def _staging_dir() -> str:
     """An empty directory the new root's tmpfs is mounted on (only inside the namespace)."""
-    path = os.path.join(tempfile.gettempdir(), f"pysb-unshare-root-{os.geteuid()}")
+    path = os.path.join(_tempdir(), f"pysb-unshare-root-{os.geteuid()}")
     try:
         os.mkdir(path, 0o700)
     except PermissionError as exc:
@@ -259,6 +273,8 @@ class UnshareProvider(Provider):
             "trace": bool(os.environ.get("PYSB_UNSHARE_TRACE")),
             "cgroup_procs": cgroup,
         }
+        if net.enabled and net.needs_route_localnet:
+            cfg["route_localnet"] = True  # set by the init itself: no shell around nft
         return marshal.dumps(cfg)
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
@@ -301,13 +317,21 @@ class UnshareProvider(Provider):
                 os.close(fd)
             cfg_fd = ctl_r = status_w = -1
             if net.enabled:
+                # The filter and the user-mode network go in while the init's interpreter
+                # starts; the program is released ("G") only after both, and after the
+                # init is ready ("R": loopback up, route_localnet set).
+                _wait_for_namespaces(proc)
+                try:
+                    net.attach(proc.pid, route_localnet_set=True, checked=True)
+                except SandboxError:
+                    _raise_early_error(status_r, proc)
+                    raise
                 ready = _read_status(status_r, proc)
                 if ready != b"R":
                     if ready == b"E":
                         early = _read_status(status_r, proc, until_eof=True)
                         raise SandboxError(early.decode(errors="replace").strip())
                     raise SandboxError("unshare: the sandbox did not start its namespaces")
-                net.attach(proc.pid)
             os.write(ctl_w, b"G")
             answer = _read_status(status_r, proc, until_eof=True)
             if not answer.startswith(b"S"):
@@ -337,6 +361,38 @@ class UnshareProvider(Provider):
 
         plan.add_cleanup(cleanup)
         return proc
+
+
+def _wait_for_namespaces(proc: subprocess.Popen[bytes]) -> None:
+    """Return once ``unshare`` has made the namespaces and written the id maps (it then
+    execs the init), so that nsenter and slirp4netns can join them -- long before the
+    init's interpreter is up."""
+    own = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/ns/net") != own:
+                # Read through the new user namespace: empty until unshare writes the maps.
+                with open(f"/proc/{proc.pid}/uid_map") as u, open(f"/proc/{proc.pid}/gid_map") as g:
+                    if u.read().strip() and g.read().strip():
+                        return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise SandboxError(f"unshare exited ({proc.returncode}) before making its namespaces")
+        if time.monotonic() > deadline:
+            raise SandboxError("unshare: the namespaces were not made in time")
+        time.sleep(0.0002)
+
+
+def _raise_early_error(fd: int, proc: subprocess.Popen[bytes]) -> None:
+    """If the init already failed and said why ("E..."), raise that rather than the error
+    of a step that could not join its namespaces."""
+    if proc.poll() is None:
+        return
+    answer = _read_status(fd, proc, until_eof=True)
+    if answer.startswith(b"E"):
+        raise SandboxError(answer[1:].decode(errors="replace").strip())
 
 
 def _read_status(fd: int, proc: subprocess.Popen[bytes], *, until_eof: bool = False) -> bytes:

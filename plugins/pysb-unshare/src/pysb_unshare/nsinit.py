@@ -6,10 +6,12 @@ Standalone on purpose -- no pysb import, only the standard library -- so that it
 few milliseconds and nothing from the host's ``sys.path`` is trusted. Three processes::
 
     P0  exec'd by ``unshare`` (new user, mount, net, ipc, uts, cgroup namespaces; its
-        children go to a new PID namespace). Brings ``lo`` up, sets the host name, tells
-        pysb it is ready ("R"), waits for "G" (pysb has loaded the packet filter and
-        attached the user-mode network by then), forks P1, forwards signals to it, and
-        ends like the program did (same exit code, or killed by the same signal).
+        children go to a new PID namespace). Brings ``lo`` up (and sets ``route_localnet``
+        when the filter needs it), tells pysb so ("R") when there are network rules, sets
+        the host name, waits for "G" (pysb has loaded the packet filter and attached the
+        user-mode network by then: it starts doing so while this interpreter starts),
+        forks P1, forwards signals to it, and ends like the program did (same exit code,
+        or killed by the same signal).
     P1  PID 1 of the new PID namespace: builds the root (tmpfs + binds), mounts /proc
         (and through it forbids nested user namespaces, then makes /proc/sys read-only),
         pivots into it, forks P2, forwards signals, reaps orphans, and reports P2's wait
@@ -27,7 +29,6 @@ group (Ctrl-C, window size) reach P0 and P1, and P1 alone forwards them to the p
 from __future__ import annotations
 
 import _signal as signal  # not ``signal``: its enum import costs ~3 ms
-import ctypes
 import errno
 import marshal
 import os
@@ -70,23 +71,35 @@ FORWARDED = (
     signal.SIGALRM,
 )
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = (
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_ulong,
-    ctypes.c_char_p,
-)
-_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-_libc.prctl.argtypes = (
-    ctypes.c_int,
-    ctypes.c_ulong,
-    ctypes.c_ulong,
-    ctypes.c_ulong,
-    ctypes.c_ulong,
-)
-_libc.syscall.restype = ctypes.c_long
+# ``ctypes`` and libc, set by load_libc(): importing ctypes costs ~2.5 ms, which P0 of a
+# filtered network pays while pysb attaches the user-mode network, not before.
+ctypes = None
+_libc = None
+_MountAttr = None
+
+
+def load_libc() -> None:
+    """Import ctypes and declare the libc functions used here (once)."""
+    global ctypes, _libc, _MountAttr
+    if _libc is not None:
+        return
+    import ctypes as c
+
+    lib = c.CDLL(None, use_errno=True)
+    lib.mount.argtypes = (c.c_char_p, c.c_char_p, c.c_char_p, c.c_ulong, c.c_char_p)
+    lib.umount2.argtypes = (c.c_char_p, c.c_int)
+    lib.prctl.argtypes = (c.c_int, c.c_ulong, c.c_ulong, c.c_ulong, c.c_ulong)
+    lib.syscall.restype = c.c_long
+
+    class MountAttr(c.Structure):
+        _fields_ = (
+            ("attr_set", c.c_uint64),
+            ("attr_clr", c.c_uint64),
+            ("propagation", c.c_uint64),
+            ("userns_fd", c.c_uint64),
+        )
+
+    ctypes, _libc, _MountAttr = c, lib, MountAttr
 
 
 class SetupError(Exception):
@@ -119,15 +132,6 @@ def mount(
         data.encode() if data else None,
     )
     _check(ret, f"mount {src or fstype or ''} on {dst}")
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = (
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    )
 
 
 def set_readonly(
@@ -606,13 +610,23 @@ def main() -> None:
     trace(cfg, "P0 started")
     try:
         loopback_up()
+        if cfg.get("route_localnet"):
+            # The filter pysb loads meanwhile DNATs 127.0.0.1 to the host's gateway, which
+            # the kernel routes only with this on (this namespace's own setting).
+            with open("/proc/sys/net/ipv4/conf/all/route_localnet", "w") as f:
+                f.write("1")
+    except OSError as exc:
+        _write(status_w, f"Eunshare: cannot set up the namespaces: {exc}".encode())
+        os._exit(125)
+    if cfg.get("network"):
+        _write(status_w, b"R")
+    try:
+        load_libc()  # while pysb may still be attaching the network
         name = cfg.get("hostname", "sandbox").encode()
         _check(_libc.sethostname(name, len(name)), "sethostname")
     except (OSError, SetupError) as exc:
         _write(status_w, f"Eunshare: cannot set up the namespaces: {exc}".encode())
         os._exit(125)
-    if cfg.get("network"):
-        _write(status_w, b"R")
     if os.read(ctl, 1) != b"G":
         os._exit(125)  # pysb gave up (or died) before releasing the sandbox
     trace(cfg, "released by pysb")

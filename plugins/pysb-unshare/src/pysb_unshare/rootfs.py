@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pysb_core.errors import SandboxError
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure
+from pysb_core.sysfiles import ALWAYS_HIDDEN
 
 #: System directories bound read-only when present (symlinks are recreated as symlinks).
 BASE_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -70,10 +71,10 @@ def _exposure_ops(
 ) -> list[list]:
     """Binds for the exposures, parents before children.
 
-    An exposure already visible, with the same access, through a shallower bind at the same
-    place (or a read-only base directory) needs no mount of its own. A symlink on the
-    interpreter's chain is recreated as a symlink (its target is exposed on its own): binding
-    it would follow it.
+    An exposure already visible, with the same access, through a bind at the same place
+    (shallower, or the very same bind: a read-only base directory or /etc entry) needs no
+    mount of its own. A symlink on the interpreter's chain is recreated as a symlink (its
+    target is exposed on its own): binding it would follow it.
     """
     wanted: dict[tuple[str, str], bool] = {}
     for e in exposures:
@@ -86,7 +87,9 @@ def _exposure_ops(
     kept: list[tuple[str, str, bool]] = [(d, d, False) for d in base]
     ops: list[list] = []
     for (src, dst), rw in sorted(wanted.items(), key=lambda kv: (_depth(kv[0][1]), kv[0][1])):
-        parents = [k for k in kept if _under(dst, k[1]) and k[1] != dst]
+        # ``kept`` holds only binds still visible, so the deepest one covering ``dst`` is
+        # what shows there now.
+        parents = [k for k in kept if _under(dst, k[1])]
         cover = max(parents, key=lambda k: len(k[1]), default=None)
         same_place = cover is not None and cover[0] == cover[1] and src == dst
         if os.path.islink(src):
@@ -95,6 +98,7 @@ def _exposure_ops(
             continue
         if same_place and cover is not None and cover[2] == rw:
             continue
+        kept = [k for k in kept if not _under(k[1], dst)]  # hidden below the new bind
         kept.append((src, dst, rw))
         ops.append(["bind", src, dst, not rw])
     return ops
@@ -124,7 +128,8 @@ def build_ops(
         ["file", "/etc/hostname", "sandbox\n", 0o644],
     ]
     ops += _localtime_steps()
-    ops += [["optbind", p, p] for p in ETC_BINDS if os.path.lexists(p)]
+    etc = [p for p in ETC_BINDS if os.path.lexists(p)]
+    ops += [["optbind", p, p] for p in etc]
     # /dev: a few device nodes bound from the host (no mknod in a user namespace).
     ops.append(["tmpfs", "/dev", "0755"])
     ops += [["device", d] for d in DEVICES if os.path.exists(f"/dev/{d}")]
@@ -137,7 +142,9 @@ def build_ops(
         ["tmpfs", "/tmp", "1777"],
         ["dir", "/root"],
     ]
-    ops += _exposure_ops(exposures, base, extra_ro)
+    # The /etc binds count as read-only binds already made: the implicit CA exposures
+    # (/etc/ssl, /etc/ca-certificates) need no second mount.
+    ops += _exposure_ops(exposures, [*base, *(p for p in etc if not os.path.islink(p))], extra_ro)
     # Profile files stay read-only even inside a read-write exposure.
     for p in plan.protected:
         inside = translate(os.path.realpath(p), exposures)
@@ -148,6 +155,11 @@ def build_ops(
         inside = translate(h, exposures)
         if inside is not None:
             ops.append(["mask", inside])
+    # Host secrets inside what the /etc binds show (private TLS keys under /etc/ssl): a
+    # root pysb's sandbox is their owner, so their modes alone would not keep them closed.
+    for h in ALWAYS_HIDDEN:
+        if any(_under(h, p) for p in etc) and os.path.isdir(h) and not os.path.islink(h):
+            ops.append(["mask", h])
     visible = [o[2] for o in ops if o[0] == "bind"] + base
     if not any(_under(plan.cwd, v) for v in visible):
         ops.append(["dir", plan.cwd])
