@@ -263,7 +263,9 @@ class Session:
             report_r, report_w = os.pipe()
         core_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         boot_paths = [core_root, *(p for p in import_roots() if p != core_root)]
-        argv = [python, *python_opts, "-c", BOOT_STUB.format(paths=boot_paths), str(payload_fd)]
+        # Only pysb_core's root in argv (short: firejail caps an argument at 4 KiB); the
+        # other import roots travel in the payload.
+        argv = [python, *python_opts, "-c", BOOT_STUB.format(paths=[core_root]), str(payload_fd)]
         env = dict(policy.env)
         if policy.learn:
             # A learning run sees the host environment, so that reads can be recorded.

@@ -301,3 +301,31 @@ def test_learning_records_accesses_made_during_an_import(project: Project, tmp_p
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == '"ok"'
     assert "json" in (project.root / ".pysb.yaml").read_text()
+
+
+def test_many_import_roots_do_not_lengthen_the_command_line(tmp_path) -> None:
+    """Import roots reach the sandbox in the payload, not in argv (firejail refuses an
+    argument over 4 KiB): a host with a long ``sys.path`` still starts sandboxes."""
+    import os
+
+    from pysb_core.pipeline import Program, Session
+
+    extra = []
+    for i in range(200):
+        d = tmp_path / f"root-with-a-long-name-{i:03}"
+        d.mkdir()
+        extra.append(str(d))
+    saved = sys.path[:]
+    sys.path.extend(extra)
+    try:
+        session = Session.create(provider="subprocess", profile=None, cwd=str(tmp_path))
+        plan = session.plan(Program("code", argv=["-c"], code="pass"))
+    finally:
+        sys.path[:] = saved
+    try:
+        assert max(len(a) for a in plan.argv) < 4096
+        assert set(extra) <= set(plan.payload["sys_path"])
+    finally:
+        for fd in (plan.payload_fd, plan.report_read_fd, plan.report_write_fd):
+            if fd is not None:
+                os.close(fd)
