@@ -315,13 +315,17 @@ def test_many_import_roots_do_not_lengthen_the_command_line(tmp_path) -> None:
         d = tmp_path / f"root-with-a-long-name-{i:03}"
         d.mkdir()
         extra.append(str(d))
+    from pysb_core.pyenv import python_paths
+
     saved = sys.path[:]
     sys.path.extend(extra)
+    python_paths.cache_clear()  # cached per process: must not keep the 200 roots
     try:
         session = Session.create(provider="subprocess", profile=None, cwd=str(tmp_path))
         plan = session.plan(Program("code", argv=["-c"], code="pass"))
     finally:
         sys.path[:] = saved
+        python_paths.cache_clear()
     try:
         assert max(len(a) for a in plan.argv) < 4096
         assert set(extra) <= set(plan.payload["sys_path"])
