@@ -10,9 +10,11 @@ order; an IPv4 address written as IPv6 (``::ffff:a.b.c.d``) is judged as IPv4; a
 matches the addresses the name was pinned to before launch; a connection to a name is allowed
 only if every address of the name is allowed.
 
-This module is imported by the sandboxed interpreter too: it imports nothing heavier than
-:mod:`ipaddress` at import time (not ``socket``, ``re`` or ``collections``, which cost the
-sandbox milliseconds at every start) and never touches the network itself.
+The sandboxed interpreter does not import this module: its network guard decides with
+:class:`pysb_core.netmatch.Matcher`, which gives the same answers without :mod:`ipaddress`
+(tests/test_netmatch.py compares the two). This module stays the reference; it still imports
+nothing heavier than :mod:`ipaddress` at import time (not ``socket`` or ``re``) and never
+touches the network itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 from _socket import inet_aton  # the C function (socket.inet_aton is this very function)
 
+from pysb_core.netmatch import _legacy_v4, normalize_host
 from pysb_core.policy import NetworkRule, PortRange
 
 TYPE_CHECKING = False
@@ -50,8 +53,6 @@ _PROTOCOLS = {
 }
 _DIRECTIONS = {"in": "in", "out": "out", "any": "any", "*": "any"}
 _LABEL: list[re.Pattern[str]] = []  # compiled on first use (the parent's profile loader)
-#: The characters of the legacy IPv4 forms ``inet_aton`` reads (``127.1``, ``0x7f000001``).
-_LEGACY_V4_CHARS = "0123456789abcdefABCDEFxX."
 _MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 # IPv6 forms that carry an IPv4 address but are not the kernel's mapped form: the IPv4-translated
 # prefix, the NAT64 well-known prefix and the deprecated IPv4-compatible form.
@@ -66,13 +67,6 @@ _CACHE_LIMIT = 8192
 # ---------------------------------------------------------------------------------------
 # Names and addresses
 # ---------------------------------------------------------------------------------------
-
-
-def normalize_host(name: str | bytes) -> str:
-    """The spelling used as a key of :attr:`Policy.pins`: lower case, no final dot."""
-    if isinstance(name, bytes | bytearray):
-        name = bytes(name).decode("ascii")
-    return name.strip().lower().rstrip(".")
 
 
 def numeric_host(host: str) -> IPAddress | None:
@@ -94,13 +88,6 @@ def numeric_host(host: str) -> IPAddress | None:
         except OSError:
             return None
     return None
-
-
-def _legacy_v4(text: str) -> bool:
-    """``re.match(r"^[0-9a-fA-FxX.]+$", text)`` without ``re``: one or more of those
-    characters, then at most one final newline (what ``$`` accepts)."""
-    body = text[:-1] if text.endswith("\n") else text
-    return bool(body) and not body.strip(_LEGACY_V4_CHARS)
 
 
 def canonical_ip(address: str | IPAddress) -> IPAddress:

@@ -10,8 +10,10 @@ Inside the sandboxed interpreter it patches
   query; a name no rule covers is refused before any query unless a rule allows a wider
   network (SPEC §6, §7).
 
-Decisions come from :class:`pysb_core.netrules.NetworkMatcher`, the same code the OS providers
-compile from, so both layers agree. ``AF_UNIX`` paths need a read-write exposure; abstract
+Decisions come from :class:`pysb_core.netmatch.Matcher`, which answers exactly as
+:class:`pysb_core.netrules.NetworkMatcher`, the code the OS providers compile from (a
+differential test holds them together), so both layers agree; unlike it, it needs no
+:mod:`ipaddress` in the sandbox. ``AF_UNIX`` paths need a read-write exposure; abstract
 Unix sockets and families the rules cannot express (raw, netlink, packet...) are refused.
 
 A PEP 578 audit hook is the backstop: CPython raises ``socket.connect``, ``socket.bind``,
@@ -113,11 +115,11 @@ def _patchers(
     may run later (inside the program's ``import socket``), when ``sys.modules`` and
     module globals are the program's to change.
     """
-    from pysb_core.netrules import NetworkMatcher, canonical_ip, normalize_host, numeric_host
+    from pysb_core.netmatch import Matcher, canonical_text, normalize_host, numeric_host
     from pysb_guards import _seal
 
     ctx: dict[str, Any] = {
-        "matcher": NetworkMatcher(policy.network, policy.pins),
+        "matcher": Matcher(policy.network, policy.pins),
         "recorder": recorder,
         "enforce": enforce,
         "learning": bool(recorder.learning),
@@ -133,7 +135,7 @@ def _patchers(
         # (family, type, proto, address as given, direction) -> the checked address handed to
         # C, for allowed literal addresses: the common case costs one dict lookup.
         "fast": {},
-        "canonical_ip": canonical_ip,
+        "canonical_text": canonical_text,
         "normalize_host": normalize_host,
         "numeric_host": numeric_host,
     }
@@ -236,13 +238,13 @@ def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
     seen_names: dict[str, str] = ctx["seen_names"]
     fast: dict[tuple[Any, ...], tuple[Any, ...]] = ctx["fast"]
     fast_get = fast.get
-    canonical_ip = ctx["canonical_ip"]
+    canonical_text = ctx["canonical_text"]
     normalize_host = ctx["normalize_host"]
     numeric_host = ctx["numeric_host"]
 
     def _canon(address: str) -> str:
         try:
-            return str(canonical_ip(address.split("%", 1)[0]))
+            return canonical_text(address.split("%", 1)[0])
         except ValueError:
             return address
 
