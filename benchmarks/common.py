@@ -32,6 +32,8 @@ SUPPORT_FILES = (
 PROVIDER_ORDER = ("subprocess", "landlock", "bwrap", "unshare", "firejail", "qemu")
 #: The name of a variant measured without the Python guards (the report keys on "/").
 NO_GUARDS = "{}/no-python-guards"
+#: The name of a variant measured with a network allow rule (kernel packet filtering).
+NET_FILTER = "{}/network-filtering"
 
 
 def ordered(names: list[str] | set[str]) -> list[str]:

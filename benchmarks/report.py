@@ -177,7 +177,7 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
     for name in names:
         ours = res.get("pysb", {}).get(name)
         ref = res.get("reference", {}).get(name)
-        target = targets.STARTUP_RATIO.get(base_name(name))
+        target = targets.startup_target(name)
         if ours is None:
             ours_cells = ["not available", "—", "—"]
         elif failed(ours):
@@ -452,6 +452,14 @@ def summary(sections: dict[str, Any]) -> list[str]:
             [_get(st, "pysb", n, "ratio") for n in names],
             [_get(st, "reference", n, "ratio") for n in names],
             [targets.STARTUP_RATIO[n] for n in names],
+            fmt_ratio,
+        )
+        variant = "unshare/network-filtering"
+        add(
+            "same under unshare with network filtering (slirp4netns + nftables)",
+            [_get(st, "pysb", variant, "ratio")],
+            [None],
+            [targets.STARTUP_VARIANT_RATIO[variant]],
             fmt_ratio,
         )
     if pa:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import profiles
-from common import NO_GUARDS, Context, clean_env, median, reason_from
+from common import NET_FILTER, NO_GUARDS, Context, clean_env, median, reason_from
 
 
 def _runs(ctx: Context, kind: str, provider: str) -> tuple[int, int]:
@@ -168,6 +168,22 @@ def run(ctx: Context) -> dict[str, Any]:
         argv = [ctx.pysb, "run", "--profile", str(bare), "--provider", "landlock"]
         entry = measure([*argv, "--no-python-guards", "-c", "pass"], "pysb", "landlock")
         result["pysb"][NO_GUARDS.format("landlock")] = entry
+    # Kernel-enforced network filtering (a user-mode network and a packet filter loaded
+    # before the program starts): the same start with one loopback allow rule. Nothing is
+    # sent: `pass` opens no socket.
+    filtering = ctx.workdir / "startup-net.pysb.yaml"
+    filtering.write_text(ours_profile.read_text() + "network:\n  - allow tcp 127.0.0.1 9 out\n")
+    for name in ("bwrap", "unshare"):
+        if name not in ctx.usable(ctx.pysb_providers):
+            continue
+        ctx.log(f"startup: pysb run --provider {name} -c pass, with network filtering")
+        argv = [ctx.pysb, "run", "--profile", str(filtering), "--provider", name, "-c", "pass"]
+        entry = measure(argv, "pysb", name)
+        result["pysb"][NET_FILTER.format(name)] = entry
+        if "error" in entry:
+            ctx.errors.append(
+                f"startup: pysb run under {name} with filtering failed: {entry['error']}"
+            )
     if ctx.ref_python_sb is not None:
         for name in ctx.usable(ctx.ref_providers):
             ctx.log(f"startup: python-sb --os-sandbox={name} -c pass")
