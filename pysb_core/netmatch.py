@@ -24,6 +24,7 @@ from _socket import AF_INET, AF_INET6, inet_aton, inet_pton
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
 
     from pysb_core.policy import NetworkRule
 
@@ -213,31 +214,38 @@ class _Compiled:
 class Matcher:
     """Decides connections and binds against the rules and pinned host names.
 
-    The same interface and answers as :class:`pysb_core.netrules.NetworkMatcher`: ``check``
-    judges one address, ``check_host`` a name (every pinned address must pass); decisions are
-    ``(allowed, deciding rule or None for the default deny)`` and are cached per
-    ``(proto, address, port, direction)``.
+    ``check`` judges one address, ``check_host`` a name (every pinned address must pass);
+    decisions are ``(allowed, deciding rule or None for the default deny)`` and are cached
+    per ``(proto, address, port, direction)``.
+
+    The decision logic lives here once. What an address and a network *are* is in the
+    methods of the "address algebra" section: integers here (the sandbox's matcher), and
+    :mod:`ipaddress` objects in :class:`pysb_core.netrules.NetworkMatcher`, the reference
+    the OS providers compile from, which overrides only those methods.
     """
+
+    #: How one rule is compiled for :meth:`_decide` (a subclass brings its own networks).
+    _compiled: Any = _Compiled
 
     def __init__(
         self, rules: Iterable[NetworkRule], pins: Mapping[str, Sequence[str]] | None = None
     ) -> None:
         self.rules = tuple(rules)
         self.pins: dict[str, tuple[str, ...]] = {
-            normalize_host(k): tuple(canonical_text(a) for a in v) for k, v in (pins or {}).items()
+            normalize_host(k): tuple(self._text(a) for a in v) for k, v in (pins or {}).items()
         }
-        self._index: dict[tuple[str, str], tuple[list[_Compiled], list[_Compiled]]] = {
+        self._index: dict[tuple[str, str], tuple[list, list]] = {
             (p, d): ([], []) for p in ("tcp", "udp") for d in ("in", "out")
         }
         for rule in self.rules:
-            compiled = _Compiled(rule, self._rule_networks(rule))
+            compiled = self._compiled(rule, self._rule_networks(rule))
             directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
             for proto in rule.protocols:
                 for d in directions:
                     denies, allows = self._index[(proto, d)]
                     (denies if rule.action == "deny" else allows).append(compiled)
         self.resolves_any_name = any(
-            r.action == "allow" and r.direction in ("out", "any") and _is_wide(r.network)
+            r.action == "allow" and r.direction in ("out", "any") and self._wide(r.network)
             for r in self.rules
         )
         self._reverse: dict[str, str] = {}
@@ -245,6 +253,33 @@ class Matcher:
             for a in addrs:
                 self._reverse.setdefault(a, name)
         self._cache: dict[tuple[str, object, int, str], tuple[bool, NetworkRule | None]] = {}
+
+    # -- address algebra (overridden by the ipaddress-based reference) ------------------
+
+    @staticmethod
+    def _ip(address: Any) -> Any:
+        """The canonical address object of ``address`` (ValueError when it is none)."""
+        return _canonical(address)
+
+    @staticmethod
+    def _text(address: Any) -> str:
+        """The canonical text of an address."""
+        return canonical_text(address)
+
+    @staticmethod
+    def _literal(host: str) -> Any:
+        """The address ``host`` spells, or None for a name."""
+        return numeric_host(host)
+
+    @staticmethod
+    def _embedded(ip: Any) -> Any:
+        """The IPv4 address an IPv6 address carries (NAT64 and friends), or None."""
+        return _embedded_v4(ip)
+
+    @staticmethod
+    def _wide(network: str) -> bool:
+        """Whether a rule's network covers more than one address."""
+        return _is_wide(network)
 
     def _rule_networks(self, rule: NetworkRule) -> list[tuple[int, int, int]]:
         network = rule.network
@@ -262,16 +297,16 @@ class Matcher:
     # -- one address -------------------------------------------------------------------
 
     def check(
-        self, proto: str, address: str | IP, port: int, direction: str
+        self, proto: str, address: Any, port: int, direction: str
     ) -> tuple[bool, NetworkRule | None]:
         """Decide one address: ``(allowed, deciding rule or None for the default deny)``."""
         key = (proto, address, port, direction)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        ip = _canonical(address)
+        ip = self._ip(address)
         decision = self._decide(proto, ip, port, direction)
-        v4 = _embedded_v4(ip)
+        v4 = self._embedded(ip)
         if v4 is not None and decision[0]:
             # NAT64 and friends reach an IPv4 host: an explicit deny of that host still holds.
             inner = self._decide(proto, v4, port, direction)
@@ -283,7 +318,7 @@ class Matcher:
         return decision
 
     def _decide(
-        self, proto: str, ip: IP, port: int, direction: str
+        self, proto: str, ip: Any, port: int, direction: str
     ) -> tuple[bool, NetworkRule | None]:
         entry = self._index.get((proto, direction))
         if entry is None:
@@ -306,7 +341,7 @@ class Matcher:
     def name_of(self, address: str) -> str | None:
         """The pinned name an address belongs to (for messages and learning)."""
         try:
-            return self._reverse.get(canonical_text(address))
+            return self._reverse.get(self._text(address))
         except ValueError:
             return None
 
@@ -324,7 +359,7 @@ class Matcher:
         unpinned name with no addresses is refused by the default rule.
         """
         if addresses is None:
-            literal = numeric_host(host)
+            literal = self._literal(host)
             addresses = (str(literal),) if literal is not None else self.pinned(host) or ()
         if not addresses:
             return (False, None)
@@ -341,6 +376,6 @@ class Matcher:
 
     def suggest(self, proto: str, host_or_ip: str, port: int, direction: str) -> str:
         """The rule line that would allow this access (names kept, addresses canonical)."""
-        literal = numeric_host(host_or_ip)
-        target = canonical_text(literal) if literal is not None else normalize_host(host_or_ip)
+        literal = self._literal(host_or_ip)
+        target = self._text(literal) if literal is not None else normalize_host(host_or_ip)
         return f"allow {proto} {target} {port} {direction}"

@@ -22,13 +22,14 @@ from __future__ import annotations
 import ipaddress
 from _socket import inet_aton  # the C function (socket.inet_aton is this very function)
 
-from pysb_core.netmatch import _legacy_v4, normalize_host
+from pysb_core.netmatch import Matcher, _legacy_v4, normalize_host
 from pysb_core.policy import NetworkRule, PortRange
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
     from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -61,7 +62,6 @@ _EMBEDDING = (
     ipaddress.ip_network("64:ff9b::/96"),
     ipaddress.ip_network("::/96"),
 )
-_CACHE_LIMIT = 8192
 
 
 # ---------------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def _mapped_to_v4(net: ipaddress.IPv6Network) -> ipaddress.IPv4Network:
 
 
 class _Compiled:
-    """One rule, ready to match: networks split by IP version, ports as (low, high)."""
+    """One rule, ready to match: networks as :mod:`ipaddress` objects, split by version."""
 
     __slots__ = ("nets4", "nets6", "ports", "rule")
 
@@ -314,123 +314,38 @@ class _Compiled:
 Decision = tuple[bool, "NetworkRule | None"]
 
 
-class NetworkMatcher:
-    """Decides connections and binds against compiled rules and pinned host names.
+class NetworkMatcher(Matcher):
+    """The reference matcher: :class:`pysb_core.netmatch.Matcher`'s decisions, with
+    addresses and networks as :mod:`ipaddress` objects.
 
-    ``check`` judges one address, ``check_host`` a name (every pinned address must pass).
-    Decisions on literal addresses are cached per ``(proto, address, port, direction)``.
+    The OS providers compile their packet filters from the same rules, and a differential
+    test holds the sandbox's integer matcher to this one (tests/test_netmatch.py).
     """
 
-    def __init__(
-        self, rules: Iterable[NetworkRule], pins: Mapping[str, Sequence[str]] | None = None
-    ) -> None:
-        self.rules = tuple(rules)
-        self.pins: dict[str, tuple[str, ...]] = {
-            normalize_host(k): tuple(str(canonical_ip(a)) for a in v)
-            for k, v in (pins or {}).items()
-        }
-        self._index: dict[tuple[str, str], tuple[list[_Compiled], list[_Compiled]]] = {
-            (p, d): ([], []) for p in ("tcp", "udp") for d in ("in", "out")
-        }
-        for rule in self.rules:
-            compiled = _Compiled(rule, _rule_networks(rule, self.pins))
-            directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
-            for proto in rule.protocols:
-                for d in directions:
-                    denies, allows = self._index[(proto, d)]
-                    (denies if rule.action == "deny" else allows).append(compiled)
-        self.resolves_any_name = any(
-            r.action == "allow" and r.direction in ("out", "any") and _is_wide(r.network)
-            for r in self.rules
-        )
-        self._reverse: dict[str, str] = {}
-        for name, addrs in self.pins.items():
-            for a in addrs:
-                self._reverse.setdefault(a, name)
-        self._cache: dict[tuple[str, object, int, str], Decision] = {}
+    _compiled = _Compiled
 
-    # -- one address -------------------------------------------------------------------
+    @staticmethod
+    def _ip(address: Any) -> Any:
+        return canonical_ip(address)
 
-    def check(self, proto: str, address: str | IPAddress, port: int, direction: str) -> Decision:
-        """Decide one address: ``(allowed, deciding rule or None for the default deny)``."""
-        key = (proto, address, port, direction)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        ip = canonical_ip(address)
-        decision = self._decide(proto, ip, port, direction)
-        v4 = _embedded_v4(ip)
-        if v4 is not None and decision[0]:
-            # NAT64 and friends reach an IPv4 host: an explicit deny of that host still holds.
-            inner = self._decide(proto, v4, port, direction)
-            if not inner[0] and inner[1] is not None:
-                decision = inner
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[key] = decision
-        return decision
+    @staticmethod
+    def _text(address: Any) -> str:
+        return str(canonical_ip(address))
 
-    def _decide(self, proto: str, ip: IPAddress, port: int, direction: str) -> Decision:
-        entry = self._index.get((proto, direction))
-        if entry is None:
-            return (False, None)
-        denies, allows = entry
-        for c in denies:
-            if c.matches(ip, port):
-                return (False, c.rule)
-        for c in allows:
-            if c.matches(ip, port):
-                return (True, c.rule)
-        return (False, None)
+    @staticmethod
+    def _literal(host: str) -> Any:
+        return numeric_host(host)
 
-    # -- names --------------------------------------------------------------------------
+    @staticmethod
+    def _embedded(ip: Any) -> Any:
+        return _embedded_v4(ip)
 
-    def pinned(self, name: str | bytes) -> tuple[str, ...] | None:
-        """The pinned addresses of ``name``, or ``None`` when no rule pinned it."""
-        return self.pins.get(normalize_host(name))
+    @staticmethod
+    def _wide(network: str) -> bool:
+        return _is_wide(network)
 
-    def name_of(self, address: str) -> str | None:
-        """The pinned name an address belongs to (for messages and learning)."""
-        try:
-            return self._reverse.get(str(canonical_ip(address)))
-        except ValueError:
-            return None
-
-    def check_host(
-        self,
-        proto: str,
-        host: str,
-        port: int,
-        direction: str,
-        addresses: Sequence[str] | None = None,
-    ) -> Decision:
-        """Decide a connection to a name: allowed only if every address of it is allowed.
-
-        ``addresses`` defaults to the pins of ``host``; a literal ``host`` is judged alone; an
-        unpinned name with no addresses is refused by the default rule.
-        """
-        if addresses is None:
-            literal = numeric_host(host)
-            addresses = (str(literal),) if literal is not None else self.pinned(host) or ()
-        if not addresses:
-            return (False, None)
-        first: Decision | None = None
-        for a in addresses:
-            decision = self.check(proto, a, port, direction)
-            if not decision[0]:
-                return decision
-            if first is None:
-                first = decision
-        assert first is not None
-        return first
-
-    # -- messages -----------------------------------------------------------------------
-
-    def suggest(self, proto: str, host_or_ip: str, port: int, direction: str) -> str:
-        """The rule line that would allow this access (names kept, addresses canonical)."""
-        literal = numeric_host(host_or_ip)
-        target = str(canonical_ip(literal)) if literal is not None else normalize_host(host_or_ip)
-        return f"allow {proto} {target} {port} {direction}"
+    def _rule_networks(self, rule: NetworkRule) -> Any:
+        return _rule_networks(rule, self.pins)
 
 
 def _is_wide(network: str) -> bool:
