@@ -195,32 +195,64 @@ def _patchers(
 
         add_handler, _close = _seal.audit_registry()
 
+        fast_get = ctx["fast"].get
+
+        def make_socket_handler(event: str) -> Callable[[tuple], Any]:
+            judges = backstops[event]  # (family_of, type_of, proto_of, slow judge) per class
+            direction = _SOCKET_EVENTS[event]
+
+            def handler(args: tuple) -> Any:
+                address = args[1]
+                for family_of, type_of, proto_of, judge in judges:
+                    sock = args[0]
+                    try:
+                        checked = fast_get(
+                            (family_of(sock), type_of(sock), proto_of(sock), address, direction)
+                        )
+                    except TypeError:  # another C socket class, or an unhashable address
+                        checked = None
+                    if checked is address and checked is not None:
+                        # The very tuple a face checked and handed to C (exact str and ints),
+                        # not merely one equal to it: an address whose parts lie about
+                        # equality (a str or int subclass) finds no shortcut here.
+                        return None
+                    verdict = judge(args)
+                    if verdict is not _FOREIGN:
+                        return verdict
+                # A socket of a class no face was made for: none should exist.
+                return NetworkDeniedError(
+                    f"network {event} refused: a socket the network guard did not patch",
+                    target=event,
+                )
+
+            return handler
+
         def make_handler(event: str) -> Callable[[tuple], Any]:
             judges = backstops[event]
-            on_socket = event in _SOCKET_EVENTS
 
             def handler(args: tuple) -> Any:
                 for judge in judges:
                     verdict = judge(args)
                     if verdict is not _FOREIGN:
                         return verdict
-                if on_socket:
-                    # A socket of a class no face was made for: none should exist.
-                    return NetworkDeniedError(
-                        f"network {event} refused: a socket the network guard did not patch",
-                        target=event,
-                    )
                 return None
 
             return handler
 
         for event in _BACKSTOP_EVENTS:
-            add_handler(event, make_handler(event))
+            maker = make_socket_handler if event in _SOCKET_EVENTS else make_handler
+            add_handler(event, maker(event))
     return patch_c, patch_py, started
 
 
-#: Audit events judged by the backstop; the first four carry the socket object.
-_SOCKET_EVENTS = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg")
+#: Audit events judged by the backstop; these four carry the socket object (and the
+#: direction their address is judged in).
+_SOCKET_EVENTS = {
+    "socket.connect": "out",
+    "socket.bind": "in",
+    "socket.sendto": "out",
+    "socket.sendmsg": "out",
+}
 _BACKSTOP_EVENTS = (
     *_SOCKET_EVENTS,
     "socket.getaddrinfo",
@@ -763,30 +795,18 @@ def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
     # were reached (the raw class through the MRO, an original kept in a closure...). The
     # hook judges those too; what the guarded methods already judged costs one lookup.
 
-    def address_judge(direction: str, call: str) -> Callable[[tuple], Any]:
-        """The backstop of one socket event: the refusal to return, or None; ``_FOREIGN``
-        for a socket of another C class."""
+    def address_judge(direction: str, call: str) -> tuple[Any, ...]:
+        """The backstop of one socket event: this class's getters, for the hook's lookup of
+        what a face already checked, and the full judge (the refusal to return, or None;
+        ``_FOREIGN`` for a socket of another C class)."""
 
         def judge(args: tuple) -> Any:
-            sock = args[0]
-            address = args[1]
             try:
-                checked = fast_get(
-                    (family_of(sock), type_of(sock), proto_of(sock), address, direction)
-                )
-            except TypeError:  # another C socket class, or an unhashable address
-                checked = None
-            if checked is address and checked is not None:
-                # The very tuple the guard checked and handed to C (exact str and ints),
-                # not merely one equal to it: an address whose parts lie about equality
-                # (a str or int subclass) finds no shortcut here.
-                return None
-            try:
-                return audit_address(sock, address, direction, call)
+                return audit_address(args[0], args[1], direction, call)
             except NetworkDeniedError as e:
                 return e.with_traceback(None)
 
-        return judge
+        return family_of, type_of, proto_of, judge
 
     def audit_address(sock, address, direction: str, call: str) -> Any:
         if address is None:
@@ -835,7 +855,7 @@ def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
 
         return judge
 
-    backstop: dict[str, Callable[[tuple], Any]] = {
+    backstop: dict[str, Any] = {
         "socket.connect": address_judge("out", "connect"),
         "socket.bind": address_judge("in", "bind"),
         "socket.sendto": address_judge("out", "sendto"),
