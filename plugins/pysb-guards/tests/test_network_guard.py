@@ -702,6 +702,42 @@ def test_cached_decisions_stay_exact(tmp_path: Path, server: Server) -> None:
     assert server.accepted == 4
 
 
+def test_cached_decisions_cannot_be_poisoned(tmp_path: Path, server: Server) -> None:
+    """An address whose parts claim to equal an allowed one (a ``str`` or ``int`` subclass
+    with a lying ``__eq__`` and ``__hash__``) must not pass the raw C method on the strength
+    of the cached decision: the C call uses the real value, not the claim."""
+    P = server.port
+    code = f"""
+    class Host(str):
+        def __hash__(self):
+            return hash('127.0.0.1')
+        def __eq__(self, other):
+            return True
+    class Port(int):
+        def __hash__(self):
+            return hash({P})
+        def __eq__(self, other):
+            return True
+    raw_class = socket.socket.__mro__[-2]
+    attempt('ok', connect, '127.0.0.1', {P})
+    attempt('host', raw_class.connect, socket.socket(), (Host('127.0.0.2'), {P}))
+    attempt('port', raw_class.connect, socket.socket(), ('127.0.0.1', Port({P + 1})))
+    attempt('face_host', connect, Host('127.0.0.2'), {P})
+    attempt('face_port', connect, '127.0.0.1', Port({P + 1}))
+    attempt('after', connect, '127.0.0.1', {P})
+    """
+    results, _ = run_child(tmp_path, Policy(network=rules(f"allow tcp 127.0.0.1 {P} out")), code)
+    assert results["ok"] == {"ok": "connected"}
+    assert results["host"]["error"] == "NetworkDeniedError", results["host"]
+    assert results["port"]["error"] == "NetworkDeniedError", results["port"]
+    # The faces hand C the checked address: a lying part can only reach the allowed one.
+    for key in ("face_host", "face_port"):
+        assert results[key] == {"ok": "connected"} or results[key]["error"] == (
+            "NetworkDeniedError"
+        ), results[key]
+    assert results["after"] == {"ok": "connected"}
+
+
 class FakeProvider(Provider):
     name = "fake"
 

@@ -164,9 +164,10 @@ def _t_gate_import_module(name, package=None):
 
 
 def _t_audit_hook(event, args):
-    r = ("@D" if 1 else 0)(event, args)
-    if r is not None:
-        raise r
+    if event in ("@W" if 1 else 0):
+        r = ("@D" if 1 else 0)(event, args)
+        if r is not None:
+            raise r
 
 
 def _t_build(door, refusal, value, prepare):
@@ -410,7 +411,8 @@ def sealed(factory: Callable[..., Any]) -> Callable[..., Any]:
 def _hook_factory(
     door_ns: dict, function_type: type, frame_type: type, getframe: Any, get_ident: Any, mark: Any
 ) -> tuple:
-    """Build the dispatcher of the single audit hook and the function adding handlers.
+    """Build the dispatcher of the single audit hook and the function adding handlers
+    (with ``close``, ``safe_frame`` and the set of events the dispatcher needs to see).
 
     Handlers *return* the exception to raise (or None): the hook itself is a door, so a
     traceback of a refusal shows only the door's frame, whose code is not readable.
@@ -422,6 +424,9 @@ def _hook_factory(
     not walk up to the judge's globals).
     """
     handlers: dict[str, tuple] = {}
+    # The events the dispatcher looks at: the hook (a door holding this set) leaves every
+    # other event -- most of them, ``socket.__new__``, ``import``, ``compile``... -- at once.
+    watched = {"object.__getattr__", "sys._getframe"}
     closed = [False]
     busy: set = set()
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
@@ -483,6 +488,7 @@ def _hook_factory(
         if closed[0]:
             return PermissionError("pysb: audit handlers can only be added before user code")
         handlers[event] = (*handlers.get(event, ()), handler)
+        watched.add(event)
         return None
 
     def close():
@@ -492,11 +498,13 @@ def _hook_factory(
         """The frame a program's signal handler may receive (None inside the guards)."""
         return None if sealed_chain(frame) else frame
 
-    return dispatch, add, close, safe_frame
+    return dispatch, add, close, safe_frame, watched
 
 
-def _make_hook(dispatch: Callable[[str, tuple], Any]) -> Callable[[str, tuple], None]:
-    return _door("audit_hook", "audit_hook", {"@D": dispatch})
+def _make_hook(
+    dispatch: Callable[[str, tuple], Any], watched: set[str]
+) -> Callable[[str, tuple], None]:
+    return _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched})
 
 
 _installed: list[Any] = []  # holds the registration face; set once
@@ -511,10 +519,10 @@ def audit_registry() -> tuple[Callable[[str, Callable[[tuple], None]], None], Ca
     if not _installed:
         import _thread
 
-        dispatch, add, close, safe_frame = sealed(_hook_factory)(
+        dispatch, add, close, safe_frame, watched = sealed(_hook_factory)(
             DOOR_NS, _FunctionType, _FrameType, sys._getframe, _thread.get_ident, sealed_mark()
         )
-        sys.addaudithook(_make_hook(dispatch))
+        sys.addaudithook(_make_hook(dispatch, watched))
         allow = _allow_all
         _installed.append((guard(_returning(add), allow), guard(close, allow)))
         _guard_signal_handlers(guard(safe_frame, allow))

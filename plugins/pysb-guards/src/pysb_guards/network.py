@@ -140,7 +140,8 @@ def _patchers(
         "numeric_host": numeric_host,
     }
     built: dict[Any, tuple[Any, ...]] = {}  # C socket class -> its faces
-    backstops: list[Callable[[str, tuple], Any]] = []  # one per C socket class
+    # audit event -> its judge for each C socket class (one per class, in order of patching)
+    backstops: dict[str, list[Callable[[tuple], Any]]] = {e: [] for e in _BACKSTOP_EVENTS}
     started: list[Any] = []
 
     def patch_c(module: Any) -> None:
@@ -152,7 +153,8 @@ def _patchers(
         if faces is None:
             faces = built[raw] = _faces(module, raw, ctx)
             if faces[4] is not None:
-                backstops.append(faces[4])
+                for event, judge in faces[4].items():
+                    backstops[event].append(judge)
         resolvers, _methods, guarded, socketpair, _backstop = faces
         for name, fn in resolvers.items():
             setattr(module, name, fn)
@@ -193,29 +195,64 @@ def _patchers(
 
         add_handler, _close = _seal.audit_registry()
 
-        def make_handler(event: str) -> Callable[[tuple], Any]:
+        fast_get = ctx["fast"].get
+
+        def make_socket_handler(event: str) -> Callable[[tuple], Any]:
+            judges = backstops[event]  # (family_of, type_of, proto_of, slow judge) per class
+            direction = _SOCKET_EVENTS[event]
+
             def handler(args: tuple) -> Any:
-                for backstop in backstops:
-                    verdict = backstop(event, args)
+                address = args[1]
+                for family_of, type_of, proto_of, judge in judges:
+                    sock = args[0]
+                    try:
+                        checked = fast_get(
+                            (family_of(sock), type_of(sock), proto_of(sock), address, direction)
+                        )
+                    except TypeError:  # another C socket class, or an unhashable address
+                        checked = None
+                    if checked is address and checked is not None:
+                        # The very tuple a face checked and handed to C (exact str and ints),
+                        # not merely one equal to it: an address whose parts lie about
+                        # equality (a str or int subclass) finds no shortcut here.
+                        return None
+                    verdict = judge(args)
                     if verdict is not _FOREIGN:
                         return verdict
-                if event in _SOCKET_EVENTS:
-                    # A socket of a class no face was made for: none should exist.
-                    return NetworkDeniedError(
-                        f"network {event} refused: a socket the network guard did not patch",
-                        target=event,
-                    )
+                # A socket of a class no face was made for: none should exist.
+                return NetworkDeniedError(
+                    f"network {event} refused: a socket the network guard did not patch",
+                    target=event,
+                )
+
+            return handler
+
+        def make_handler(event: str) -> Callable[[tuple], Any]:
+            judges = backstops[event]
+
+            def handler(args: tuple) -> Any:
+                for judge in judges:
+                    verdict = judge(args)
+                    if verdict is not _FOREIGN:
+                        return verdict
                 return None
 
             return handler
 
         for event in _BACKSTOP_EVENTS:
-            add_handler(event, make_handler(event))
+            maker = make_socket_handler if event in _SOCKET_EVENTS else make_handler
+            add_handler(event, maker(event))
     return patch_c, patch_py, started
 
 
-#: Audit events judged by the backstop; the first four carry the socket object.
-_SOCKET_EVENTS = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg")
+#: Audit events judged by the backstop; these four carry the socket object (and the
+#: direction their address is judged in).
+_SOCKET_EVENTS = {
+    "socket.connect": "out",
+    "socket.bind": "in",
+    "socket.sendto": "out",
+    "socket.sendmsg": "out",
+}
 _BACKSTOP_EVENTS = (
     *_SOCKET_EVENTS,
     "socket.getaddrinfo",
@@ -229,7 +266,8 @@ _FOREIGN = object()
 def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
     """The guarded functions for one ``_socket`` module and its C socket class:
     ``(resolvers, methods, guarded class, socketpair, backstop)``: the last three are None
-    when only pinning, the backstop is None in a learning run (nothing is refused)."""
+    when only pinning, the backstop (audit event -> judge) is None in a learning run
+    (nothing is refused)."""
     matcher = ctx["matcher"]
     recorder = ctx["recorder"]
     enforce = ctx["enforce"]
@@ -757,20 +795,27 @@ def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
     # were reached (the raw class through the MRO, an original kept in a closure...). The
     # hook judges those too; what the guarded methods already judged costs one lookup.
 
-    def audit_address(args, direction: str, call: str) -> None:
-        sock, address = args[0], args[1]
+    def address_judge(direction: str, call: str) -> tuple[Any, ...]:
+        """The backstop of one socket event: this class's getters, for the hook's lookup of
+        what a face already checked, and the full judge (the refusal to return, or None;
+        ``_FOREIGN`` for a socket of another C class)."""
+
+        def judge(args: tuple) -> Any:
+            try:
+                return audit_address(args[0], args[1], direction, call)
+            except NetworkDeniedError as e:
+                return e.with_traceback(None)
+
+        return family_of, type_of, proto_of, judge
+
+    def audit_address(sock, address, direction: str, call: str) -> Any:
         if address is None:
-            return  # sendmsg on a connected socket
+            return None  # sendmsg on a connected socket
         try:
             family = family_of(sock)
         except TypeError:
             return _FOREIGN  # another C socket class: its own backstop judges it
         if family in (AF_INET, AF_INET6) and type(address) is tuple and len(address) >= 2:
-            try:
-                if fast[(family, type_of(sock), proto_of(sock), address, direction)]:
-                    return
-            except (KeyError, TypeError):
-                pass
             text = _host_text(address[0])
             if text not in ("", "<broadcast>") and (text is None or numeric_host(text) is None):
                 # The C call would resolve the name itself: no pin, maybe a query.
@@ -781,6 +826,7 @@ def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
                     str(address[0]),
                 )
         target(sock, address, direction, call)
+        return None
 
     def audit_name(args) -> None:
         host = args[0]
@@ -800,27 +846,24 @@ def _faces(_socket: Any, raw: Any, ctx: dict[str, Any]) -> tuple[Any, ...]:
         )
         raise refuse(message, str(args[0]))
 
-    audit_handlers: dict[str, Callable[[tuple], None]] = {
-        "socket.connect": lambda args: audit_address(args, "out", "connect"),
-        "socket.bind": lambda args: audit_address(args, "in", "bind"),
-        "socket.sendto": lambda args: audit_address(args, "out", "sendto"),
-        "socket.sendmsg": lambda args: audit_address(args, "out", "sendmsg"),
-        "socket.getaddrinfo": audit_name,
-        "socket.gethostbyname": audit_name,
-        "socket.gethostbyaddr": audit_reverse,
+    def returning(fn: Callable[[tuple], None]) -> Callable[[tuple], Any]:
+        def judge(args: tuple) -> Any:
+            try:
+                return fn(args)
+            except NetworkDeniedError as e:
+                return e.with_traceback(None)
+
+        return judge
+
+    backstop: dict[str, Any] = {
+        "socket.connect": address_judge("out", "connect"),
+        "socket.bind": address_judge("in", "bind"),
+        "socket.sendto": address_judge("out", "sendto"),
+        "socket.sendmsg": address_judge("out", "sendmsg"),
+        "socket.getaddrinfo": returning(audit_name),
+        "socket.gethostbyname": returning(audit_name),
+        "socket.gethostbyaddr": returning(audit_reverse),
     }
-    get_handler = audit_handlers.get
-
-    def backstop(event: str, args: tuple) -> Any:
-        """The refusal to raise (or None); ``_FOREIGN`` for a socket of another class."""
-        handler = get_handler(event)
-        if handler is None:
-            return None
-        try:
-            return handler(args)
-        except NetworkDeniedError as e:
-            return e.with_traceback(None)
-
     return resolvers, methods, guarded, socketpair, backstop
 
 
