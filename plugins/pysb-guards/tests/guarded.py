@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pysb_core.events import Event
+from pysb_core.netrules import parse_rule
 from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Policy
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -92,9 +93,10 @@ def run(
     python: str = sys.executable,
     timeout: float = 60,
     stdin: str | None = None,
+    network: tuple[str, ...] = (),
 ) -> Result:
     """Run ``code`` (as ``-c``, or as ``script`` or ``-m module`` when given) under the
-    guards."""
+    guards (the network guard too when ``network`` rules are given)."""
     import shutil
 
     python = shutil.which(python) or python  # the child's PATH may differ
@@ -109,7 +111,10 @@ def run(
         learn=learn,
         cwd=cwd,
         profile_files=profile_files,
+        network=tuple(parse_rule(r, f"test.yaml:{i + 30}") for i, r in enumerate(network)),
     )
+    if network:
+        families = (*families, "network")
     if module is not None:
         program = {"mode": "module", "module": module, "argv": ["-m"]}
     elif script is not None:

@@ -143,6 +143,27 @@ SPAWN = "['touch', MARKER]"
         "    if type(fn).__name__ == 'builtin_function_or_method' and fn.__name__ in "
         "('open', 'stat', 'mkdir', 'unlink'):\n"
         "        print('ESCAPED original in supports_* set', fn)",
+        # PY-12b the seal's own builders: _seal's globals (reached from a carrier class's
+        # __init__) rewritten so that a face built later (a lazy patch) hands over its judge
+        "def walk(c, out):\n    for s in type.__subclasses__(c):\n        if s not in out:\n"
+        "            out.add(s); walk(s, out)\n    return out\n"
+        "states = []\n"
+        "def spy(fn):\n    def inner(*a, **k):\n"
+        "        for v in list(a) + list(a[-1].values() if a and type(a[-1]) is dict else []):\n"
+        "            g = getattr(v, '__globals__', None)\n"
+        "            if type(g) is dict:\n"
+        "                states.extend(x for x in g.values() if type(x) is dict and ('armed' in x or 'learning' in x))\n"
+        "        return fn(*a, **k)\n    return inner\n"
+        "for cls in walk(object, set()):\n"
+        "    init = vars(cls).get('__init__')\n"
+        "    g = getattr(init, '__globals__', None)\n"
+        "    if (cls.__module__ or '').startswith('pysb') and type(g) is dict and '_door' in g:\n"
+        "        for name in ('_door', 'make_door', 'make_face', 'make_gate', 'guard'):\n"
+        "            g[name] = spy(g[name])\n"
+        "import subprocess\n"
+        "for st in states:\n"
+        "    st['armed'] = False; st['learning'] = True\n"
+        "try:\n    subprocess.run(" + SPAWN + ")\nexcept PermissionError:\n    pass",
         # dynamic code hiding a call (the same guards apply inside)
         "try:\n    exec(\"__import__('os').system('touch ' + MARKER)\")\nexcept PermissionError:\n"
         "    pass",
@@ -167,6 +188,7 @@ SPAWN = "['touch', MARKER]"
         "meta-path",
         "fileio",
         "supports-sets",
+        "seal-builders",
         "exec-hidden",
     ],
 )

@@ -391,6 +391,38 @@ def seal_group(functions: list[Callable[..., Any]], **values: Any) -> dict[str, 
     return ns
 
 
+def builders() -> dict[str, Callable[..., Any]]:
+    """Private copies of :func:`make_door`, :func:`make_gate`, :func:`make_face`,
+    :func:`guard` and :func:`is_face` (as ``MAKE_DOOR``, ``MAKE_GATE``, ``MAKE_FACE``,
+    ``GUARD``, ``IS_FACE``: the names sealed engines use), for guards that build faces after
+    the program started (lazy patches): bind them at install, never call this module's own
+    functions then.
+
+    This module's functions look up ``_door``, ``_TEMPLATES``, ``_BUILDERS``... in its
+    globals, and the program can reach that dictionary (``Refusal.__init__.__globals__``,
+    through the class graph) and rewrite it: a rewritten ``_door`` would receive the judge of
+    the next face built. The copies resolve those names in a private namespace holding
+    copies of the tables; only the guard that asked holds them.
+    """
+    ns = _private_namespace()
+    ns.update(
+        _TEMPLATES=dict(_TEMPLATES),
+        _DOOR_CONSTS=dict(_DOOR_CONSTS),
+        _DEFAULTS=dict(_DEFAULTS),
+        _BUILDERS=dict(_BUILDERS),
+        _FunctionType=_FunctionType,
+        DOOR_NS=DOOR_NS,
+        Refusal=Refusal,
+        Value=Value,
+        GATE_LIMIT=GATE_LIMIT,
+    )
+    for fn in (_door, make_door, make_gate, make_face, guard, is_face):
+        ns[fn.__name__] = _FunctionType(
+            fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+    return {n.upper(): ns[n] for n in ("make_door", "make_gate", "make_face", "guard", "is_face")}
+
+
 def sealed(factory: Callable[..., Any]) -> Callable[..., Any]:
     """Re-create ``factory`` with private globals (a snapshot of the original builtins).
 

@@ -113,9 +113,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
         RECORDER=recorder,
         DENIED=ApiDeniedError,
         REFUSAL=_seal.Refusal,
-        MAKE_DOOR=_seal.make_door,
-        MAKE_FACE=_seal.make_face,
-        IS_FACE=_seal.is_face,
+        # Faces are built when a module loads, after the program started: private builders.
+        **_seal.builders(),
         DOOR_NS=_seal.DOOR_NS,
         GETFRAME=sys._getframe,
         FACE_CODES=face_codes,

@@ -284,8 +284,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         WRITE_FLAGS=write_flags,
         GETFRAME=sys._getframe,
         DOOR_NS=_seal.DOOR_NS,
-        MAKE_DOOR=_seal.make_door,
-        MAKE_FACE=_seal.make_face,
+        **_seal.builders(),
         SCANDIR_RESULT=ScandirResult,
         _ALLOWED=object(),
     )
@@ -324,14 +323,16 @@ def install(policy: Policy, recorder: Recorder) -> None:
                 set_attr(module, "open", opener)
     defer_sweep(faces)
 
+    # Bound now: the patch runs when sqlite3 loads, after the program started.
+    sealed_builders = _seal.builders()
+    guard, is_face, allow = sealed_builders["GUARD"], sealed_builders["IS_FACE"], _seal._allow_all
+    prepare_database = _make_prepare(((0, "database"),))
+    get = getattr  # the program may replace builtins.getattr before sqlite3 loads
+
     def patch_sqlite(module: Any) -> None:
-        connect = getattr(module, "connect", None)
-        if connect is not None and not _seal.is_face(connect):
-            set_attr(
-                module,
-                "connect",
-                _seal.guard(connect, _seal._allow_all, prepare=_make_prepare(((0, "database"),))),
-            )
+        connect = get(module, "connect", None)
+        if connect is not None and not is_face(connect):
+            set_attr(module, "connect", guard(connect, allow, prepare=prepare_database))
 
     imports.on_import("sqlite3", patch_sqlite)
     imports.on_import("_sqlite3", patch_sqlite)
