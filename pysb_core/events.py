@@ -87,3 +87,70 @@ class Recorder:
                 data = data[n:]
         except OSError:
             self._fd = None  # the parent is gone; keep the program running
+
+
+def reporter_functions(
+    fd: int | None, seen: set, write: Any, now: Any, getpid: Any, quote: Any
+) -> tuple[Any, Any]:
+    """``(deny, learn)``: the recorder's two calls as closures for the guards' judges.
+
+    A judge must never run code the program can replace: :class:`Recorder`'s methods are
+    looked up on a class the program reaches through the class graph, and ``os.write`` or
+    ``json.dumps`` on modules it can rewrite. The guards re-create this factory with
+    private globals (``pysb_guards._seal.sealed``) and pass in C functions bound at install
+    (``os.write``, ``time.time``, ``os.getpid``, ``_json.encode_basestring_ascii``); the JSON
+    line is built here with nothing else, in the shape :meth:`Event.from_json` reads.
+    """
+
+    def encode(value: Any) -> str:
+        kind = type(value)
+        if kind is str:
+            return quote(value)
+        if value is None:
+            return "null"
+        if kind is bool:
+            return "true" if value else "false"
+        if kind is int:
+            return str(value)
+        if kind is float:
+            return repr(value)
+        if kind is dict:
+            items = dict.items(value)
+            return "{" + ",".join(encode(str.__str__(k)) + ":" + encode(v) for k, v in items) + "}"
+        if kind is list or kind is tuple:
+            return "[" + ",".join(encode(v) for v in value) + "]"
+        # Never a method of the value's own class (its __str__ would run inside a judge).
+        if issubclass(kind, str):
+            return quote(str.__str__(value))
+        if issubclass(kind, int):
+            return int.__repr__(value)
+        return quote(object.__repr__(value))
+
+    def emit(guard: str, action: str, target: str, detail: str, rule: str, data: dict) -> None:
+        if fd is None:
+            return
+        line = (
+            '{"layer":"python","guard":' + encode(guard) + ',"action":' + encode(action)
+            + ',"target":' + encode(target) + ',"detail":' + encode(detail)
+            + ',"suggested_rule":' + encode(rule) + ',"time":' + repr(now())
+            + ',"pid":' + str(getpid()) + ',"data":' + encode(data) + "}\n"
+        ).encode()  # fmt: skip
+        try:
+            while line:
+                line = line[write(fd, line) :]
+        except OSError:
+            pass  # the parent is gone; keep the program running
+
+    def deny(guard: str, target: str, detail: str = "", suggested_rule: str = "") -> None:
+        emit(guard, "deny", target, detail, suggested_rule, {})
+
+    def learn(
+        guard: str, target: str, detail: str = "", suggested_rule: str = "", **data: Any
+    ) -> None:
+        key = (guard, target, detail)
+        if key in seen:  # a loop reading one file a thousand times is one record
+            return
+        seen.add(key)
+        emit(guard, "learn", target, detail, suggested_rule, data)
+
+    return deny, learn

@@ -26,6 +26,7 @@ the boundary (docs/security.md).
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
@@ -421,6 +422,34 @@ def builders() -> dict[str, Callable[..., Any]]:
             fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__
         )
     return {n.upper(): ns[n] for n in ("make_door", "make_gate", "make_face", "guard", "is_face")}
+
+
+def private_recorder(recorder: Any) -> Any:
+    """The event recorder as judges call it: ``.deny``, ``.learn``, ``.learning``.
+
+    A judge must never run code the program can replace. ``Recorder``'s methods are looked
+    up on a class the program reaches through the class graph (and they call ``os.write``
+    and ``json`` by module attribute): replaced, they would run the program's code inside a
+    judge, whose frames lead to the guard's state. Here the two calls are closures with
+    private globals over C functions bound now, held by a ``SimpleNamespace`` (a built-in
+    type nobody can add a descriptor to); the report channel and the de-duplication set are
+    the recorder's own, so every guard shares them.
+    """
+    import _json
+    import time
+    import types
+
+    from pysb_core.events import reporter_functions
+
+    deny, learn = sealed(reporter_functions)(
+        getattr(recorder, "_fd", None),
+        getattr(recorder, "_seen", set()),
+        os.write,
+        time.time,
+        os.getpid,
+        _json.encode_basestring_ascii,
+    )
+    return types.SimpleNamespace(deny=deny, learn=learn, learning=bool(recorder.learning))
 
 
 def sealed(factory: Callable[..., Any]) -> Callable[..., Any]:

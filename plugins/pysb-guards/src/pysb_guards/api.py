@@ -110,7 +110,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "close": close_registration,
         },
         ENTRIES={e.qualname: e for e in entries},
-        RECORDER=recorder,
+        RECORDER=_seal.private_recorder(recorder),
         DENIED=ApiDeniedError,
         REFUSAL=_seal.Refusal,
         # Faces are built when a module loads, after the program started: private builders.

@@ -53,6 +53,9 @@ def install(recorder: Recorder) -> None:
 
     if _state:
         return
+    from pysb_guards import _seal
+
+    recorder = _seal.private_recorder(recorder)  # no program-writable method under a wrapper
     _state.update(armed=False, own=set(), listed=set())
     cls = type(os.environ)
     own: set[str] = _state["own"]

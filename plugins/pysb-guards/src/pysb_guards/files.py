@@ -267,7 +267,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "denied": set(),
             "learning": bool(recorder.learning),
         },
-        RECORDER=recorder,
+        RECORDER=_seal.private_recorder(recorder),
         FDENIED=FileDeniedError,
         WDENIED=WriteDeniedError,
         REFUSAL=_seal.Refusal,

@@ -243,7 +243,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "roots": (),
             "fast": fast,
         },
-        RECORDER=recorder,
+        RECORDER=_seal.private_recorder(recorder),
         DENIED=ImportDeniedError,
         PREFIXES=library_prefixes(),
         IS_LIBRARY=is_library_file,

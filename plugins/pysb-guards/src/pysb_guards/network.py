@@ -120,7 +120,7 @@ def _patchers(
 
     ctx: dict[str, Any] = {
         "matcher": Matcher(policy.network, policy.pins),
-        "recorder": recorder,
+        "recorder": _seal.private_recorder(recorder),
         "enforce": enforce,
         "learning": bool(recorder.learning),
         "writable": tuple(
