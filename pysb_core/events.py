@@ -48,45 +48,29 @@ class Recorder:
 
     ``learning`` is true in a learning run: guards then record and let the access proceed.
     Writes are unbuffered single ``os.write`` calls so that a crash loses nothing written.
+    The lines are made by :func:`reporter_functions`, the one encoder (the guards' judges use
+    a sealed copy of it: ``pysb_guards._seal.private_recorder``).
     """
 
-    __slots__ = ("_dumps", "_fd", "_seen", "learning")
+    __slots__ = ("_deny", "_fd", "_learn", "_seen", "learning")
 
     def __init__(self, fd: int | None, *, learning: bool) -> None:
+        import _json  # C functions only, bound now: nothing to import in the middle of a record
+
         self._fd = fd
         self.learning = learning
         self._seen: set[tuple[str, str, str]] = set()
-        self._dumps = None
-        if fd is not None:
-            # Imported now, before the guards: a first record made in the middle of an import
-            # (a stat the files guard learns) must not start another import.
-            import json
-
-            self._dumps = json.dumps
+        self._deny, self._learn = reporter_functions(
+            fd, self._seen, os.write, time.time, os.getpid, _json.encode_basestring_ascii
+        )
 
     def deny(self, guard: str, target: str, detail: str = "", suggested_rule: str = "") -> None:
-        self._emit(Event("python", guard, "deny", target, detail, suggested_rule))
+        self._deny(guard, target, detail, suggested_rule)
 
     def learn(
         self, guard: str, target: str, detail: str = "", suggested_rule: str = "", **data: Any
     ) -> None:
-        key = (guard, target, detail)
-        if key in self._seen:  # a loop reading one file a thousand times is one record
-            return
-        self._seen.add(key)
-        self._emit(Event("python", guard, "learn", target, detail, suggested_rule, data=data))
-
-    def _emit(self, event: Event) -> None:
-        if self._fd is None:
-            return
-        text = self._dumps(asdict(event), separators=(",", ":"), default=str)  # type: ignore[misc]
-        data = (text + "\n").encode()
-        try:
-            while data:
-                n = os.write(self._fd, data)
-                data = data[n:]
-        except OSError:
-            self._fd = None  # the parent is gone; keep the program running
+        self._learn(guard, target, detail, suggested_rule, **data)
 
 
 def reporter_functions(
