@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from pysb_core.records import Record, asdict, field, record
+from pysb_core.records import Record, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
@@ -30,11 +30,6 @@ class Event(Record):
     time: float = field(default_factory=time.time)
     pid: int = field(default_factory=os.getpid)
     data: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        import json  # only when something is reported: most runs never pay for it
-
-        return json.dumps(asdict(self), separators=(",", ":"), default=str)
 
     @classmethod
     def from_json(cls, line: str | bytes) -> Event:

@@ -73,14 +73,7 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
             paths.get("platlib", ""),
         ]
     )
-    script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
-    cwd = os.path.realpath(os.getcwd())
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        real = os.path.realpath(entry)
-        if real in (cwd, script_dir):
-            continue
+    for real in import_roots():
         if real in dirs or any(real.startswith(d + os.sep) for d in dirs):
             continue
         dirs.extend(p for p in _importable_parts(real) if p not in dirs)
