@@ -68,6 +68,10 @@ class Refusal:
         self.exc = exc
         self.tb = tb
 
+    def raised(self) -> BaseException:
+        """The exception the face raises: a :func:`defer` placeholder is built now."""
+        return built(self.exc)
+
 
 class Value:
     """What a judge returns to make the door answer ``value`` without calling the original
@@ -77,6 +81,68 @@ class Value:
 
     def __init__(self, value: Any) -> None:
         self.value = value
+
+
+# Sealed code never calls code the program can change. Refusal, Value and every exception
+# class with Python code (pysb's errors, ``socket.gaierror``...) are classes the program
+# reaches through the class graph: their ``__init__`` can be replaced, and a replacement
+# called from a judge would run the program's code with the judge's frame below it (a
+# generator frame resumed there walks ``f_back`` to the judge's globals: nothing audits
+# ``f_back``). So sealed code
+#
+# - raises :func:`defer`'s placeholder instead of constructing such an exception: a plain
+#   ``RuntimeError`` (a static built-in type, constructed by C code alone) carrying the
+#   class and its arguments. The door turns it into a Refusal and the face (or the audit
+#   hook) builds the real exception with :func:`built`, when no sealed frame is left on the
+#   stack. A fresh exception also carries no ``__context__`` from inside the judge;
+# - makes its Refusal and Value objects with :func:`refusal_of` / :func:`value_of` (C calls:
+#   ``object.__new__`` and the slots' own descriptors, taken at install), and reads them
+#   with the descriptors too (``EXC_OF``): a property the program puts on the class in
+#   place of a slot never runs in a sealed frame.
+#
+# The four are handed to sealed engines by :func:`builders` (``DEFER``, ``REFUSE``,
+# ``NEW_VALUE``, ``EXC_OF``), as copies with private globals.
+
+_DEFERRED = object()  # what marks a placeholder: only sealed code and built() use it
+
+
+def defer(cls: type, *args: Any, **kwargs: Any) -> RuntimeError:
+    """The placeholder sealed code raises (or refuses with) instead of ``cls(*args,
+    **kwargs)``: the exception is built outside every sealed frame (:func:`built`)."""
+    return RuntimeError(_DEFERRED, cls, args, kwargs)
+
+
+def built(exc: BaseException) -> BaseException:
+    """The exception ``exc`` stands for: a :func:`defer` placeholder is constructed now
+    (in a face or the audit hook, where the program's code may run), anything else is
+    itself. Runs outside sealed frames; what it runs is the program's own business."""
+    if type(exc) is RuntimeError:
+        a = exc.args
+        if len(a) == 4 and a[0] is _DEFERRED:
+            return a[1](*a[2], **a[3])
+    return exc
+
+
+def refusal_of(exc: BaseException) -> Refusal:
+    """A :class:`Refusal` of ``exc``, made by C code alone (see above)."""
+    r = _NEW(Refusal)
+    _SET_EXC(r, exc)
+    _SET_TB(r, None)
+    return r
+
+
+def value_of(value: Any) -> Value:
+    """A :class:`Value` of ``value``, made by C code alone (see above)."""
+    v = _NEW(Value)
+    _SET_VALUE(v, value)
+    return v
+
+
+_NEW = object.__new__
+_SET_EXC = Refusal.__dict__["exc"].__set__
+_SET_TB = Refusal.__dict__["tb"].__set__
+_SET_VALUE = Value.__dict__["value"].__set__
+_EXC_OF = Refusal.__dict__["exc"].__get__
 
 
 # Templates. They are never called: their code is copied with each placeholder constant
@@ -168,7 +234,7 @@ def _t_audit_hook(event, args):
     if event in ("@W" if 1 else 0):
         r = ("@D" if 1 else 0)(event, args)
         if r is not None:
-            raise r
+            raise ("@B" if 1 else 0)(r)
 
 
 def _t_build(door, refusal, value, prepare):
@@ -178,7 +244,7 @@ def _t_build(door, refusal, value, prepare):
             r = door(*args, **kwargs)
             c = r.__class__
             if c is refusal:
-                raise r.exc.with_traceback(r.tb)
+                raise r.raised().with_traceback(r.tb)
             if c is value:
                 return r.value
             return r
@@ -193,7 +259,7 @@ def _t_build(door, refusal, value, prepare):
             r = door(*args, **kwargs)
             c = r.__class__
             if c is refusal:
-                raise r.exc.with_traceback(r.tb)
+                raise r.raised().with_traceback(r.tb)
             if c is value:
                 return r.value
             return r
@@ -205,7 +271,7 @@ def _t_build(door, refusal, value, prepare):
         r = door(*args, **kwargs)
         c = r.__class__
         if c is refusal:
-            raise r.exc.with_traceback(r.tb)
+            raise r.raised().with_traceback(r.tb)
         if c is value:
             return r.value
         return r
@@ -217,7 +283,7 @@ def _t_build___import__(door, refusal, value, prepare):
     def face(name, globals=None, locals=None, fromlist=(), level=0):
         r = door(name, globals, locals, fromlist, level)
         if r.__class__ is refusal:
-            raise r.exc.with_traceback(r.tb)
+            raise r.raised().with_traceback(r.tb)
         return r
 
     return face
@@ -227,7 +293,7 @@ def _t_build_import_module(door, refusal, value, prepare):
     def face(name, package=None):
         r = door(name, package)
         if r.__class__ is refusal:
-            raise r.exc.with_traceback(r.tb)
+            raise r.raised().with_traceback(r.tb)
         return r
 
     return face
@@ -397,7 +463,8 @@ def builders() -> dict[str, Callable[..., Any]]:
     :func:`guard` and :func:`is_face` (as ``MAKE_DOOR``, ``MAKE_GATE``, ``MAKE_FACE``,
     ``GUARD``, ``IS_FACE``: the names sealed engines use), for guards that build faces after
     the program started (lazy patches): bind them at install, never call this module's own
-    functions then.
+    functions then. With them ``DEFER``, ``REFUSE``, ``NEW_VALUE`` and ``EXC_OF``: how sealed
+    code refuses without running code the program can change (see :func:`defer`).
 
     This module's functions look up ``_door``, ``_TEMPLATES``, ``_BUILDERS``... in its
     globals, and the program can reach that dictionary (``Refusal.__init__.__globals__``,
@@ -416,12 +483,20 @@ def builders() -> dict[str, Callable[..., Any]]:
         Refusal=Refusal,
         Value=Value,
         GATE_LIMIT=GATE_LIMIT,
+        _DEFERRED=_DEFERRED,
+        _NEW=_NEW,
+        _SET_EXC=_SET_EXC,
+        _SET_TB=_SET_TB,
+        _SET_VALUE=_SET_VALUE,
     )
-    for fn in (_door, make_door, make_gate, make_face, guard, is_face):
+    for fn in (_door, make_door, make_gate, make_face, guard, is_face, defer, refusal_of, value_of):
         ns[fn.__name__] = _FunctionType(
             fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__
         )
-    return {n.upper(): ns[n] for n in ("make_door", "make_gate", "make_face", "guard", "is_face")}
+    names = {"DEFER": "defer", "REFUSE": "refusal_of", "NEW_VALUE": "value_of"}
+    out = {n.upper(): ns[n] for n in ("make_door", "make_gate", "make_face", "guard", "is_face")}
+    out.update({k: ns[v] for k, v in names.items()}, EXC_OF=_EXC_OF)
+    return out
 
 
 def private_recorder(recorder: Any) -> Any:
@@ -565,7 +640,7 @@ def _hook_factory(
 def _make_hook(
     dispatch: Callable[[str, tuple], Any], watched: set[str]
 ) -> Callable[[str, tuple], None]:
-    return _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched})
+    return _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched, "@B": built})
 
 
 _installed: list[Any] = []  # holds the registration face; set once
