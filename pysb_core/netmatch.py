@@ -48,26 +48,18 @@ def normalize_host(name: str | bytes) -> str:
     return name.strip().lower().rstrip(".")
 
 
-class IP:
-    """One parsed address: ``version`` (4 or 6), ``value`` (an int) and an IPv6 ``scope``.
+#: An address is a plain tuple ``(version, value, scope)``: 4 or 6, the address as an int, and
+#: an IPv6 scope (or None). No class of our own: the sandbox's guard runs these functions
+#: with private globals, and a class (its methods, its ``__str__``) is something the program
+#: could reach through the class graph and change.
+IP = tuple
 
-    ``str()`` spells it as :mod:`ipaddress` does on Python 3.11/3.12 (RFC 5952 compression,
-    hexadecimal groups even for an IPv4-mapped address), then ``%scope``.
-    """
 
-    __slots__ = ("scope", "value", "version")
-
-    def __init__(self, version: int, value: int, scope: str | None = None) -> None:
-        self.version = version
-        self.value = value
-        self.scope = scope
-
-    def __str__(self) -> str:
-        text = format_ip(self.version, self.value)
-        return text if self.scope is None else f"{text}%{self.scope}"
-
-    def __repr__(self) -> str:
-        return f"IP({self})"
+def ip_text(ip: tuple[int, int, str | None]) -> str:
+    """The text of an address as :mod:`ipaddress` spells it on Python 3.11/3.12 (RFC 5952
+    compression, hexadecimal groups even for an IPv4-mapped address), then ``%scope``."""
+    text = format_ip(ip[0], ip[1])
+    return text if ip[2] is None else text + "%" + ip[2]
 
 
 def format_ip(version: int, value: int) -> str:
@@ -95,7 +87,7 @@ def format_ip(version: int, value: int) -> str:
 def _strict_ip(text: str) -> IP | None:
     """What ``ipaddress.ip_address`` accepts: standard IPv4 text, IPv6 text with a scope."""
     try:
-        return IP(4, int.from_bytes(inet_pton(AF_INET, text), "big"))
+        return (4, int.from_bytes(inet_pton(AF_INET, text), "big"), None)
     except (OSError, ValueError):
         pass
     address, sep, scope = text.partition("%")
@@ -105,7 +97,7 @@ def _strict_ip(text: str) -> IP | None:
         value = int.from_bytes(inet_pton(AF_INET6, address), "big")
     except (OSError, ValueError):
         return None
-    return IP(6, value, scope if sep else None)
+    return (6, value, scope if sep else None)
 
 
 def _legacy_v4(text: str) -> bool:
@@ -126,7 +118,7 @@ def numeric_host(host: str) -> IP | None:
     ip = _strict_ip(text)
     if ip is None and _legacy_v4(text):
         try:
-            return IP(4, int.from_bytes(inet_aton(text), "big"))
+            return (4, int.from_bytes(inet_aton(text), "big"), None)
         except OSError:
             return None
     return ip
@@ -134,26 +126,26 @@ def numeric_host(host: str) -> IP | None:
 
 def _canonical(address: str | IP) -> IP:
     """Parse ``address``; an IPv4-mapped IPv6 address becomes the IPv4 one."""
-    ip = address if isinstance(address, IP) else numeric_host(address)
+    ip = address if type(address) is tuple else numeric_host(address)
     if ip is None:
         raise ValueError(f"'{address}' is not an IP address")
-    if ip.version == 6 and ip.value >> 32 == _MAPPED_HIGH:
-        return IP(4, ip.value & 0xFFFFFFFF)
+    if ip[0] == 6 and ip[1] >> 32 == _MAPPED_HIGH:
+        return (4, ip[1] & 0xFFFFFFFF, None)
     return ip
 
 
 def canonical_text(address: str | IP) -> str:
     """``str(netrules.canonical_ip(address))``: raises ``ValueError`` for a non-address."""
-    return str(_canonical(address))
+    return ip_text(_canonical(address))
 
 
 def _embedded_v4(ip: IP) -> IP | None:
     """The IPv4 address hidden in a translated, NAT64 or compatible IPv6 address."""
-    if ip.version != 6:
+    if ip[0] != 6:
         return None
-    high, low = ip.value >> 32, ip.value & 0xFFFFFFFF
+    high, low = ip[1] >> 32, ip[1] & 0xFFFFFFFF
     if high in (_TRANSLATED_HIGH, _NAT64_HIGH) or (high == _COMPATIBLE_HIGH and low > 1):
-        return IP(4, low)
+        return (4, low, None)
     return None
 
 
@@ -163,18 +155,19 @@ def _network(text: str) -> tuple[int, int, int]:
     IPv6 network is the IPv4 network it means."""
     address, sep, prefix_text = text.partition("/")
     ip = _strict_ip(address)
-    if ip is None or ip.scope is not None:
+    if ip is None or ip[2] is not None:
         raise ValueError(f"'{text}' is not a network in canonical form")
-    bits = 32 if ip.version == 4 else 128
+    version, value = ip[0], ip[1]
+    bits = 32 if version == 4 else 128
     if not sep:
         prefix = bits
     elif prefix_text.isascii() and prefix_text.isdigit() and int(prefix_text) <= bits:
         prefix = int(prefix_text)
     else:
         raise ValueError(f"'{text}' is not a network in canonical form (prefix length)")
-    if ip.version == 6 and prefix >= 96 and ip.value >> 32 == _MAPPED_HIGH:
-        return (4, 128 - prefix, (ip.value & 0xFFFFFFFF) >> (128 - prefix))
-    return (ip.version, bits - prefix, ip.value >> (bits - prefix))
+    if version == 6 and prefix >= 96 and value >> 32 == _MAPPED_HIGH:
+        return (4, 128 - prefix, (value & 0xFFFFFFFF) >> (128 - prefix))
+    return (version, bits - prefix, value >> (bits - prefix))
 
 
 def _is_wide(network: str) -> bool:
@@ -186,164 +179,228 @@ def _is_wide(network: str) -> bool:
     return False
 
 
-class _Compiled:
-    """One rule, ready to match: ports as (low, high), networks as (shift, key) by version."""
+# ---------------------------------------------------------------------------------------
+# The decision engine: functions over plain data
+# ---------------------------------------------------------------------------------------
+#
+# A matcher is a dict (see :func:`compile_matcher`); the decision functions take it first.
+# What an address and a network *are* comes from its "algebra": integers here
+# (:func:`integer_algebra`), :mod:`ipaddress` objects in the reference
+# (:func:`pysb_core.netrules.reference_algebra`). No class, no method lookup: the network
+# guard re-creates these functions with private globals (``_seal.seal_group``) and keeps
+# the dict in sealed code, where nothing the program can reach decides.
 
-    __slots__ = ("nets4", "nets6", "ports", "rule")
 
-    def __init__(self, rule: NetworkRule, nets: Iterable[tuple[int, int, int]]) -> None:
-        self.rule = rule
-        nets = tuple(nets)
-        self.nets4 = tuple((shift, key) for version, shift, key in nets if version == 4)
-        self.nets6 = tuple((shift, key) for version, shift, key in nets if version == 6)
-        self.ports = tuple((p.low, p.high) for p in rule.ports)
+def _int_networks(rule: Any, pins: Mapping[str, Sequence[str]]) -> tuple:
+    """``(nets4, nets6)`` of a rule: (shift, key) pairs; a host name has its pins."""
+    network = rule.network
+    if network == "*":
+        nets = [(4, 32, 0), (6, 128, 0)]
+    elif "/" in network or numeric_host(network) is not None:
+        nets = [_network(network)]
+    else:
+        nets = []
+        for a in pins.get(normalize_host(network), ()):
+            ip = _canonical(a)
+            nets.append((ip[0], 0, ip[1]))
+    v4 = tuple((shift, key) for version, shift, key in nets if version == 4)
+    v6 = tuple((shift, key) for version, shift, key in nets if version == 6)
+    return (v4, v6)
 
-    def matches(self, ip: IP, port: int) -> bool:
-        for low, high in self.ports:
+
+def _int_matches(nets: tuple, ip: IP) -> bool:
+    value = ip[1]
+    return any(value >> shift == key for shift, key in (nets[0] if ip[0] == 4 else nets[1]))
+
+
+def integer_algebra() -> dict[str, Any]:
+    """Addresses as ``(version, value, scope)`` tuples, networks as (shift, key) pairs."""
+    return {
+        "ip": _canonical,
+        "text": canonical_text,
+        "literal": numeric_host,
+        "literal_text": ip_text,
+        "embedded": _embedded_v4,
+        "wide": _is_wide,
+        "networks": _int_networks,
+        "matches": _int_matches,
+    }
+
+
+def compile_matcher(
+    rules: Iterable[NetworkRule],
+    pins: Mapping[str, Sequence[str]] | None = None,
+    algebra: Mapping[str, Any] | None = None,
+    label: Any = None,
+) -> dict[str, Any]:
+    """The matcher of ``rules`` and ``pins``: a dict the decision functions read.
+
+    Each compiled rule is ``(label, networks, ports)``; ``label(rule)`` is what a decision
+    names as its deciding rule (the rule itself by default; the guard in the sandbox wants
+    its text, rendered now, before the program runs).
+    """
+    a = dict(algebra) if algebra is not None else integer_algebra()
+    rules = tuple(rules)
+    text = a["text"]
+    pinned = {normalize_host(k): tuple(text(x) for x in v) for k, v in (pins or {}).items()}
+    index: dict[tuple[str, str], tuple[list, list]] = {
+        (p, d): ([], []) for p in ("tcp", "udp") for d in ("in", "out")
+    }
+    networks = a["networks"]
+    for rule in rules:
+        compiled = (
+            rule if label is None else label(rule),
+            networks(rule, pinned),
+            tuple((p.low, p.high) for p in rule.ports),
+        )
+        directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
+        for proto in rule.protocols:
+            for d in directions:
+                denies, allows = index[(proto, d)]
+                (denies if rule.action == "deny" else allows).append(compiled)
+    wide = a["wide"]
+    reverse: dict[str, str] = {}
+    for name, addrs in pinned.items():
+        for x in addrs:
+            reverse.setdefault(x, name)
+    return {
+        "rules": rules,
+        "pins": pinned,
+        "index": {k: (tuple(v[0]), tuple(v[1])) for k, v in index.items()},
+        "resolves_any_name": any(
+            r.action == "allow" and r.direction in ("out", "any") and wide(r.network) for r in rules
+        ),
+        "reverse": reverse,
+        "cache": {},
+        "algebra": a,
+    }
+
+
+def decide(m: dict[str, Any], proto: str, ip: Any, port: int, direction: str) -> tuple:
+    """The rules alone on one parsed address: a matching deny, else a matching allow, else
+    the default deny ``(False, None)``."""
+    entry = m["index"].get((proto, direction))
+    if entry is None:
+        return (False, None)
+    matches = m["algebra"]["matches"]
+    for label, nets, ports in entry[0]:
+        for low, high in ports:
             if low <= port <= high:
+                if matches(nets, ip):
+                    return (False, label)
                 break
-        else:
-            return False
-        value = ip.value
-        for shift, key in self.nets4 if ip.version == 4 else self.nets6:
-            if value >> shift == key:
-                return True
-        return False
+    for label, nets, ports in entry[1]:
+        for low, high in ports:
+            if low <= port <= high:
+                if matches(nets, ip):
+                    return (True, label)
+                break
+    return (False, None)
+
+
+def check(m: dict[str, Any], proto: str, address: Any, port: int, direction: str) -> tuple:
+    """Decide one address: ``(allowed, deciding rule or None for the default deny)``,
+    cached per ``(proto, address, port, direction)``."""
+    key = (proto, address, port, direction)
+    cache = m["cache"]
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    a = m["algebra"]
+    ip = a["ip"](address)
+    decision = decide(m, proto, ip, port, direction)
+    v4 = a["embedded"](ip)
+    if v4 is not None and decision[0]:
+        # NAT64 and friends reach an IPv4 host: an explicit deny of that host still holds.
+        inner = decide(m, proto, v4, port, direction)
+        if not inner[0] and inner[1] is not None:
+            decision = inner
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = decision
+    return decision
+
+
+def pinned(m: dict[str, Any], name: str) -> tuple[str, ...] | None:
+    """The pinned addresses of ``name``, or ``None`` when no rule pinned it."""
+    return m["pins"].get(normalize_host(name))
+
+
+def name_of(m: dict[str, Any], address: str) -> str | None:
+    """The pinned name an address belongs to (for messages and learning)."""
+    try:
+        return m["reverse"].get(m["algebra"]["text"](address))
+    except ValueError:
+        return None
+
+
+def check_host(
+    m: dict[str, Any],
+    proto: str,
+    host: str,
+    port: int,
+    direction: str,
+    addresses: Sequence[str] | None = None,
+) -> tuple:
+    """Decide a connection to a name: allowed only if every address of it is allowed.
+
+    ``addresses`` defaults to the pins of ``host``; a literal ``host`` is judged alone; an
+    unpinned name with no addresses is refused by the default rule.
+    """
+    if addresses is None:
+        a = m["algebra"]
+        literal = a["literal"](host)
+        addresses = (a["literal_text"](literal),) if literal is not None else pinned(m, host) or ()
+    if not addresses:
+        return (False, None)
+    first = None
+    for address in addresses:
+        decision = check(m, proto, address, port, direction)
+        if not decision[0]:
+            return decision
+        if first is None:
+            first = decision
+    return first  # type: ignore[return-value]
+
+
+def suggest(m: dict[str, Any], proto: str, host_or_ip: str, port: int, direction: str) -> str:
+    """The rule line that would allow this access (names kept, addresses canonical)."""
+    a = m["algebra"]
+    literal = a["literal"](host_or_ip)
+    target = a["text"](literal) if literal is not None else normalize_host(host_or_ip)
+    return f"allow {proto} {target} {port} {direction}"
 
 
 class Matcher:
-    """Decides connections and binds against the rules and pinned host names.
-
-    ``check`` judges one address, ``check_host`` a name (every pinned address must pass);
-    decisions are ``(allowed, deciding rule or None for the default deny)`` and are cached
-    per ``(proto, address, port, direction)``.
-
-    The decision logic lives here once. What an address and a network *are* is in the
-    methods of the "address algebra" section: integers here (the sandbox's matcher), and
-    :mod:`ipaddress` objects in :class:`pysb_core.netrules.NetworkMatcher`, the reference
-    the OS providers compile from, which overrides only those methods.
+    """The engine above as an object: ``check`` judges one address, ``check_host`` a name
+    (every pinned address must pass); decisions are ``(allowed, deciding rule or None for
+    the default deny)``. Used by tests and by the reference
+    (:class:`pysb_core.netrules.NetworkMatcher` brings its own algebra); the guard in the
+    sandbox calls the functions on the dict directly.
     """
 
-    #: How one rule is compiled for :meth:`_decide` (a subclass brings its own networks).
-    _compiled: Any = _Compiled
+    #: The algebra's maker (the reference overrides it).
+    _algebra = staticmethod(integer_algebra)
 
     def __init__(
         self, rules: Iterable[NetworkRule], pins: Mapping[str, Sequence[str]] | None = None
     ) -> None:
-        self.rules = tuple(rules)
-        self.pins: dict[str, tuple[str, ...]] = {
-            normalize_host(k): tuple(self._text(a) for a in v) for k, v in (pins or {}).items()
-        }
-        self._index: dict[tuple[str, str], tuple[list, list]] = {
-            (p, d): ([], []) for p in ("tcp", "udp") for d in ("in", "out")
-        }
-        for rule in self.rules:
-            compiled = self._compiled(rule, self._rule_networks(rule))
-            directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
-            for proto in rule.protocols:
-                for d in directions:
-                    denies, allows = self._index[(proto, d)]
-                    (denies if rule.action == "deny" else allows).append(compiled)
-        self.resolves_any_name = any(
-            r.action == "allow" and r.direction in ("out", "any") and self._wide(r.network)
-            for r in self.rules
-        )
-        self._reverse: dict[str, str] = {}
-        for name, addrs in self.pins.items():
-            for a in addrs:
-                self._reverse.setdefault(a, name)
-        self._cache: dict[tuple[str, object, int, str], tuple[bool, NetworkRule | None]] = {}
+        self._m = compile_matcher(rules, pins, self._algebra())
 
-    # -- address algebra (overridden by the ipaddress-based reference) ------------------
+    @property
+    def rules(self) -> tuple[NetworkRule, ...]:
+        return self._m["rules"]
 
-    @staticmethod
-    def _ip(address: Any) -> Any:
-        """The canonical address object of ``address`` (ValueError when it is none)."""
-        return _canonical(address)
+    @property
+    def pins(self) -> dict[str, tuple[str, ...]]:
+        return self._m["pins"]
 
-    @staticmethod
-    def _text(address: Any) -> str:
-        """The canonical text of an address."""
-        return canonical_text(address)
+    @property
+    def resolves_any_name(self) -> bool:
+        return self._m["resolves_any_name"]
 
-    @staticmethod
-    def _literal(host: str) -> Any:
-        """The address ``host`` spells, or None for a name."""
-        return numeric_host(host)
-
-    @staticmethod
-    def _embedded(ip: Any) -> Any:
-        """The IPv4 address an IPv6 address carries (NAT64 and friends), or None."""
-        return _embedded_v4(ip)
-
-    @staticmethod
-    def _wide(network: str) -> bool:
-        """Whether a rule's network covers more than one address."""
-        return _is_wide(network)
-
-    def _rule_networks(self, rule: NetworkRule) -> list[tuple[int, int, int]]:
-        network = rule.network
-        if network == "*":
-            return [(4, 32, 0), (6, 128, 0)]
-        if "/" in network or numeric_host(network) is not None:
-            return [_network(network)]
-        # A host name: the pinned addresses, nothing when it did not resolve.
-        nets = []
-        for a in self.pins.get(normalize_host(network), ()):
-            ip = _canonical(a)
-            nets.append((ip.version, 0, ip.value))
-        return nets
-
-    # -- one address -------------------------------------------------------------------
-
-    def check(
-        self, proto: str, address: Any, port: int, direction: str
-    ) -> tuple[bool, NetworkRule | None]:
-        """Decide one address: ``(allowed, deciding rule or None for the default deny)``."""
-        key = (proto, address, port, direction)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        ip = self._ip(address)
-        decision = self._decide(proto, ip, port, direction)
-        v4 = self._embedded(ip)
-        if v4 is not None and decision[0]:
-            # NAT64 and friends reach an IPv4 host: an explicit deny of that host still holds.
-            inner = self._decide(proto, v4, port, direction)
-            if not inner[0] and inner[1] is not None:
-                decision = inner
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[key] = decision
-        return decision
-
-    def _decide(
-        self, proto: str, ip: Any, port: int, direction: str
-    ) -> tuple[bool, NetworkRule | None]:
-        entry = self._index.get((proto, direction))
-        if entry is None:
-            return (False, None)
-        denies, allows = entry
-        for c in denies:
-            if c.matches(ip, port):
-                return (False, c.rule)
-        for c in allows:
-            if c.matches(ip, port):
-                return (True, c.rule)
-        return (False, None)
-
-    # -- names --------------------------------------------------------------------------
-
-    def pinned(self, name: str | bytes) -> tuple[str, ...] | None:
-        """The pinned addresses of ``name``, or ``None`` when no rule pinned it."""
-        return self.pins.get(normalize_host(name))
-
-    def name_of(self, address: str) -> str | None:
-        """The pinned name an address belongs to (for messages and learning)."""
-        try:
-            return self._reverse.get(self._text(address))
-        except ValueError:
-            return None
+    def check(self, proto: str, address: Any, port: int, direction: str) -> tuple:
+        return check(self._m, proto, address, port, direction)
 
     def check_host(
         self,
@@ -352,30 +409,14 @@ class Matcher:
         port: int,
         direction: str,
         addresses: Sequence[str] | None = None,
-    ) -> tuple[bool, NetworkRule | None]:
-        """Decide a connection to a name: allowed only if every address of it is allowed.
+    ) -> tuple:
+        return check_host(self._m, proto, host, port, direction, addresses)
 
-        ``addresses`` defaults to the pins of ``host``; a literal ``host`` is judged alone; an
-        unpinned name with no addresses is refused by the default rule.
-        """
-        if addresses is None:
-            literal = self._literal(host)
-            addresses = (str(literal),) if literal is not None else self.pinned(host) or ()
-        if not addresses:
-            return (False, None)
-        first = None
-        for a in addresses:
-            decision = self.check(proto, a, port, direction)
-            if not decision[0]:
-                return decision
-            if first is None:
-                first = decision
-        return first  # type: ignore[return-value]
+    def pinned(self, name: str) -> tuple[str, ...] | None:
+        return pinned(self._m, name)
 
-    # -- messages -----------------------------------------------------------------------
+    def name_of(self, address: str) -> str | None:
+        return name_of(self._m, address)
 
     def suggest(self, proto: str, host_or_ip: str, port: int, direction: str) -> str:
-        """The rule line that would allow this access (names kept, addresses canonical)."""
-        literal = self._literal(host_or_ip)
-        target = self._text(literal) if literal is not None else normalize_host(host_or_ip)
-        return f"allow {proto} {target} {port} {direction}"
+        return suggest(self._m, proto, host_or_ip, port, direction)

@@ -289,63 +289,40 @@ def _mapped_to_v4(net: ipaddress.IPv6Network) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96))
 
 
-class _Compiled:
-    """One rule, ready to match: networks as :mod:`ipaddress` objects, split by version."""
+def _matches(nets: tuple[IPNetwork, ...], ip: IPAddress) -> bool:
+    return any(ip in n for n in nets if n.version == ip.version)
 
-    __slots__ = ("nets4", "nets6", "ports", "rule")
 
-    def __init__(self, rule: NetworkRule, nets: Iterable[IPNetwork]) -> None:
-        self.rule = rule
-        nets = tuple(nets)
-        self.nets4 = tuple(n for n in nets if n.version == 4)
-        self.nets6 = tuple(n for n in nets if n.version == 6)
-        self.ports = tuple((p.low, p.high) for p in rule.ports)
+def _text(address: Any) -> str:
+    return str(canonical_ip(address))
 
-    def matches(self, ip: IPAddress, port: int) -> bool:
-        for low, high in self.ports:
-            if low <= port <= high:
-                break
-        else:
-            return False
-        nets = self.nets4 if ip.version == 4 else self.nets6
-        return any(ip in n for n in nets)
+
+def reference_algebra() -> dict[str, Any]:
+    """:func:`pysb_core.netmatch.compile_matcher`'s algebra with :mod:`ipaddress` objects."""
+    return {
+        "ip": canonical_ip,
+        "text": _text,
+        "literal": numeric_host,
+        "literal_text": str,
+        "embedded": _embedded_v4,
+        "wide": _is_wide,
+        "networks": _rule_networks,
+        "matches": _matches,
+    }
 
 
 Decision = tuple[bool, "NetworkRule | None"]
 
 
 class NetworkMatcher(Matcher):
-    """The reference matcher: :class:`pysb_core.netmatch.Matcher`'s decisions, with
-    addresses and networks as :mod:`ipaddress` objects.
+    """The reference matcher: :mod:`pysb_core.netmatch`'s decisions, with addresses and
+    networks as :mod:`ipaddress` objects.
 
     The OS providers compile their packet filters from the same rules, and a differential
     test holds the sandbox's integer matcher to this one (tests/test_netmatch.py).
     """
 
-    _compiled = _Compiled
-
-    @staticmethod
-    def _ip(address: Any) -> Any:
-        return canonical_ip(address)
-
-    @staticmethod
-    def _text(address: Any) -> str:
-        return str(canonical_ip(address))
-
-    @staticmethod
-    def _literal(host: str) -> Any:
-        return numeric_host(host)
-
-    @staticmethod
-    def _embedded(ip: Any) -> Any:
-        return _embedded_v4(ip)
-
-    @staticmethod
-    def _wide(network: str) -> bool:
-        return _is_wide(network)
-
-    def _rule_networks(self, rule: NetworkRule) -> Any:
-        return _rule_networks(rule, self.pins)
+    _algebra = staticmethod(reference_algebra)
 
 
 def _is_wide(network: str) -> bool:

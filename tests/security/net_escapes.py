@@ -18,7 +18,7 @@ ALLOWED = 45200
 DENIED = 45201
 #: The profile's rules and imports.
 NETWORK = (f"allow tcp 127.0.0.1 {ALLOWED} out",)
-IMPORTS = ("socket", "_socket", "sys", "gc")
+IMPORTS = ("socket", "_socket", "sys", "gc", "os", "builtins")
 
 #: Connect to the denied port: ``ESCAPED`` when the kernel, not the guard, answered.
 PROBE_DENIED = (
@@ -164,7 +164,9 @@ ATTACKS = [
         "import socket\nclass Port:\n    def __index__(self):\n"
         "        f = socket.sys._getframe(1)\n"
         "        while f is not None:\n"
-        "            if '__pysb_sealed__' in f.f_globals or str(f.f_globals.get('__name__')).startswith('pysb_guards'):\n"
+        # Faces and their prepare steps are public by design (pysb_guards.<face>: they hold
+        # the door and built-in functions only); a judge's frame must never be below.
+        "            if '__pysb_sealed__' in f.f_globals or str(f.f_globals.get('__name__')).startswith('pysb_guards') and f.f_globals.get('__name__') != 'pysb_guards.<face>':\n"
         "                print('ESCAPED judge frame', sorted(f.f_locals)[:12]); break\n"
         "            f = f.f_back\n"
         f"        return {DENIED}\n"
@@ -200,6 +202,70 @@ ATTACKS = [
     ),
 ]
 
+#: A generator frame that, resumed from inside a judge, walks ``f_back`` to the judge's
+#: frame (``f_back`` is not audited): what program code running under a judge would do.
+SPY = (
+    "def _spy_gen():\n    while True:\n        f = _spy_frame.f_back\n        while f is not None:\n"
+    "            if '__pysb_sealed__' in f.f_globals or str(f.f_globals.get('__name__')).startswith('pysb_guards') and f.f_globals.get('__name__') != 'pysb_guards.<face>':\n"
+    "                print('ESCAPED guard frame', sorted(f.f_locals)[:12]); break\n"
+    "            f = f.f_back\n        yield\n"
+    "_spy = _spy_gen(); _spy_frame = _spy.gi_frame\n"
+    "def spy(*a, **k):\n    next(_spy)\n"
+    "def classes():\n    out, todo = set(), [object]\n    while todo:\n        for s in type.__subclasses__(todo.pop()):\n"
+    "            if s not in out:\n                out.add(s); todo.append(s)\n    return out\n"
+)
+
+ATTACKS += [
+    (
+        "error-class-init-replaced",
+        # The judge refuses with NetworkDeniedError: its __init__ (and its bases') must not
+        # run under the judge.
+        "import socket\nfor cls in classes():\n    if cls.__module__ == 'pysb_core.errors':\n"
+        "        try:\n            cls.__init__ = lambda self, *a, **k: (spy(), Exception.__init__(self, *a))[1]\n"
+        "        except TypeError:\n            pass\n"
+        "socket.gaierror.__init__ = lambda self, *a, **k: (spy(), OSError.__init__(self, *a))[1]\n"
+        "probe_denied()\n"
+        "try:\n    socket.getaddrinfo('nowhere.pysb.test', 80)\nexcept Exception as e:\n    print('refused', type(e).__name__)",
+    ),
+    (
+        "door-called-with-lying-types",
+        # The door behind a face, called directly (no prepare): a str subclass whose hash
+        # and equality run the program's code, a port with __index__.
+        "import socket\nclass S(str):\n    def __hash__(self):\n        spy(); return str.__hash__(self)\n"
+        "    def __eq__(self, o):\n        spy(); return str.__eq__(self, o)\n"
+        "    def startswith(self, *a):\n        spy(); return str.startswith(self, *a)\n"
+        "class P:\n    def __index__(self):\n        spy(); return 45201\n"
+        "door = dict(zip(socket.socket.connect.__code__.co_freevars, (c.cell_contents for c in socket.socket.connect.__closure__)))['door']\n"
+        "for address in ((S('127.0.0.1'), 45201), ('127.0.0.1', P()), (S('127.0.0.1'), P())):\n"
+        "    r = door(socket.socket(), address)\n"
+        "    print('door answered', type(r).__name__)\n"
+        "probe_denied()",
+    ),
+    (
+        "face-globals-injected",
+        # Faces may be called from sealed code (the network judge resolves a Unix socket's
+        # directory with os functions): a builtin put into the faces' namespace or into
+        # builtins must not run there.
+        "import socket, os, builtins\ng = os.stat.__globals__\n"
+        "real_len = len\ng['len'] = lambda x: (spy(), real_len(x))[1]\ng['str'] = type('X', (), {})\n"
+        "builtins.len = g['len']\n"
+        "s = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('/nonexistent-dir/sock')\nexcept Exception as e:\n    print('refused', type(e).__name__)\n"
+        "builtins.len = real_len\nprobe_denied()",
+    ),
+    (
+        "raw-c-method-with-a-lying-address",
+        # The raw C method (through the MRO) with a str subclass host: the backstop judges
+        # it without calling the subclass's methods.
+        "import socket\nclass S(str):\n    def __hash__(self):\n        spy(); return str.__hash__(self)\n"
+        "    def __eq__(self, o):\n        spy(); return str.__eq__(self, o)\n"
+        "raw = socket.socket.__mro__[-2]\ns = socket.socket()\ntry:\n"
+        "    raw.connect(s, (S('127.0.0.1'), 45201))\n"
+        "except ConnectionRefusedError as e:\n    print('ESCAPED: the kernel answered' if type(e) is ConnectionRefusedError else 'refused')\n"
+        "except Exception as e:\n    print('refused', type(e).__name__)",
+    ),
+]
+
+
 #: Attacks the introspection category already stops (denied by default): kept as controls.
 CONTROLS = [
     (
@@ -216,6 +282,7 @@ def program(code: str) -> str:
     """The attack wrapped so that the run always ends with one verdict line."""
     return (
         PROBE_DENIED
+        + SPY
         + ROOTS
         + FRAMES
         + f"try:\n    exec({code!r})\nexcept BaseException as e:\n    print('refused', type(e).__name__, e)\n"
@@ -223,25 +290,6 @@ def program(code: str) -> str:
     )
 
 
-#: The attacks the network guard does not resist yet (docs/security.md, "Network").
-UNSEALED = pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: the network guard's socket methods, resolver functions and guarded class "
-    "are plain closures (not _seal faces): __closure__/__globals__ hand out the decision "
-    "cache, the matcher, the raw C methods and the recorder; their frames are unsealed "
-    "(tracebacks, program code run by a judge); the Matcher class is writable through the "
-    "class graph",
-)
-#: Attacks the guard resists today: plain regression tests. The recorder attack was a hole
-#: of every guard until the judges got a private recorder (pysb_guards._seal.private_recorder).
-HELD = frozenset(
-    {
-        "closure-cells-of-every-method-and-resolver",
-        "recorder-method-walks-up-from-a-generator-frame",
-    }
-)
-
-
 def attack_params() -> list[object]:
-    """:data:`ATTACKS` as pytest parameters, the open holes with their strict xfail mark."""
-    return [pytest.param(*a, marks=() if a[0] in HELD else UNSEALED, id=a[0]) for a in ATTACKS]
+    """:data:`ATTACKS` as pytest parameters."""
+    return [pytest.param(*a, id=a[0]) for a in ATTACKS]

@@ -40,3 +40,41 @@ def test_introspection_of_network_guard_functions_is_refused(
     res = _run(code, python)
     assert "held" in res.stdout, res.stdout + res.stderr
     assert "ESCAPED" not in res.stdout, res.stdout + res.stderr
+
+
+LOADER_ATTACK = f"""
+def classes():
+    out, todo = set(), [object]
+    while todo:
+        for s in type.__subclasses__(todo.pop()):
+            if s not in out:
+                out.add(s); todo.append(s)
+    return out
+replaced = 0
+for cls in classes():
+    if (cls.__module__ or "").startswith("pysb_guards") and "exec_module" in vars(cls):
+        cls.exec_module = lambda self, m: None
+        replaced += 1
+import socket
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", {net_escapes.DENIED}))
+except Exception as e:
+    print("kernel" if type(e) is ConnectionRefusedError else "guard", type(e).__name__)
+print("replaced", replaced)
+"""
+
+
+def test_socket_is_patched_whatever_the_program_did_to_loader_classes(python: str) -> None:
+    """The import guard's loader runs the socket patches. It is no instance of a class of
+    pysb's (a class the program could change through the class graph before `import
+    socket`, leaving the module unpatched): the connect is refused by the guard."""
+    res = guarded.run(
+        LOADER_ATTACK,
+        imports=net_escapes.IMPORTS,
+        api=(("allow", "dynamic-code"),),
+        network=net_escapes.NETWORK,
+        python=python,
+    )
+    assert "guard NetworkDeniedError" in res.stdout, res.stdout + res.stderr
+    assert "replaced 0" in res.stdout, res.stdout  # nothing of pysb's had exec_module

@@ -68,10 +68,6 @@ class Refusal:
         self.exc = exc
         self.tb = tb
 
-    def raised(self) -> BaseException:
-        """The exception the face raises: a :func:`defer` placeholder is built now."""
-        return built(self.exc)
-
 
 class Value:
     """What a judge returns to make the door answer ``value`` without calling the original
@@ -93,7 +89,7 @@ class Value:
 # - raises :func:`defer`'s placeholder instead of constructing such an exception: a plain
 #   ``RuntimeError`` (a static built-in type, constructed by C code alone) carrying the
 #   class and its arguments. The door turns it into a Refusal and the face (or the audit
-#   hook) builds the real exception with :func:`built`, when no sealed frame is left on the
+#   hook) builds the real exception with :data:`BUILT`, when no sealed frame is left on the
 #   stack. A fresh exception also carries no ``__context__`` from inside the judge;
 # - makes its Refusal and Value objects with :func:`refusal_of` / :func:`value_of` (C calls:
 #   ``object.__new__`` and the slots' own descriptors, taken at install), and reads them
@@ -103,24 +99,13 @@ class Value:
 # The four are handed to sealed engines by :func:`builders` (``DEFER``, ``REFUSE``,
 # ``NEW_VALUE``, ``EXC_OF``), as copies with private globals.
 
-_DEFERRED = object()  # what marks a placeholder: only sealed code and built() use it
+_DEFERRED = object()  # what marks a placeholder: only sealed code and BUILT use it
 
 
 def defer(cls: type, *args: Any, **kwargs: Any) -> RuntimeError:
     """The placeholder sealed code raises (or refuses with) instead of ``cls(*args,
-    **kwargs)``: the exception is built outside every sealed frame (:func:`built`)."""
+    **kwargs)``: the exception is built outside every sealed frame (:data:`BUILT`)."""
     return RuntimeError(_DEFERRED, cls, args, kwargs)
-
-
-def built(exc: BaseException) -> BaseException:
-    """The exception ``exc`` stands for: a :func:`defer` placeholder is constructed now
-    (in a face or the audit hook, where the program's code may run), anything else is
-    itself. Runs outside sealed frames; what it runs is the program's own business."""
-    if type(exc) is RuntimeError:
-        a = exc.args
-        if len(a) == 4 and a[0] is _DEFERRED:
-            return a[1](*a[2], **a[3])
-    return exc
 
 
 def refusal_of(exc: BaseException) -> Refusal:
@@ -230,6 +215,18 @@ def _t_gate_import_module(name, package=None):
     return ("@SLOW" if 1 else 0)(name, package)
 
 
+def _t_built(exc):
+    # The exception a face or the audit hook raises for ``exc``: a ``defer`` placeholder is
+    # built here, where no sealed frame is below (the program's code may run: an __init__
+    # of its own is its business); anything else is itself. A door: its code and constants
+    # are not readable, its frame holds only ``exc``.
+    if ("@TYPE" if 1 else 0)(exc) is ("@RTE" if 1 else 0):
+        a = exc.args
+        if ("@LEN" if 1 else 0)(a) == 4 and a[0] is ("@MARK" if 1 else 0):
+            return a[1](*a[2], **a[3])
+    return exc
+
+
 def _t_audit_hook(event, args):
     if event in ("@W" if 1 else 0):
         r = ("@D" if 1 else 0)(event, args)
@@ -237,29 +234,31 @@ def _t_audit_hook(event, args):
             raise ("@B" if 1 else 0)(r)
 
 
-def _t_build(door, refusal, value, prepare):
+def _t_build(door, refusal, value, prepare, built):
     if prepare is None:
 
         def face(*args, **kwargs):
             r = door(*args, **kwargs)
             c = r.__class__
             if c is refusal:
-                raise r.raised().with_traceback(r.tb)
+                raise built(r.exc).with_traceback(r.tb)
             if c is value:
                 return r.value
             return r
 
         return face
 
-    if getattr(prepare, "skips_lone_str", False):
+    if "skips_lone_str" in prepare.__dict__:
 
         def face(*args, **kwargs):
-            if kwargs or len(args) != 1 or args[0].__class__ is not str:
+            # No global name: faces may be called from sealed code, and a global (``len``)
+            # could be the program's, put into this namespace or into builtins.
+            if kwargs or args.__len__() != 1 or args[0].__class__ is not "".__class__:
                 args, kwargs = prepare(args, kwargs)
             r = door(*args, **kwargs)
             c = r.__class__
             if c is refusal:
-                raise r.raised().with_traceback(r.tb)
+                raise built(r.exc).with_traceback(r.tb)
             if c is value:
                 return r.value
             return r
@@ -271,7 +270,7 @@ def _t_build(door, refusal, value, prepare):
         r = door(*args, **kwargs)
         c = r.__class__
         if c is refusal:
-            raise r.raised().with_traceback(r.tb)
+            raise built(r.exc).with_traceback(r.tb)
         if c is value:
             return r.value
         return r
@@ -279,21 +278,21 @@ def _t_build(door, refusal, value, prepare):
     return face
 
 
-def _t_build___import__(door, refusal, value, prepare):
+def _t_build___import__(door, refusal, value, prepare, built):
     def face(name, globals=None, locals=None, fromlist=(), level=0):
         r = door(name, globals, locals, fromlist, level)
         if r.__class__ is refusal:
-            raise r.raised().with_traceback(r.tb)
+            raise built(r.exc).with_traceback(r.tb)
         return r
 
     return face
 
 
-def _t_build_import_module(door, refusal, value, prepare):
+def _t_build_import_module(door, refusal, value, prepare, built):
     def face(name, package=None):
         r = door(name, package)
         if r.__class__ is refusal:
-            raise r.raised().with_traceback(r.tb)
+            raise built(r.exc).with_traceback(r.tb)
         return r
 
     return face
@@ -318,6 +317,7 @@ _BUILDERS = {
     for kind in ("", "___import__", "_import_module")
 }
 _DOOR_CONSTS = {
+    "@RTE": RuntimeError,
     "@BE": BaseException,
     "@R": Refusal,
     "@T": tuple,
@@ -335,6 +335,10 @@ def _door(template: str, name: str, subst: dict[str, Any]) -> Callable[..., Any]
     )
     code = code.replace(co_consts=consts, co_name=name, co_qualname=name)
     return _FunctionType(code, DOOR_NS, name, _DEFAULTS.get(template))
+
+
+#: The door that builds what faces and the audit hook raise (see :func:`defer`).
+BUILT = _door("built", "built", {"@MARK": _DEFERRED})
 
 
 def make_door(
@@ -388,7 +392,7 @@ def make_face(
     (one of :data:`GATES`) gives the face that gate's signature: explicit parameters are
     cheaper to pass on than ``*args, **kwargs``.
     """
-    face = _BUILDERS["_" + kind if kind else ""](door, Refusal, Value, prepare)
+    face = _BUILDERS["_" + kind if kind else ""](door, Refusal, Value, prepare, BUILT)
     if like is not None:
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
             try:
@@ -488,6 +492,7 @@ def builders() -> dict[str, Callable[..., Any]]:
         _SET_EXC=_SET_EXC,
         _SET_TB=_SET_TB,
         _SET_VALUE=_SET_VALUE,
+        BUILT=BUILT,
     )
     for fn in (_door, make_door, make_gate, make_face, guard, is_face, defer, refusal_of, value_of):
         ns[fn.__name__] = _FunctionType(
@@ -640,7 +645,7 @@ def _hook_factory(
 def _make_hook(
     dispatch: Callable[[str, tuple], Any], watched: set[str]
 ) -> Callable[[str, tuple], None]:
-    return _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched, "@B": built})
+    return _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched, "@B": BUILT})
 
 
 _installed: list[Any] = []  # holds the registration face; set once

@@ -348,44 +348,52 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
 def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
     """Normalise path-like arguments to exact str/bytes, flags to exact ints and bools,
-    *before* the judge: judges never run the program's code."""
+    *before* the judge: judges never run the program's code.
+
+    No global name is looked up when it runs (everything is bound here, at install): a face
+    may be called from sealed code (another guard's judge), and a global -- this module's,
+    or a builtin -- could be the program's by then.
+    """
     import os
 
     fspath = os.fspath
     slots = [(p[0], p[1]) for p in params]
+    str_, bytes_, int_, bool_, tuple_, list_ = str, bytes, int, bool, tuple, list
+    type_, len_, isinstance_ = type, len, isinstance
+    type_error = TypeError
 
     def norm(value: Any) -> Any:
-        kind = type(value)
-        if kind is str or kind is bytes or kind is int or value is None:
+        kind = type_(value)
+        if kind is str_ or kind is bytes_ or kind is int_ or value is None:
             return value
-        if isinstance(value, (str, bytes)):
-            return str.__str__(value) if isinstance(value, str) else bytes(value)
-        if isinstance(value, int):
-            return int(value)
+        if isinstance_(value, (str_, bytes_)):
+            return str_.__str__(value) if isinstance_(value, str_) else bytes_(value)
+        if isinstance_(value, int_):
+            return int_(value)
         try:
             value = fspath(value)
-        except TypeError:
+        except type_error:
             return value
         return norm(value)
 
     def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if not kwargs and len(args) == 1 and type(args[0]) is str:
+        if not kwargs and len_(args) == 1 and type_(args[0]) is str_:
             return args, kwargs  # the common case, as fast as possible
         if slots:
-            values = list(args)
+            values = list_(args)
             for pos, kw in slots:
-                if pos < len(values):
+                if pos < len_(values):
                     values[pos] = norm(values[pos])
                 elif kw in kwargs:
                     kwargs = {**kwargs, kw: norm(kwargs[kw])}
-            args = tuple(values)
+            args = tuple_(values)
         for key in ("dir_fd", "src_dir_fd", "dst_dir_fd"):
-            if key in kwargs and kwargs[key] is not None and type(kwargs[key]) is not int:
-                kwargs = {**kwargs, key: int(kwargs[key].__index__())}
-        if "follow_symlinks" in kwargs and type(kwargs["follow_symlinks"]) is not bool:
-            kwargs = {**kwargs, "follow_symlinks": bool(kwargs["follow_symlinks"])}
-        if len(args) > 1 and type(args[1]) is not int and isinstance(args[1], int):
-            args = (args[0], int(args[1]), *args[2:])
+            if key in kwargs and kwargs[key] is not None and type_(kwargs[key]) is not int_:
+                kwargs = {**kwargs, key: int_(kwargs[key].__index__())}
+        if "follow_symlinks" in kwargs and type_(kwargs["follow_symlinks"]) is not bool_:
+            kwargs = {**kwargs, "follow_symlinks": bool_(kwargs["follow_symlinks"])}
+        if len_(args) > 1 and type_(args[1]) is not int_ and isinstance_(args[1], int_):
+            args = (args[0], int_(args[1]), *args[2:])
         return args, kwargs
 
     prepare.skips_lone_str = True  # type: ignore[attr-defined]  # a lone str is normalised

@@ -278,8 +278,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     ns["FACE_CODES"] = (
         *ns["FACE_CODES"],
         state["find_face"].__code__,
-        _PatchingLoader.exec_module.__code__,
-        _PatchingLoader.create_module.__code__,
+        *_PATCHING_LOADER_CODES,
         _ReinsertLoader.load_module.__code__,
     )
     ns["_e_restore_finder"]()
@@ -408,7 +407,7 @@ def _make_find_spec(decide: Callable[[str], Any], patch: Callable[[str, Any], No
             spec = find(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _PatchingLoader(spec.loader, name, patch)
+                    spec.loader = _patching_loader(spec.loader, name, patch)
                 return spec
         return None
 
@@ -427,21 +426,61 @@ class _ReinsertLoader:
         return self.module
 
 
-class _PatchingLoader:
-    """Runs the real loader, then the patches registered for the module (sealed)."""
+def _patching_loader(loader: Any, name: str, patch: Callable[[str, Any], None]) -> Any:
+    """A loader that runs ``loader``, then the patches registered for the module (sealed).
 
-    def __init__(self, loader: Any, name: str, patch: Callable[[str, Any], None]) -> None:
-        self._loader = loader
-        self._name = name
-        self._patch = patch
+    A ``SimpleNamespace``, not an instance of a class of ours: a class is reachable through
+    the class graph, and a program that replaced its ``exec_module`` before importing
+    ``socket`` would load the module without its patches. The namespace's type is built in
+    (nothing to replace), its functions are closures over the real loader and the patch
+    face, and once the module has run ``__loader__`` and ``__spec__.loader`` are the real
+    loader again (what ``inspect``, ``linecache`` and ``importlib.resources`` read later).
+    """
+    real_create = getattr(loader, "create_module", None)
+    real_exec = loader.exec_module
 
-    def create_module(self, spec: Any) -> Any:
-        create = getattr(self._loader, "create_module", None)
-        return None if create is None else create(spec)
+    def create_module(spec: Any) -> Any:
+        return None if real_create is None else real_create(spec)
 
-    def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        self._patch(self._name, module)
+    def exec_module(module: Any) -> None:
+        try:
+            real_exec(module)
+        finally:
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is dict:
+                if namespace.get("__loader__") is wrapper:
+                    namespace["__loader__"] = loader
+                spec = namespace.get("__spec__")
+                if getattr(spec, "loader", None) is wrapper:
+                    spec.loader = loader
+        patch(name, module)
 
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._loader, attr)
+    wrapper = _SimpleNamespace(create_module=create_module, exec_module=exec_module)
+    for attr in _LOADER_ATTRIBUTES:
+        value = getattr(loader, attr, None)
+        if value is not None:
+            setattr(wrapper, attr, value)
+    return wrapper
+
+
+_SimpleNamespace = type(sys.implementation)  # types.SimpleNamespace, without importing types
+
+#: What code run at import time may read from its own loader (resources, source, files).
+_LOADER_ATTRIBUTES = (
+    "name",
+    "path",
+    "get_filename",
+    "get_data",
+    "get_source",
+    "get_code",
+    "is_package",
+    "get_resource_reader",
+)
+
+
+def _loader_codes() -> tuple[Any, ...]:
+    sample = _patching_loader(_SimpleNamespace(exec_module=None), "", None)  # type: ignore[arg-type]
+    return (sample.exec_module.__code__, sample.create_module.__code__)
+
+
+_PATCHING_LOADER_CODES = _loader_codes()
