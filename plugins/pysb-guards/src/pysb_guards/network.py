@@ -273,14 +273,14 @@ def _make_public(
         kind = type_(value)
         if kind is str_ or kind is int_ or kind is bytes_ or value is None:
             return value
+        if issubclass_(kind, int_):  # first: IntEnum constants (socket.SOCK_STREAM...)
+            return int_.__index__(value)
         if issubclass_(kind, str_):
             return str_.__str__(value)
         if issubclass_(kind, bytes_):
             return bytes_.__getitem__(value, whole)
         if issubclass_(kind, bytearray_):
             return bytes_(memoryview_(value))
-        if issubclass_(kind, int_):
-            return int_.__index__(value)
         try:
             return int_.__index__(index(value))
         except type_error:
@@ -293,7 +293,11 @@ def _make_public(
 
     def exact_address(value):
         if type_(value) is tuple_:
-            return tuple_(exact(x) for x in value)
+            for x in value:
+                t = type_(x)
+                if t is not str_ and t is not int_ and t is not bytes_:
+                    return tuple_([exact(x) for x in value])
+            return value  # the common case: nothing to copy
         return exact(value)
 
     def address_prepare(position):
@@ -306,7 +310,11 @@ def _make_public(
                 at = n + at
             if at >= n:
                 return args, kwargs
-            return (*args[:at], exact_address(args[at]), *args[at + 1 :]), kwargs
+            address = args[at]
+            exact_one = exact_address(address)
+            if exact_one is address:
+                return args, kwargs
+            return (*args[:at], exact_one, *args[at + 1 :]), kwargs
 
         return prepare
 
@@ -330,7 +338,11 @@ def _make_public(
                 if rest:
                     return args, kwargs  # unknown or repeated keywords: refused
                 args, kwargs = tuple_(values), {}
-            return tuple_(exact_address(a) for a in args), kwargs
+            for a in args:
+                t = type_(a)
+                if t is not str_ and t is not int_ and t is not bytes_ and a is not None:
+                    return tuple_([exact_address(a) for a in args]), kwargs
+            return args, kwargs
 
         return prepare
 
@@ -1021,6 +1033,24 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
 
         def judge(args: tuple, kwargs: dict) -> Any:
             n = len(args)
+            if n == 2 and at == 1 and not kwargs:
+                # The common case, inline: an exact (str, int) pair this socket kind and
+                # direction already passed (exact types: safe to hash and compare).
+                sock, address = args
+                if (
+                    type(address) is tuple
+                    and len(address) == 2
+                    and type(address[0]) is str
+                    and type(address[1]) is int
+                ):
+                    try:
+                        key = (family_of(sock), type_of(sock), proto_of(sock))
+                    except TypeError:
+                        key = None
+                    if key is not None:
+                        hit = fast_get((*key, address, direction))
+                        if hit is not None:
+                            return ((sock, hit), kwargs)
             if kwargs:
                 return None  # these C methods take no keywords: the call fails there
             pos = n + at if at < 0 else at
