@@ -453,7 +453,7 @@ def _n_patchers() -> tuple[Any, Any, list[Any], dict[str, Any]]:
         if type(namespace) is not dict:
             return
         c_module, cls = namespace.get("_socket"), namespace.get("socket")
-        if type(cls) is not type or type(c_module) is not MODULE_TYPE:
+        if not issubclass(type(cls), type) or type(c_module) is not MODULE_TYPE:
             return
         if c_module.__dict__.get("__name__") != "_socket":
             return
