@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 from pysb_firejail import network, options
-from pysb_firejail.argv import build_argv
+from pysb_firejail.argv import CHILD_MODULE, build_argv
 from pysb_firejail.hostfs import HostLayout
 from pysb_firejail.netfilter import compile_rules
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.plan import LaunchPlan
+from pysb_core.plan import ChildSetup, LaunchPlan
 from pysb_core.policy import Exposure, Limits, NetworkRule, Policy, PortRange
 
 LAYOUT = HostLayout(
@@ -131,6 +131,19 @@ def test_limits_become_rlimits() -> None:
     assert "--rlimit-nofile=64" in argv
     assert "--rlimit-cpu=6" in argv  # one second of slack: SIGXCPU before SIGKILL
     assert "--rlimit-nproc=10" in argv
+
+
+def test_namespaces_restricted_by_firejail_unless_the_child_filter_does_it() -> None:
+    p = plan([exp("/work/app")])
+    assert "--restrict-namespaces" in build_argv(p, LAYOUT).argv  # no child set-up
+    p.add_child_setup(ChildSetup(module=CHILD_MODULE, function="setup", args={}))
+    assert "--restrict-namespaces" in build_argv(p, LAYOUT).argv  # not asked to
+    p.child_setups[0].args["namespaces"] = True
+    assert "--restrict-namespaces" not in build_argv(p, LAYOUT).argv
+    other = ChildSetup(module="elsewhere", function="setup", args={"namespaces": True})
+    assert "--restrict-namespaces" in build_argv(plan([exp("/work/app")]), LAYOUT).argv
+    p.child_setups[:] = [other]
+    assert "--restrict-namespaces" in build_argv(p, LAYOUT).argv
 
 
 def test_noroot_only_when_not_root() -> None:

@@ -7,8 +7,9 @@ in command-line order, a later one covering an earlier one):
 
 1. ``--noprofile`` (no profile from /etc/firejail: only what is written here applies),
    hardening (``--caps.drop=all``, ``--nonewprivs``, ``--seccomp``,
-   ``--restrict-namespaces``, ``--noroot`` when not root), ``--private-dev``, an IPC
-   namespace, ``--net=none`` unless a filtered network is configured;
+   ``--restrict-namespaces`` unless the child set-up's seccomp filter refuses the same
+   calls, ``--noroot`` when not root), ``--private-dev``, an IPC namespace, ``--net=none``
+   unless a filtered network is configured;
 2. every top-level entry of ``/``: the system (``/usr``, ``/bin``...) stays; a directory
    holding an exposure is reduced to its exposures (``--whitelist``); any other
    directory or file is ``--blacklist``-ed. ``/etc`` is reduced to what CPython and glibc
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 #: Characters firejail would misread in a path option (``,`` separates ``--bind``
 #: arguments, glob characters are expanded) or that cannot be passed at all.
 _UNSAFE = set(",*?[]\n\0")
+#: The provider's child set-up (:mod:`pysb_firejail.child`).
+CHILD_MODULE = "pysb_firejail.child"
 #: Top-level directories firejail refuses to whitelist or blacklist.
 _RESERVED = ("/proc", "/sys", "/dev")
 
@@ -68,6 +71,14 @@ class FirejailCommand:
     hidden: list[str] = field(default_factory=list)
     cwd: str = "/"
     notes: list[str] = field(default_factory=list)
+
+
+def child_restricts_namespaces(plan: LaunchPlan) -> bool:
+    """The plan's child set-up loads the namespace refusals (``pysb_firejail.child``)."""
+    return any(
+        s.module == CHILD_MODULE and s.function == "setup" and s.args.get("namespaces") is True
+        for s in plan.child_setups
+    )
 
 
 def _check_paths(exposures: Sequence[Exposure]) -> None:
@@ -124,7 +135,9 @@ def build_argv(
     ``network`` is the list of firejail network options when a filtered network is in
     force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network: ``--net=none``,
     or no option at all with ``own_netns`` (the caller starts firejail in a new network
-    namespace of its own, :mod:`pysb_firejail.netns`).
+    namespace of its own, :mod:`pysb_firejail.netns`). ``--restrict-namespaces`` is left
+    out only when the plan carries the provider's child set-up with ``namespaces`` (it
+    loads the same refusals itself: :func:`pysb_core.ttyfilter.install`).
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(
@@ -143,12 +156,13 @@ def build_argv(
         "--caps.drop=all",
         "--nonewprivs",
         "--seccomp",
-        "--restrict-namespaces",
         "--private-dev",
         "--ipc-namespace",
         # firejail's status is the program's (not that of the last process to exit).
         "--deterministic-exit-code",
     ]
+    if not child_restricts_namespaces(plan):
+        argv.insert(argv.index("--seccomp") + 1, "--restrict-namespaces")
     if not as_root:
         argv.append("--noroot")  # as root firejail refuses it ("not available")
     if hostname:

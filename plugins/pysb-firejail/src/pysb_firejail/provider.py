@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pysb_core import ttyfilter
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
@@ -21,7 +22,7 @@ from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.wrapper_process import adopt
 from pysb_firejail import netns, network, options
-from pysb_firejail.argv import FirejailCommand, build_argv, uid_is_root
+from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
@@ -216,8 +217,15 @@ class FirejailProvider(Provider):
         plan.add_exposure(Exposure(path=here, target=here, writable=False, implicit=True))
         plan.add_child_setup(
             ChildSetup(
-                module="pysb_firejail.child",
+                module=CHILD_MODULE,
                 function="setup",
-                args={"env": dict(plan.env), "foreground": True, "tty_filter": True},
+                args={
+                    "env": dict(plan.env),
+                    "foreground": True,
+                    "tty_filter": True,
+                    # Refused by the child's filter, not by firejail's --restrict-namespaces
+                    # (whose filter firejail 0.9.72 compiles at every start, ~3 ms).
+                    "namespaces": ttyfilter.covers(),
+                },
             )
         )
