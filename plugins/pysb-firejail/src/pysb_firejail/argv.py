@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pysb_core.errors import SandboxError
 from pysb_core.records import field, mutable_record
@@ -48,6 +47,7 @@ from pysb_firejail.hostfs import (
     top_of,
 )
 
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Exposure, Limits

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
 
 from pysb_core import ttyfilter
 from pysb_core.errors import ProviderUnavailableError, SandboxError
@@ -27,7 +26,10 @@ from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
 
