@@ -124,6 +124,20 @@ def test_tmp_exposures_and_unexposed_cwd() -> None:
     assert "--private-cwd=/tmp/x" in cmd.argv
 
 
+def test_writable_tmp_and_run_exposures_say_so() -> None:
+    """Whitelisted into the private /tmp or /run, a path has its source mount's state:
+    read-only when pysb made the root mount read-only first (mountns), so a writable
+    exposure there always gets --read-write, a read-only one --read-only."""
+    p = plan([exp("/tmp/x/out", True), exp("/tmp/x/in"), exp("/run/user/0/s", True)])
+    argv = build_argv(p, LAYOUT).argv
+    assert "--read-write=/tmp/x/out" in argv
+    assert "--read-only=/tmp/x/in" in argv
+    assert "--read-write=/run/user/0/s" in argv
+    # below a writable exposure, a writable path inherits: no entry
+    argv = build_argv(plan([exp("/tmp/x", True), exp("/tmp/x/y", True)]), LAYOUT).argv
+    assert "--read-write=/tmp/x" in argv and "--read-write=/tmp/x/y" not in argv
+
+
 def test_limits_become_rlimits() -> None:
     limits = Limits(memory=256 * 1024**2, open_files=64, cpu_time=5, processes=10)
     argv = build_argv(plan([], limits=limits), LAYOUT).argv

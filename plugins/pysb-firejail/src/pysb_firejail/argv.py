@@ -254,6 +254,9 @@ def build_argv(
     # Each remount costs firejail about a millisecond and a half, so only the exposures
     # whose state differs from what they inherit get an entry of their own (read-only is
     # recursive: below a read-only top, every whitelisted path is read-only already).
+    # What a path whitelisted into the private /tmp or /run inherits is its source mount's
+    # state (writable on the host, read-only when pysb made the root mount read-only
+    # before firejail started: pysb_firejail.mountns), so those always get an entry.
     state: dict[str, bool] = {}
     root_writable = any(e.path == "/" and e.writable for e in exposures)
     root_first = False
@@ -261,11 +264,13 @@ def build_argv(
         if e.path == "/":
             continue  # the root mount's state is section 5's
         parents = [p for p in state if is_below(e.path, p) and p != e.path]
+        inherited: bool | None
         if parents:
             inherited = state[max(parents, key=depth)]
-        else:  # the private tmpfs trees are writable, the rest of / as / is
-            private = (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run")
-            inherited = private or root_writable
+        elif (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run"):
+            inherited = None  # the source mount's: say it
+        else:
+            inherited = root_writable
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)

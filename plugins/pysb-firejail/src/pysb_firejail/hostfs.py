@@ -68,10 +68,11 @@ def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
     etc = frozenset(p for p in wanted if os.path.lexists(p))
     resolved = {p: os.path.realpath(p) for p in extra_paths if os.path.islink(p)}
     existing = frozenset(p for p in (*extra_paths, *resolved.values()) if os.path.lexists(p))
-    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN), _mounts())
+    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN), mount_points())
 
 
-def _mounts() -> frozenset[str]:
+def mount_points() -> frozenset[str]:
+    """The mount points of this mount namespace (``/proc/self/mountinfo``)."""
     out = set()
     try:
         with open("/proc/self/mountinfo") as f:

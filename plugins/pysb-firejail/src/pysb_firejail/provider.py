@@ -20,9 +20,9 @@ from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.wrapper_process import adopt
-from pysb_firejail import netns, network, options
+from pysb_firejail import mountns, netns, network, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
-from pysb_firejail.hostfs import scan_host
+from pysb_firejail.hostfs import mount_points, scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
@@ -165,23 +165,45 @@ class FirejailProvider(Provider):
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-        """Like :meth:`Provider.launch`, with two steps between ``fork`` and ``exec`` of
+        """Like :meth:`Provider.launch`, with steps between ``fork`` and ``exec`` of
         firejail when pysb runs as root: with a ``processes`` limit (``RLIMIT_NPROC`` does
         not apply to root) it joins a pids cgroup of its own, so that nothing escapes it;
-        without network allow rules it enters a new network namespace with ``lo`` up
-        (:mod:`pysb_firejail.netns`), which firejail keeps for the sandbox."""
+        it enters a new mount namespace whose root mount is read-only
+        (:mod:`pysb_firejail.mountns`: firejail's bind mounts are then read-only from the
+        start) and, without network allow rules, a new network namespace with ``lo`` up
+        (:mod:`pysb_firejail.netns`), both of which firejail keeps for the sandbox."""
         problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
         if problem:
             raise SandboxError(f"firejail: {problem}")
         steps: list[Callable[[], None]] = []
+        what: list[str] = []
         limit = plan.policy.limits.processes
         if limit is not None and uid_is_root():
             group = PidsCgroup.create(limit)
             plan.add_cleanup(group.remove)
             steps.append(group.join_self)
-        if self._own_netns(plan):
-            # prepare() leaves --net=none out for this plan: the namespace is made here.
-            steps.append(netns.enter_new())
+            what.append("the pids cgroup")
+        # prepare() leaves --net=none out for this plan: the namespace is made here.
+        own_netns = self._own_netns(plan)
+        mounts = mount_points()
+        read_only_root = mountns.usable(
+            as_root=uid_is_root(),
+            root_writable=any(e.path == "/" and e.writable for e in plan.exposures),
+            mounts=mounts,
+        )
+        flags = (netns.CLONE_NEWNET if own_netns else 0) | (
+            mountns.CLONE_NEWNS if read_only_root else 0
+        )
+        if flags:
+            steps.append(netns.unshare_function(flags))
+        if read_only_root:
+            bind = mountns.firejail_run_on_root(mounts)
+            steps.append(mountns.read_only_root(bind_firejail_run=bind))
+            what.append("a mount namespace with a read-only root")
+        if own_netns:
+            netns.prepare_loopback()
+            steps.append(netns.loopback_up)
+            what.append("a network namespace of its own")
         if not steps:
             return super().launch(plan, **popen_kwargs)
         previous = popen_kwargs.pop("preexec_fn", None)
@@ -197,8 +219,7 @@ class FirejailProvider(Provider):
             return super().launch(plan, **popen_kwargs)
         except subprocess.SubprocessError as exc:  # a step failed in the child: nothing ran
             raise SandboxError(
-                "firejail: the set-up before firejail starts failed (a network namespace "
-                f"of its own{', the pids cgroup' if limit is not None else ''}): {exc}"
+                f"firejail: the set-up before firejail starts failed ({', '.join(what)}): {exc}"
             ) from exc
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
