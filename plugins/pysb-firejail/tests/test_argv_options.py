@@ -306,3 +306,13 @@ def test_option_values_must_match_whole() -> None:
     assert options.validate({"hostname": 5})
     assert options.validate({"hostname": "a" * 64})
     assert not options.validate({"hostname": "a" * 63, "bridge": "br_0.1"})
+
+
+def test_mountinfo_escapes_are_decoded() -> None:
+    from pysb_firejail.hostfs import mount_points, unescape
+
+    assert unescape("/plain/é") == "/plain/é"
+    assert unescape(r"/a\040b\011c\012d\134e") == "/a b\tc\nd\\e"
+    assert unescape(r"/é\040x") == "/é x"
+    assert unescape("/trailing\\04") == "/trailing\\04"  # not an escape: kept
+    assert "/" in mount_points()

@@ -23,16 +23,17 @@ own (together with the network namespace of :mod:`pysb_firejail.netns`) and, in 
 The command is the same with or without this step (firejail's own ``--read-only``
 entries, ``--read-only=/`` among them, still say how every path ends up), so the step
 changes what firejail has to do, not the sandbox. A failure raises in the child, which
-fails the launch (exit 125). A normal user cannot make a mount namespace without a user
+fails the launch (exit 125): firejail, which makes its own mounts slaves the same way,
+could not start where this fails either. A normal user cannot make a mount namespace without a user
 namespace, in which firejail's set-uid start does not work: there nothing changes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from pysb_firejail.hostfs import FIREJAIL_RUN, is_below
+from pysb_firejail.hostfs import FIREJAIL_RUN
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY = 0x1
@@ -49,15 +50,17 @@ MS_SLAVE = 0x80000
 _KEPT = MS_NOSUID | MS_NODEV | MS_NOEXEC
 
 
-def usable(*, as_root: bool, root_writable: bool, mounts: Iterable[str]) -> bool:
-    """pysb runs as root, the profile does not expose ``/`` read-write, and ``/`` is a
-    mount point of this namespace (not a chroot below one)."""
-    return as_root and not root_writable and "/" in set(mounts)
+def usable(*, as_root: bool, root_writable: bool) -> bool:
+    """pysb runs as root, the profile does not expose ``/`` read-write, and firejail's
+    ``/run/firejail`` exists (firejail could not create it on a read-only root)."""
+    return as_root and not root_writable and os.path.isdir(FIREJAIL_RUN)
 
 
-def firejail_run_on_root(mounts: Iterable[str]) -> bool:
-    """``/run/firejail`` lies on the root mount (neither it nor ``/run`` is a mount)."""
-    return not any(is_below(FIREJAIL_RUN, m) for m in mounts if m != "/")
+def firejail_run_on_root() -> bool:
+    """``/run/firejail`` lies on the root file system (no tmpfs ``/run``): then it gets a
+    mount of its own, which stays writable (a separate mount of the same file system
+    would get one more: harmless)."""
+    return os.stat(FIREJAIL_RUN).st_dev == os.stat("/").st_dev
 
 
 def remount_flags(st_flags: int) -> int:

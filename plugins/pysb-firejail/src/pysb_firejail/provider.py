@@ -22,7 +22,7 @@ from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.wrapper_process import adopt
 from pysb_firejail import mountns, netns, network, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
-from pysb_firejail.hostfs import mount_points, scan_host
+from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
@@ -185,11 +185,9 @@ class FirejailProvider(Provider):
             what.append("the pids cgroup")
         # prepare() leaves --net=none out for this plan: the namespace is made here.
         own_netns = self._own_netns(plan)
-        mounts = mount_points()
         read_only_root = mountns.usable(
             as_root=uid_is_root(),
             root_writable=any(e.path == "/" and e.writable for e in plan.exposures),
-            mounts=mounts,
         )
         flags = (netns.CLONE_NEWNET if own_netns else 0) | (
             mountns.CLONE_NEWNS if read_only_root else 0
@@ -197,7 +195,7 @@ class FirejailProvider(Provider):
         if flags:
             steps.append(netns.unshare_function(flags))
         if read_only_root:
-            bind = mountns.firejail_run_on_root(mounts)
+            bind = mountns.firejail_run_on_root()
             steps.append(mountns.read_only_root(bind_firejail_run=bind))
             what.append("a mount namespace with a read-only root")
         if own_netns:
