@@ -204,27 +204,27 @@ def run(prog: list[tuple[int, int, int, int]], data: tuple[int, ...]) -> int:
 def install(*, namespaces: bool = False) -> bool:
     """Load the filter into this process (all threads, ``TSYNC``); ``False`` when this
     machine is not covered. ``no_new_privs`` must already hold."""
-    import ctypes
+    import struct
+
+    from pysb_core import cfuncs
 
     machine = os.uname().machine
     raw = filter_bytes(machine, namespaces=namespaces)
     if raw is None:
         return False
-    buf = ctypes.create_string_buffer(raw, len(raw))
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    rc = libc.syscall(
-        ctypes.c_long(_SYS_SECCOMP[machine]),
-        ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
-        ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC),
-        ctypes.byref(fprog),
+    program_buf, program_address = cfuncs.buffer(raw)
+    # struct sock_fprog: unsigned short len; struct sock_filter *filter (native layout).
+    fprog_buf, fprog_address = cfuncs.buffer(struct.pack("@HP", len(raw) // 8, program_address))
+    syscall = cfuncs.function("syscall", cfuncs.Long)
+    rc = syscall(
+        cfuncs.Long(_SYS_SECCOMP[machine]),
+        cfuncs.Long(_SECCOMP_SET_MODE_FILTER),
+        cfuncs.Long(_SECCOMP_FILTER_FLAG_TSYNC),
+        cfuncs.Pointer(fprog_address),
     )
+    del program_buf, fprog_buf  # referenced until the kernel has copied the program
     if rc != 0:
-        err = ctypes.get_errno()
+        err = cfuncs.get_errno()
         name = errno.errorcode.get(err, str(err))
         what = "terminal-injection" + (" and namespace" if namespaces else "")
         raise OSError(err, f"cannot load the {what} seccomp filter: {name}")

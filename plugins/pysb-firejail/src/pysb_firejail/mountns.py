@@ -71,15 +71,16 @@ def remount_flags(st_flags: int) -> int:
 def read_only_root(*, bind_firejail_run: bool) -> Callable[[], None]:
     """A step for the forked child, after ``unshare(CLONE_NEWNS)``: the list above.
     Everything it needs is resolved here, in the parent (no imports after ``fork``)."""
-    import ctypes
+    from pysb_core import cfuncs
 
-    libc_mount = ctypes.CDLL(None, use_errno=True).mount
-    get_errno = ctypes.get_errno
+    libc_mount = cfuncs.function("mount")
+    get_errno = cfuncs.get_errno
+    long = cfuncs.Long  # mount's flags are an unsigned long
     remount = remount_flags(os.statvfs("/").f_flag)
     run = FIREJAIL_RUN.encode()
 
     def mount(source: bytes | None, target: bytes, flags: int) -> None:
-        if libc_mount(source, target, None, flags, None) != 0:
+        if libc_mount(source, target, None, long(flags), None) != 0:
             err = get_errno()
             raise OSError(err, f"mount({target.decode()}, {flags:#x}): {os.strerror(err)}")
 

@@ -47,10 +47,10 @@ def unshare_function(flags: int = CLONE_NEWNET) -> Callable[[], None]:
     unshare = getattr(os, "unshare", None)  # Python 3.12+
     if unshare is not None:
         return lambda: unshare(flags)
-    import ctypes
+    from pysb_core import cfuncs
 
-    libc_unshare = ctypes.CDLL(None, use_errno=True).unshare
-    get_errno = ctypes.get_errno
+    libc_unshare = cfuncs.function("unshare")
+    get_errno = cfuncs.get_errno
 
     def call() -> None:
         if libc_unshare(flags) != 0:
