@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
@@ -173,10 +174,15 @@ def filter_bytes(machine: str | None = None, *, namespaces: bool = False) -> byt
     key = (machine, namespaces)
     if key not in _BYTES:
         prog = program(machine, namespaces=namespaces)
-        import struct  # here: the host side only asks covers()
-
-        _BYTES[key] = None if prog is None else b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+        _BYTES[key] = None if prog is None else b"".join(_pack(*ins) for ins in prog)
     return _BYTES[key]
+
+
+def _pack(code: int, jt: int, jf: int, k: int) -> bytes:
+    """One ``struct sock_filter`` (u16 code, u8 jt, u8 jf, u32 k; native byte order),
+    without the struct module (the sandboxed child has not loaded it)."""
+    order = sys.byteorder
+    return code.to_bytes(2, order) + bytes((jt, jf)) + k.to_bytes(4, order)
 
 
 def run(prog: list[tuple[int, int, int, int]], data: tuple[int, ...]) -> int:
@@ -204,8 +210,6 @@ def run(prog: list[tuple[int, int, int, int]], data: tuple[int, ...]) -> int:
 def install(*, namespaces: bool = False) -> bool:
     """Load the filter into this process (all threads, ``TSYNC``); ``False`` when this
     machine is not covered. ``no_new_privs`` must already hold."""
-    import struct
-
     from pysb_core import cfuncs
 
     machine = os.uname().machine
@@ -213,8 +217,10 @@ def install(*, namespaces: bool = False) -> bool:
     if raw is None:
         return False
     program_buf, program_address = cfuncs.buffer(raw)
-    # struct sock_fprog: unsigned short len; struct sock_filter *filter (native layout).
-    fprog_buf, fprog_address = cfuncs.buffer(struct.pack("@HP", len(raw) // 8, program_address))
+    # struct sock_fprog: unsigned short len, padding, struct sock_filter *filter (LP64).
+    order = sys.byteorder
+    fprog = (len(raw) // 8).to_bytes(2, order) + bytes(6) + program_address.to_bytes(8, order)
+    fprog_buf, fprog_address = cfuncs.buffer(fprog)
     syscall = cfuncs.function("syscall", cfuncs.Long)
     rc = syscall(
         cfuncs.Long(_SYS_SECCOMP[machine]),
