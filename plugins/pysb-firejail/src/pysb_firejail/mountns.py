@@ -22,10 +22,12 @@ own (together with the network namespace of :mod:`pysb_firejail.netns`) and, in 
 
 The command is the same with or without this step (firejail's own ``--read-only``
 entries, ``--read-only=/`` among them, still say how every path ends up), so the step
-changes what firejail has to do, not the sandbox. A failure raises in the child, which
-fails the launch (exit 125): firejail, which makes its own mounts slaves the same way,
-could not start where this fails either. A normal user cannot make a mount namespace without a user
-namespace, in which firejail's set-uid start does not work: there nothing changes.
+changes what firejail has to do, not the sandbox. firejail reads its configuration and
+everything else as before: only writability changes. A failure raises in the child,
+which fails the launch (exit 125); firejail, which makes its own mounts slaves the same
+way, could not start where that fails either. A normal user cannot make a mount
+namespace without a user namespace, in which firejail's set-uid start does not work:
+there nothing changes.
 """
 
 from __future__ import annotations
