@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pysb_core.testing import BASE_ENV
+from pysb_core.testing import BASE_ENV, require_provider
 
 NEVER_ON_THE_HOST = {
     # pluggy and what it drags in: the run path calls hooks without it (lighthooks)
@@ -45,7 +45,7 @@ NEVER_ON_THE_HOST = {
 RUN = """
 import sys
 from pysb_core.cli.run import run_main
-status = run_main(["-c", "pass"])
+status = run_main([*sys.argv[1:], "-c", "pass"])
 modules = sorted(sys.modules)
 import json
 print(json.dumps({"status": status, "modules": modules}))
@@ -60,10 +60,10 @@ print(json.dumps(plan.payload["guards"]))
 """
 
 
-def _python(code: str, cwd: Path) -> str:
+def _python(code: str, cwd: Path, *args: str) -> str:
     env = {**BASE_ENV, "XDG_CACHE_HOME": str(cwd / "cache")}
     r = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -82,6 +82,16 @@ def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
     assert out["status"] == 0
     assert NEVER_ON_THE_HOST.isdisjoint(out["modules"]), NEVER_ON_THE_HOST & set(out["modules"])
     assert "pysb_guards.files_hooks" in out["modules"]
+
+
+def test_a_firejail_run_imports_none_of_it(tmp_path: Path) -> None:
+    require_provider("firejail")
+    (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    _python(RUN, tmp_path, "--provider", "firejail")
+    out = json.loads(_python(RUN, tmp_path, "--provider", "firejail"))
+    assert out["status"] == 0
+    assert NEVER_ON_THE_HOST.isdisjoint(out["modules"]), NEVER_ON_THE_HOST & set(out["modules"])
+    assert "pysb_firejail.provider" in out["modules"]
 
 
 def test_the_sandbox_still_gets_every_guard(tmp_path: Path) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 from pysb_firejail import network, options
-from pysb_firejail.argv import build_argv
+from pysb_firejail.argv import CHILD_MODULE, build_argv
 from pysb_firejail.hostfs import HostLayout
 from pysb_firejail.netfilter import compile_rules
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.plan import LaunchPlan
+from pysb_core.plan import ChildSetup, LaunchPlan
 from pysb_core.policy import Exposure, Limits, NetworkRule, Policy, PortRange
 
 LAYOUT = HostLayout(
@@ -124,6 +124,20 @@ def test_tmp_exposures_and_unexposed_cwd() -> None:
     assert "--private-cwd=/tmp/x" in cmd.argv
 
 
+def test_writable_tmp_and_run_exposures_say_so() -> None:
+    """Whitelisted into the private /tmp or /run, a path has its source mount's state:
+    read-only when pysb made the root mount read-only first (mountns), so a writable
+    exposure there always gets --read-write, a read-only one --read-only."""
+    p = plan([exp("/tmp/x/out", True), exp("/tmp/x/in"), exp("/run/user/0/s", True)])
+    argv = build_argv(p, LAYOUT).argv
+    assert "--read-write=/tmp/x/out" in argv
+    assert "--read-only=/tmp/x/in" in argv
+    assert "--read-write=/run/user/0/s" in argv
+    # below a writable exposure, a writable path inherits: no entry
+    argv = build_argv(plan([exp("/tmp/x", True), exp("/tmp/x/y", True)]), LAYOUT).argv
+    assert "--read-write=/tmp/x" in argv and "--read-write=/tmp/x/y" not in argv
+
+
 def test_limits_become_rlimits() -> None:
     limits = Limits(memory=256 * 1024**2, open_files=64, cpu_time=5, processes=10)
     argv = build_argv(plan([], limits=limits), LAYOUT).argv
@@ -131,6 +145,19 @@ def test_limits_become_rlimits() -> None:
     assert "--rlimit-nofile=64" in argv
     assert "--rlimit-cpu=6" in argv  # one second of slack: SIGXCPU before SIGKILL
     assert "--rlimit-nproc=10" in argv
+
+
+def test_namespaces_restricted_by_firejail_unless_the_child_filter_does_it() -> None:
+    p = plan([exp("/work/app")])
+    assert "--restrict-namespaces" in build_argv(p, LAYOUT).argv  # no child set-up
+    p.add_child_setup(ChildSetup(module=CHILD_MODULE, function="setup", args={}))
+    assert "--restrict-namespaces" in build_argv(p, LAYOUT).argv  # not asked to
+    p.child_setups[0].args["namespaces"] = True
+    assert "--restrict-namespaces" not in build_argv(p, LAYOUT).argv
+    other = ChildSetup(module="elsewhere", function="setup", args={"namespaces": True})
+    assert "--restrict-namespaces" in build_argv(plan([exp("/work/app")]), LAYOUT).argv
+    p.child_setups[:] = [other]
+    assert "--restrict-namespaces" in build_argv(p, LAYOUT).argv
 
 
 def test_noroot_only_when_not_root() -> None:
@@ -279,3 +306,13 @@ def test_option_values_must_match_whole() -> None:
     assert options.validate({"hostname": 5})
     assert options.validate({"hostname": "a" * 64})
     assert not options.validate({"hostname": "a" * 63, "bridge": "br_0.1"})
+
+
+def test_mountinfo_escapes_are_decoded() -> None:
+    from pysb_firejail.hostfs import mount_points, unescape
+
+    assert unescape("/plain/é") == "/plain/é"
+    assert unescape(r"/a\040b\011c\012d\134e") == "/a b\tc\nd\\e"
+    assert unescape(r"/é\040x") == "/é x"
+    assert unescape("/trailing\\04") == "/trailing\\04"  # not an escape: kept
+    assert "/" in mount_points()

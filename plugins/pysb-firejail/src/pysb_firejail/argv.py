@@ -7,8 +7,9 @@ in command-line order, a later one covering an earlier one):
 
 1. ``--noprofile`` (no profile from /etc/firejail: only what is written here applies),
    hardening (``--caps.drop=all``, ``--nonewprivs``, ``--seccomp``,
-   ``--restrict-namespaces``, ``--noroot`` when not root), ``--private-dev``, an IPC
-   namespace, ``--net=none`` unless a filtered network is configured;
+   ``--restrict-namespaces`` unless the child set-up's seccomp filter refuses the same
+   calls, ``--noroot`` when not root), ``--private-dev``, an IPC namespace, ``--net=none``
+   unless a filtered network is configured;
 2. every top-level entry of ``/``: the system (``/usr``, ``/bin``...) stays; a directory
    holding an exposure is reduced to its exposures (``--whitelist``); any other
    directory or file is ``--blacklist``-ed. ``/etc`` is reduced to what CPython and glibc
@@ -29,7 +30,6 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pysb_core.errors import SandboxError
 from pysb_core.records import field, mutable_record
@@ -47,6 +47,7 @@ from pysb_firejail.hostfs import (
     top_of,
 )
 
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Exposure, Limits
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 #: Characters firejail would misread in a path option (``,`` separates ``--bind``
 #: arguments, glob characters are expanded) or that cannot be passed at all.
 _UNSAFE = set(",*?[]\n\0")
+#: The provider's child set-up (:mod:`pysb_firejail.child`).
+CHILD_MODULE = "pysb_firejail.child"
 #: Top-level directories firejail refuses to whitelist or blacklist.
 _RESERVED = ("/proc", "/sys", "/dev")
 
@@ -68,6 +71,14 @@ class FirejailCommand:
     hidden: list[str] = field(default_factory=list)
     cwd: str = "/"
     notes: list[str] = field(default_factory=list)
+
+
+def child_restricts_namespaces(plan: LaunchPlan) -> bool:
+    """The plan's child set-up loads the namespace refusals (``pysb_firejail.child``)."""
+    return any(
+        s.module == CHILD_MODULE and s.function == "setup" and s.args.get("namespaces") is True
+        for s in plan.child_setups
+    )
 
 
 def _check_paths(exposures: Sequence[Exposure]) -> None:
@@ -124,7 +135,9 @@ def build_argv(
     ``network`` is the list of firejail network options when a filtered network is in
     force (``--net=BRIDGE --netfilter=FILE``); ``None`` means no network: ``--net=none``,
     or no option at all with ``own_netns`` (the caller starts firejail in a new network
-    namespace of its own, :mod:`pysb_firejail.netns`).
+    namespace of its own, :mod:`pysb_firejail.netns`). ``--restrict-namespaces`` is left
+    out only when the plan carries the provider's child set-up with ``namespaces`` (it
+    loads the same refusals itself: :func:`pysb_core.ttyfilter.install`).
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(
@@ -143,12 +156,13 @@ def build_argv(
         "--caps.drop=all",
         "--nonewprivs",
         "--seccomp",
-        "--restrict-namespaces",
         "--private-dev",
         "--ipc-namespace",
         # firejail's status is the program's (not that of the last process to exit).
         "--deterministic-exit-code",
     ]
+    if not child_restricts_namespaces(plan):
+        argv.insert(argv.index("--seccomp") + 1, "--restrict-namespaces")
     if not as_root:
         argv.append("--noroot")  # as root firejail refuses it ("not available")
     if hostname:
@@ -240,6 +254,9 @@ def build_argv(
     # Each remount costs firejail about a millisecond and a half, so only the exposures
     # whose state differs from what they inherit get an entry of their own (read-only is
     # recursive: below a read-only top, every whitelisted path is read-only already).
+    # What a path whitelisted into the private /tmp or /run inherits is its source mount's
+    # state (writable on the host, read-only when pysb made the root mount read-only
+    # before firejail started: pysb_firejail.mountns), so those always get an entry.
     state: dict[str, bool] = {}
     root_writable = any(e.path == "/" and e.writable for e in exposures)
     root_first = False
@@ -247,11 +264,13 @@ def build_argv(
         if e.path == "/":
             continue  # the root mount's state is section 5's
         parents = [p for p in state if is_below(e.path, p) and p != e.path]
+        inherited: bool | None
         if parents:
             inherited = state[max(parents, key=depth)]
-        else:  # the private tmpfs trees are writable, the rest of / as / is
-            private = (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run")
-            inherited = private or root_writable
+        elif (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run"):
+            inherited = None  # the source mount's: say it
+        else:
+            inherited = root_writable
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)

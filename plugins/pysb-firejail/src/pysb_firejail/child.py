@@ -9,7 +9,9 @@ Two things firejail does that a plain ``python`` start would not:
   or pass it on (``os.environ`` edits call ``setenv``/``unsetenv``: native code and child
   processes agree);
 - it keeps the program in the caller's session, where ``ioctl(TIOCSTI)`` could type into
-  the user's shell: a seccomp filter refusing it is loaded here (``tty_filter``);
+  the user's shell: a seccomp filter refusing it is loaded here (``tty_filter``), together
+  with the refusal of new namespaces (``namespaces``) that firejail's
+  ``--restrict-namespaces`` would otherwise add at the cost of two helper processes;
 - it keeps the program in the terminal's foreground process group together with firejail
   itself, and firejail answers a Ctrl-C by shutting the sandbox down. When a standard
   stream is a terminal, the program moves into a process group of its own and makes it
@@ -45,14 +47,20 @@ def _take_foreground() -> None:
 
 
 def setup(
-    env: dict[str, str] | None = None, foreground: bool = False, tty_filter: bool = False
+    env: dict[str, str] | None = None,
+    foreground: bool = False,
+    tty_filter: bool = False,
+    namespaces: bool = False,
 ) -> None:
     """Make ``os.environ`` exactly ``env``; load the terminal-injection filter
-    (:mod:`pysb_core.ttyfilter`) and take the terminal's foreground if asked."""
-    if tty_filter:
+    (:mod:`pysb_core.ttyfilter`), with the namespace refusals if asked (the command then
+    has no ``--restrict-namespaces``: failing to load them fails the start), and take the
+    terminal's foreground if asked."""
+    if tty_filter or namespaces:
         from pysb_core import ttyfilter
 
-        ttyfilter.install()
+        if not ttyfilter.install(namespaces=namespaces) and namespaces:
+            raise OSError(f"no namespace seccomp filter for {os.uname().machine}")
     if env is not None:
         for name in [n for n in os.environ if n not in env]:
             os.environ.pop(name, None)

@@ -68,21 +68,40 @@ def scan_host(extra_paths: tuple[str, ...] = ()) -> HostLayout:
     etc = frozenset(p for p in wanted if os.path.lexists(p))
     resolved = {p: os.path.realpath(p) for p in extra_paths if os.path.islink(p)}
     existing = frozenset(p for p in (*extra_paths, *resolved.values()) if os.path.lexists(p))
-    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN), _mounts())
+    return HostLayout(top, etc, resolved, existing, os.path.isdir(FIREJAIL_RUN), mount_points())
 
 
-def _mounts() -> frozenset[str]:
+def mount_points() -> frozenset[str]:
+    """The mount points of this mount namespace (``/proc/self/mountinfo``)."""
     out = set()
     try:
-        with open("/proc/self/mountinfo") as f:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 fields = line.split()
                 if len(fields) > 4:
-                    # octal escapes (\040 for a space) as the kernel writes them
-                    out.add(fields[4].encode().decode("unicode_escape"))
+                    out.add(unescape(fields[4]))
     except OSError:
         pass
     return frozenset(out)
+
+
+def unescape(field: str) -> str:
+    """A mountinfo field without the octal escapes the kernel writes (``\\040`` for a
+    space, also tab, newline and backslash)."""
+    if "\\" not in field:
+        return field
+    raw = field.encode("utf-8", "surrogateescape")
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        code = raw[i + 1 : i + 4]
+        if raw[i] == 0x5C and len(code) == 3 and all(0x30 <= c <= 0x37 for c in code):
+            out.append(int(code, 8))
+            i += 4
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode("utf-8", "surrogateescape")
 
 
 def is_below(path: str, root: str) -> bool:

@@ -12,10 +12,9 @@ which firejail applies (``--rlimit-*``) and the bootstrap applies again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pysb_core import pidlimit
 
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
     from pysb_core.policy import Limits
 

@@ -42,22 +42,27 @@ def usable(*, as_root: bool) -> bool:
     return as_root
 
 
-def _unshare_function() -> Callable[[], None]:
-    """``unshare(CLONE_NEWNET)``, resolved in the parent (no imports after ``fork``)."""
+def unshare_function(flags: int = CLONE_NEWNET) -> Callable[[], None]:
+    """``unshare(flags)``, resolved in the parent (no imports after ``fork``)."""
     unshare = getattr(os, "unshare", None)  # Python 3.12+
     if unshare is not None:
-        return lambda: unshare(CLONE_NEWNET)
-    import ctypes
+        return lambda: unshare(flags)
+    from pysb_core import cfuncs
 
-    libc_unshare = ctypes.CDLL(None, use_errno=True).unshare
-    get_errno = ctypes.get_errno
+    libc_unshare = cfuncs.function("unshare")
+    get_errno = cfuncs.get_errno
 
     def call() -> None:
-        if libc_unshare(CLONE_NEWNET) != 0:
+        if libc_unshare(flags) != 0:
             err = get_errno()
-            raise OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
+            raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
 
     return call
+
+
+def prepare_loopback() -> None:
+    """Import what :func:`loopback_up` needs, in the parent (not in the forked child)."""
+    import _socket  # noqa: F401
 
 
 def loopback_up() -> None:
@@ -77,7 +82,7 @@ def loopback_up() -> None:
 
 def enter_new() -> Callable[[], None]:
     """A ``preexec_fn``: the child leaves pysb's network namespace for a new one, ``lo`` up."""
-    unshare = _unshare_function()
+    unshare = unshare_function(CLONE_NEWNET)
     import _socket  # noqa: F401 - imported here, not in the forked child
 
     def enter() -> None:

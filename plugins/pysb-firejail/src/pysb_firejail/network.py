@@ -21,14 +21,16 @@ the host's network.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Capability
 
 # shutil, socket, tempfile and the rule compiler (ipaddress) are imported where used: a run
 # without network allow rules (nearly every run) needs none of them.
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
 

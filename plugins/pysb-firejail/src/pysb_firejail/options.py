@@ -15,9 +15,12 @@ shipped with the code it sandboxes, could add ``--noblacklist`` or ``--net=eth0`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pysb_core.provider import unknown_option
+
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 KNOWN = ("hostname", "bridge", "share-net")
 #: Checked with ``re`` only when a profile sets the key (``re`` is not otherwise needed

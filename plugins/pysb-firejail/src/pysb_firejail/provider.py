@@ -12,21 +12,24 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
 
+from pysb_core import ttyfilter
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.wrapper_process import adopt
-from pysb_firejail import netns, network, options
-from pysb_firejail.argv import FirejailCommand, build_argv, uid_is_root
+from pysb_firejail import mountns, netns, network, options
+from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
+TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
 
@@ -162,23 +165,43 @@ class FirejailProvider(Provider):
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-        """Like :meth:`Provider.launch`, with two steps between ``fork`` and ``exec`` of
+        """Like :meth:`Provider.launch`, with steps between ``fork`` and ``exec`` of
         firejail when pysb runs as root: with a ``processes`` limit (``RLIMIT_NPROC`` does
         not apply to root) it joins a pids cgroup of its own, so that nothing escapes it;
-        without network allow rules it enters a new network namespace with ``lo`` up
-        (:mod:`pysb_firejail.netns`), which firejail keeps for the sandbox."""
+        it enters a new mount namespace whose root mount is read-only
+        (:mod:`pysb_firejail.mountns`: firejail's bind mounts are then read-only from the
+        start) and, without network allow rules, a new network namespace with ``lo`` up
+        (:mod:`pysb_firejail.netns`), both of which firejail keeps for the sandbox."""
         problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
         if problem:
             raise SandboxError(f"firejail: {problem}")
         steps: list[Callable[[], None]] = []
+        what: list[str] = []
         limit = plan.policy.limits.processes
         if limit is not None and uid_is_root():
             group = PidsCgroup.create(limit)
             plan.add_cleanup(group.remove)
             steps.append(group.join_self)
-        if self._own_netns(plan):
-            # prepare() leaves --net=none out for this plan: the namespace is made here.
-            steps.append(netns.enter_new())
+            what.append("the pids cgroup")
+        # prepare() leaves --net=none out for this plan: the namespace is made here.
+        own_netns = self._own_netns(plan)
+        read_only_root = mountns.usable(
+            as_root=uid_is_root(),
+            root_writable=any(e.path == "/" and e.writable for e in plan.exposures),
+        )
+        flags = (netns.CLONE_NEWNET if own_netns else 0) | (
+            mountns.CLONE_NEWNS if read_only_root else 0
+        )
+        if flags:
+            steps.append(netns.unshare_function(flags))
+        if read_only_root:
+            bind = mountns.firejail_run_on_root()
+            steps.append(mountns.read_only_root(bind_firejail_run=bind))
+            what.append("a mount namespace with a read-only root")
+        if own_netns:
+            netns.prepare_loopback()
+            steps.append(netns.loopback_up)
+            what.append("a network namespace of its own")
         if not steps:
             return super().launch(plan, **popen_kwargs)
         previous = popen_kwargs.pop("preexec_fn", None)
@@ -194,8 +217,7 @@ class FirejailProvider(Provider):
             return super().launch(plan, **popen_kwargs)
         except subprocess.SubprocessError as exc:  # a step failed in the child: nothing ran
             raise SandboxError(
-                "firejail: the set-up before firejail starts failed (a network namespace "
-                f"of its own{', the pids cgroup' if limit is not None else ''}): {exc}"
+                f"firejail: the set-up before firejail starts failed ({', '.join(what)}): {exc}"
             ) from exc
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
@@ -216,8 +238,15 @@ class FirejailProvider(Provider):
         plan.add_exposure(Exposure(path=here, target=here, writable=False, implicit=True))
         plan.add_child_setup(
             ChildSetup(
-                module="pysb_firejail.child",
+                module=CHILD_MODULE,
                 function="setup",
-                args={"env": dict(plan.env), "foreground": True, "tty_filter": True},
+                args={
+                    "env": dict(plan.env),
+                    "foreground": True,
+                    "tty_filter": True,
+                    # Refused by the child's filter, not by firejail's --restrict-namespaces
+                    # (whose filter firejail 0.9.72 compiles at every start, ~3 ms).
+                    "namespaces": ttyfilter.covers(),
+                },
             )
         )
