@@ -450,6 +450,28 @@ ATTACKS: list[tuple[str, str]] = [
     ),
 ]
 
+#: Attacks on what a *learning* run records (the recorder is sealed: it hashes and encodes
+#: what the guards hand it). Run with learning on.
+LEARNING: list[tuple[str, str]] = [
+    (
+        "learned-env-name-of-a-str-subclass",
+        "class S(str):\n    def __hash__(self):\n        spy(); return str.__hash__(self)\n"
+        "    def __eq__(self, other):\n        spy(); return str.__eq__(self, other)\n"
+        "for name in ('HOME', 'PATH', 'PYSB_NOPE'):\n"
+        "    os.environ.get(S(name)); S(name) in os.environ\n"
+        "    try:\n        os.environ[S(name)]\n    except KeyError:\n        pass",
+    ),
+    (
+        "learned-import-and-path-of-str-subclasses",
+        "class S(str):\n    def __hash__(self):\n        spy(); return str.__hash__(self)\n"
+        "    def __eq__(self, other):\n        spy(); return str.__eq__(self, other)\n"
+        "    def partition(self, sep):\n        spy(); return str.partition(self, sep)\n"
+        "os.stat_result.st_mode = property(lambda self: (spy(), tuple.__getitem__(self, 0))[1])\n"
+        "for call in (lambda: __import__(S('csv')), lambda: os.stat(S('/etc/hostname')), lambda: open(S('/etc/hostname')).close()):\n"
+        "    try:\n        call()\n    except Exception as e:\n        print('refused', type(e).__name__)",
+    ),
+]
+
 #: Code run after ``held`` (an uncaught exception: pysb's bootstrap reports it).
 TAILS = {"forged-face-run-by-the-framework": "raise RuntimeError('the end')\n"}
 
@@ -473,6 +495,10 @@ def program(label: str, code: str) -> str:
         + "print('held')\n"
         + TAILS.get(label, "")
     )
+
+
+def learning_params() -> list[object]:
+    return [pytest.param(*a, id=a[0]) for a in LEARNING]
 
 
 def attack_params() -> list[object]:

@@ -6,7 +6,7 @@ corpus on every interpreter."""
 from __future__ import annotations
 
 import pytest
-from judge_escapes import PROFILE, attack_params, program
+from judge_escapes import PROFILE, attack_params, learning_params, program
 
 from pysb_core.testing import Project
 
@@ -16,5 +16,16 @@ def test_no_program_code_under_a_judge(project: Project, label: str, code: str) 
     project.profile(PROFILE)
     project.file("out/.keep")
     r = project.run("run", "-c", program(label, code))
+    assert "held" in r.stdout, r.stdout + r.stderr
+    assert "ESCAPED" not in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("label,code", learning_params())
+def test_no_program_code_under_a_recorder(project: Project, label: str, code: str) -> None:
+    project.profile(PROFILE)
+    project.file("out/.keep")
+    r = project.run(
+        "run", f"--learn={project.root / 'out' / 'learned.yaml'}", "-c", program(label, code)
+    )
     assert "held" in r.stdout, r.stdout + r.stderr
     assert "ESCAPED" not in r.stdout, r.stdout + r.stderr

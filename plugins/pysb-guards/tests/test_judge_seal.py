@@ -28,3 +28,20 @@ def test_no_program_code_under_a_judge(label: str, code: str, python: str, tmp_p
     )
     assert "held" in res.stdout, res.stdout + res.stderr
     assert "ESCAPED" not in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("label,code", judge_escapes.learning_params())
+def test_no_program_code_under_a_recorder(
+    label: str, code: str, python: str, tmp_path: Path
+) -> None:
+    (tmp_path / "out").mkdir()
+    res = guarded.run(
+        judge_escapes.program(label, code),
+        imports=judge_escapes.IMPORTS,
+        exposures=(guarded.expose(tmp_path), guarded.expose(tmp_path / "out", rw=True)),
+        cwd=tmp_path,
+        learn=True,
+        python=python,
+    )
+    assert "held" in res.stdout, res.stdout + res.stderr
+    assert "ESCAPED" not in res.stdout, res.stdout + res.stderr
