@@ -61,11 +61,11 @@ def test_frames_are_handed_to_sealed_code_only() -> None:
 
     from pysb_guards import _seal
 
-    sealed_ns = {"__builtins__": builtins.__dict__}
-    ids = {id(sealed_ns)}
+    sealed_builtins = dict(builtins.__dict__)
+    sealed_ns = {"__builtins__": sealed_builtins}
     dispatch = _seal._hook_factory(
         _seal.DOOR_NS, types.FunctionType, types.FrameType, sys._getframe,
-        _thread.get_ident, ids, [False],
+        _thread.get_ident, sealed_builtins, [False], set(),
     )[0]  # fmt: skip
 
     def hook(event: str, args: tuple) -> object:  # the audit hook: dispatch's caller

@@ -36,7 +36,8 @@ MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
 MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
 IS_FACE: Any = None  # type: ignore[assignment]  # sealed
 IS_DOOR_FRAME: Any = None  # type: ignore[assignment]  # sealed
-CODE_OF: Any = None  # type: ignore[assignment]  # sealed
+FRAME_CODE: Any = None  # type: ignore[assignment]  # sealed
+DOOR_CODE_ID: Any = None  # type: ignore[assignment]  # sealed
 RESOLVE: Any = None  # type: ignore[assignment]  # sealed
 PLACE: Any = None  # type: ignore[assignment]  # sealed
 NEW: Any = None  # type: ignore[assignment]  # sealed
@@ -481,7 +482,7 @@ def _f_make_face(original, params, options, prepare, name="door"):
         post = _f_post_getcwd
     door = MAKE_DOOR(original, judge, post, name=name)
     if name == "open" and not is_io:  # os.open: the audit event it raises was judged here
-        ST["open_doors"].add(id(CODE_OF(door)))
+        ST["open_doors"].add(DOOR_CODE_ID(door))
     return MAKE_FACE(door, original, prepare)
 
 
@@ -615,7 +616,7 @@ def _f_caller_is_door():
     """The Python frame that called the audited C function is the door of ``os.open``'s
     face (which already judged it, with its dir_fd)."""
     f = GETFRAME(4)  # this function, the handler, the dispatcher, the audit hook's door
-    return f is not None and IS_DOOR_FRAME(f) and id(f.f_code) in ST["open_doors"]
+    return f is not None and IS_DOOR_FRAME(f) and id(FRAME_CODE(f)) in ST["open_doors"]
 
 
 def _f_make_handlers(events):

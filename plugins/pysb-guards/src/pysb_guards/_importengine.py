@@ -27,6 +27,8 @@ DEFER: Any = None  # type: ignore[assignment]  # sealed
 REFUSE: Any = None  # type: ignore[assignment]  # sealed
 EXC_OF: Any = None  # type: ignore[assignment]  # sealed
 IS_GUARD_FRAME: Any = None  # type: ignore[assignment]  # sealed
+FRAME_CODE: Any = None  # type: ignore[assignment]  # sealed
+SEALED_BUILTINS: Any = None  # type: ignore[assignment]  # sealed
 DICT_GET: Any = None  # type: ignore[assignment]  # sealed
 CHECK_MODULE: Any = None  # type: ignore[assignment]  # sealed
 RESOLVE: Any = None  # type: ignore[assignment]  # sealed
@@ -65,18 +67,23 @@ def _e_allowed(top):
 
 
 def _e_importer():
-    """The frame of the code that asked for the import: the nearest frame that is neither
-    the import system nor pysb's own (None when no Python code asked: atexit, C callbacks).
-    The guards' own frames are told by identity (``IS_GUARD_FRAME``), the import system's by
-    the very dictionaries of its modules or the code of the finder's own functions."""
+    """The frame of the code that asked for the import and its code: the nearest frame that
+    is neither the import system nor pysb's own (None when no Python code asked: atexit, C
+    callbacks). The guards' own frames are told by identity (``IS_GUARD_FRAME``), the import
+    system's by the very dictionaries of its modules or the code of the finder's own
+    functions."""
     f = GETFRAME(1)
     while f is not None:
         g = f.f_globals
-        if g is BOOT0 or g is BOOT1 or IS_GUARD_FRAME(f) or id(f.f_code) in IMPORT_CODES:
+        if g is BOOT0 or g is BOOT1 or f.f_builtins is SEALED_BUILTINS or IS_GUARD_FRAME(f):
             f = f.f_back
             continue
-        return f
-    return None
+        code = FRAME_CODE(f)
+        if id(code) in IMPORT_CODES:
+            f = f.f_back
+            continue
+        return f, code
+    return None, None
 
 
 def _e_loaded(name):
@@ -134,10 +141,9 @@ def _e_library_own(name, top, loaded_ok, relative):
     A relative import follows the importing module's ``__package__``, which the program
     can rewrite: it must stay in the package the library file belongs to.
     """
-    f = _e_importer()
+    f, code = _e_importer()
     if f is None:
         return False
-    code = f.f_code
     filename = code.co_filename
     if type(filename) is not str or not IS_LIBRARY(filename, PREFIXES):
         return False

@@ -383,6 +383,8 @@ _FACE_CONSTS: dict[str, Any] = {}
 CODES: Any = None
 DOOR_CODES: Any = None
 FACE_CODES: Any = None
+DOOR_OF: Any = None
+READING: Any = None
 FACE_NS: Any = None
 ALLOW_ALL: Any = None
 TYPE_DICT: Any = None
@@ -423,7 +425,9 @@ _BUILDER_NAMES = (
     "value_of",
     "is_guard_frame",
     "is_door_frame",
+    "frame_code",
     "code_of",
+    "door_code_id",
     "dict_get",
     "_check_names",
     "check_module",
@@ -444,8 +448,11 @@ def _door(template, name, subst):
     )
     code = code.replace(co_consts=consts, co_name=name, co_qualname=name)
     CODES.append(code)
-    DOOR_CODES.add(id(code))
-    return _FunctionType(code, DOOR_NS, name, _DEFAULTS.get(template))
+    code_id = id(code)
+    DOOR_CODES.add(code_id)
+    door = _FunctionType(code, DOOR_NS, name, _DEFAULTS.get(template))
+    DOOR_OF[id(door)] = code_id  # (a new door at a dead one's id replaces its entry)
+    return door
 
 
 def _face(template, subst):
@@ -578,25 +585,48 @@ def is_face(obj):
     return dict_get(obj.__dict__, "__pysb_face__") is True
 
 
+def frame_code(f):
+    """``f.f_code``, a door's frame's too: while it is read, the audit hook lets this
+    thread read door code (``READING``; no frame walk of the hook's own, which would cost
+    two more audit events per read)."""
+    me = GET_IDENT()
+    READING.add(me)
+    try:
+        return f.f_code
+    finally:
+        READING.discard(me)
+
+
+def code_of(fn):
+    """``fn.__code__``, a door's too (see :func:`frame_code`)."""
+    me = GET_IDENT()
+    READING.add(me)
+    try:
+        return fn.__code__
+    finally:
+        READING.discard(me)
+
+
+def door_code_id(door):
+    """The id of the code of a door made by these builders (None for anything else)."""
+    return DOOR_OF.get(id(door))
+
+
 def is_guard_frame(f):
-    """True for a frame of the guards' own code: sealed code, a door, a face."""
-    g = f.f_globals
-    if id(g) in SEALED:
+    """True for a frame of the guards' own code: sealed code (its builtins are the sealed
+    namespaces' own), a door, a face (their code, recorded when made)."""
+    if f.f_builtins is SEALED:
         return True
+    g = f.f_globals
     if g is DOOR_NS:
-        return id(f.f_code) in DOOR_CODES
+        return id(frame_code(f)) in DOOR_CODES
     if g is FACE_NS:
         return id(f.f_code) in FACE_CODES
     return False
 
 
 def is_door_frame(f):
-    return f.f_globals is DOOR_NS and id(f.f_code) in DOOR_CODES
-
-
-def code_of(fn):
-    """The code of ``fn`` (a door's too: sealed code may read it)."""
-    return fn.__code__
+    return f.f_globals is DOOR_NS and id(frame_code(f)) in DOOR_CODES
 
 
 def dict_get(d, key, default=None):
@@ -683,7 +713,7 @@ def place(owner, name, value, checked=False):
     return False
 
 
-def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, ids, closed):
+def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, sealed, closed, reading):
     """Build the dispatcher of the single audit hook and the function adding handlers
     (with ``close``, ``safe_frame`` and the set of events the dispatcher needs to see).
 
@@ -694,9 +724,12 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, ids, 
     obtained by ``sys._getframe``, ``tb_frame``, ``gi_frame``, ``cr_frame`` or ``ag_frame``
     by code that is not sealed is refused when a sealed frame lies on its chain (code the
     program runs while a judge is on the stack -- a signal handler -- must not walk up to
-    the judge's globals). Sealed frames are told by the id of their globals (``ids``): no
-    lookup in a dictionary the program may have put a key of its own into. A door's code
-    is readable by sealed code only (the frame walks).
+    the judge's globals). Sealed frames are told by their builtins (``sealed``: the one
+    dictionary every sealed namespace holds as ``__builtins__``, which no other code can
+    reach): no lookup in a dictionary the program may have put a key of its own into, and
+    no ``id()`` (an audit event of its own). A door's code
+    is readable only by sealed code that says so (``reading``: the ids of the threads in
+    ``frame_code`` / ``code_of`` right now).
     """
     handlers = {}
     # The events the dispatcher looks at: the hook (a door holding this set) leaves every
@@ -707,22 +740,10 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, ids, 
 
     def sealed_chain(frame):
         while frame is not None:
-            if id(frame.f_globals) in ids:
+            if frame.f_builtins is sealed:
                 return True
             frame = frame.f_back
         return False
-
-    def sealed_reader(depth):
-        """True when the frame ``depth`` levels above our caller runs sealed code."""
-        me = get_ident()
-        if me in busy:
-            return False
-        busy.add(me)
-        try:
-            f = getframe(depth + 1)
-        finally:
-            busy.discard(me)
-        return f is not None and id(f.f_globals) in ids
 
     def guard_frame(frame):
         """None when ``frame`` may be handed out, else the exception refusing it."""
@@ -731,7 +752,7 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, ids, 
         # guard_frame, dispatch, the hook (a door), then the code asking: sealed code only
         # (the guards' own frame walks)
         caller = getframe(3)
-        if caller is not None and id(caller.f_globals) in ids:
+        if caller is not None and caller.f_builtins is sealed:
             return None
         return PermissionError("pysb: frames of the sandbox's guards are not reachable")
 
@@ -749,7 +770,7 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, ids, 
             door_code = door_code and obj.__globals__ is door_ns
             door_frame = name == "f_code" and type(obj) is frame_type
             if door_code or (door_frame and obj.f_globals is door_ns):
-                if sealed_reader(2):  # dispatch, the hook, then the code reading it
+                if get_ident() in reading:  # sealed code reading it (frame_code)
                     return None
                 return AttributeError("pysb: the code of a guard door is not readable")
             if name in frame_attrs:
@@ -796,25 +817,23 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, ids, 
 # ---------------------------------------------------------------------------------------
 
 
-def _sealing() -> tuple[Callable[[], dict[str, Any]], set[int], list[bool]]:
-    """The one maker of sealed namespaces. Their ids (each kept alive, so that an id is
-    never reused) tell sealed frames from any other; ``closed`` is set when the audit hook's
-    registration closes (the guards are armed), and from then on the maker is refused."""
-    ids: set[int] = set()
-    keep: list[dict[str, Any]] = []
+def _sealing() -> tuple[Callable[[], dict[str, Any]], dict[str, Any], list[bool]]:
+    """The one maker of sealed namespaces. Every one holds the same snapshot of the builtins
+    (taken now, before any program code) as its ``__builtins__``: a frame whose builtins are
+    that very dictionary is sealed code (no other code can reach it to make a function of
+    its own with it); ``closed`` is set when the audit hook's registration closes (the
+    guards are armed), and from then on the maker is refused."""
+    snapshot = dict(vars(builtins))
     closed = [False]
 
     def private_namespace() -> dict[str, Any]:
-        snapshot = dict(vars(builtins))
         ns: dict[str, Any] = dict(snapshot)
         ns["__builtins__"] = snapshot
         ns["__name__"] = "pysb_guards.<sealed>"
         ns["__pysb_sealed__"] = True
-        keep.append(ns)
-        ids.add(id(ns))
         return ns
 
-    return private_namespace, ids, closed
+    return private_namespace, snapshot, closed
 
 
 def _not_after_arming(args, kwargs):
@@ -855,25 +874,30 @@ def _fill(ns):
 
 
 def _builders():
-    ns = _fill(RAW_NAMESPACE())
-    out = {n.upper(): ns[n] for n in ("make_door", "make_gate", "make_face", "guard")}
-    out.update(
-        IS_FACE=ns["is_face"],
-        DEFER=ns["defer"],
-        REFUSE=ns["refusal_of"],
-        NEW_VALUE=ns["value_of"],
-        EXC_OF=EXC_OF,
-        ALLOW=ns["_allow"],
-        IS_GUARD_FRAME=ns["is_guard_frame"],
-        IS_DOOR_FRAME=ns["is_door_frame"],
-        CODE_OF=ns["code_of"],
-        DICT_GET=ns["dict_get"],
-        CHECK_MODULE=ns["check_module"],
-        RESOLVE=ns["resolve"],
-        PLACE=ns["place"],
-        SEALED_IDS=SEALED,
-    )
-    return out
+    """The seal's own builders: sealed copies (in the seal's private namespace, with its
+    own copies of the tables), shared by every guard -- only sealed code holds them."""
+    return {
+        "MAKE_DOOR": make_door,
+        "MAKE_GATE": make_gate,
+        "MAKE_FACE": make_face,
+        "GUARD": guard,
+        "IS_FACE": is_face,
+        "DEFER": defer,
+        "REFUSE": refusal_of,
+        "NEW_VALUE": value_of,
+        "EXC_OF": EXC_OF,
+        "ALLOW": _allow,
+        "IS_GUARD_FRAME": is_guard_frame,
+        "IS_DOOR_FRAME": is_door_frame,
+        "CODE_OF": code_of,
+        "FRAME_CODE": frame_code,
+        "DOOR_CODE_ID": door_code_id,
+        "DICT_GET": dict_get,
+        "CHECK_MODULE": check_module,
+        "RESOLVE": resolve,
+        "PLACE": place,
+        "SEALED_BUILTINS": SEALED,
+    }
 
 
 def _seal_group(functions, **values):
@@ -908,7 +932,7 @@ def _returning(fn):
 def _install_hook():
     """Install the one audit hook; the faces adding handlers, closing, checking frames."""
     dispatch, add, close, safe_frame, watched = _sealed(HOOK_FACTORY)(
-        DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED
+        DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING
     )
     hook = _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched, "@B": BUILT})
     ADD_AUDIT_HOOK(hook)
@@ -923,7 +947,7 @@ def _seal_core() -> dict[str, Any]:
     """Make the seal's namespace and put faces of its functions in this module."""
     import _thread
 
-    raw, ids, closed = _sealing()
+    raw, sealed_builtins, closed = _sealing()
     module = globals()
     core_only = ("_not_after_arming", "_fill", "_builders", "_seal_group", "_sealed")
     core_only += ("_returning", "_install_hook")
@@ -968,13 +992,17 @@ def _seal_core() -> dict[str, Any]:
             },
             "built",
         ),
-        "SEALED": ids,
+        "SEALED": sealed_builtins,
         "CLOSED": closed,
         "RAW_NAMESPACE": raw,
         # Every door's and face's code, kept alive: an id is never reused.
         "CODES": [],
         "DOOR_CODES": set(),
         "FACE_CODES": set(),
+        "DOOR_OF": {},
+        # Threads of sealed code reading a door's code right now (frame_code, code_of).
+        "READING": set(),
+        "GET_IDENT": _thread.get_ident,
     }
     core = raw()
     core.update(shared)
@@ -985,7 +1013,6 @@ def _seal_core() -> dict[str, Any]:
         HOOK_FACTORY=_hook_factory,
         FRAME_TYPE=_FrameType,
         GETFRAME=sys._getframe,
-        GET_IDENT=_thread.get_ident,
         ADD_AUDIT_HOOK=sys.addaudithook,
     )
     for name, fn in sources.items():
@@ -1019,10 +1046,11 @@ _BUILDERS_DOC = """Private copies of the builders (``MAKE_DOOR``, ``MAKE_GATE``,
     through), ``IS_GUARD_FRAME`` / ``IS_DOOR_FRAME`` (the frame walks' test of the guards'
     own frames), ``CODE_OF`` (a function's code, a door's too, for sealed code),
     ``DICT_GET`` / ``RESOLVE`` / ``PLACE`` (reading and patching what the program may have
-    made, with C code only) and ``SEALED_IDS``.
+    made, with C code only), ``SEALED_BUILTINS`` (the builtins of every sealed frame: a
+    frame whose ``f_builtins`` is this very dictionary runs sealed code).
 
-    The copies resolve every name in a namespace only the guard that asked holds, with its
-    own copies of the tables: rewriting this module's globals changes nothing for them.
+    The copies resolve every name in the seal's private namespace, with its own copies of
+    the tables: rewriting this module's globals changes nothing for them.
     Before user code only (then PermissionError): the program could otherwise make sealed
     code of its own."""
 

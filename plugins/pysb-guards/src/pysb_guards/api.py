@@ -118,7 +118,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
         REFUSAL=_seal.Refusal,
         # Faces are built when a module loads, after the program started: private builders.
         **{k: b[k] for k in ("MAKE_DOOR", "MAKE_FACE", "IS_FACE", "DEFER", "REFUSE", "EXC_OF")},
-        **{k: b[k] for k in ("IS_GUARD_FRAME", "IS_DOOR_FRAME", "CODE_OF", "RESOLVE", "PLACE")},
+        **{k: b[k] for k in ("IS_GUARD_FRAME", "IS_DOOR_FRAME", "FRAME_CODE", "DOOR_CODE_ID")},
+        **{k: b[k] for k in ("RESOLVE", "PLACE")},
         CHECK_MODULE=b["CHECK_MODULE"],
         GETFRAME=sys._getframe,
         PREFIXES=library_prefixes(),
@@ -183,7 +184,8 @@ EXC_OF: Any = None  # type: ignore[assignment]  # sealed
 CHECK_MODULE: Any = None  # type: ignore[assignment]  # sealed
 IS_GUARD_FRAME: Any = None  # type: ignore[assignment]  # sealed
 IS_DOOR_FRAME: Any = None  # type: ignore[assignment]  # sealed
-CODE_OF: Any = None  # type: ignore[assignment]  # sealed
+FRAME_CODE: Any = None  # type: ignore[assignment]  # sealed
+DOOR_CODE_ID: Any = None  # type: ignore[assignment]  # sealed
 RESOLVE: Any = None  # type: ignore[assignment]  # sealed
 PLACE: Any = None  # type: ignore[assignment]  # sealed
 GETFRAME: Any = None  # type: ignore[assignment]  # sealed
@@ -232,7 +234,7 @@ def _a_exempt(dynamic):
     f = _a_caller()
     if f is None:
         return False
-    filename = f.f_code.co_filename
+    filename = FRAME_CODE(f).co_filename
     if type(filename) is not str:
         return False
     if filename.startswith(FRAMEWORK):
@@ -258,7 +260,7 @@ def _a_module_init(suffix):
         if IS_GUARD_FRAME(f):
             f = f.f_back
             continue
-        code = f.f_code
+        code = FRAME_CODE(f)
         filename = code.co_filename
         if type(filename) is not str or not filename.endswith(suffix):
             return False
@@ -317,7 +319,7 @@ def _a_make_patcher(members):
             face = ST["faces"].get(id(original))
             if face is None:
                 door = MAKE_DOOR(original, _a_make_judge(qualname), name=name)
-                ST["door_groups"][id(CODE_OF(door))] = group
+                ST["door_groups"][DOOR_CODE_ID(door)] = group
                 prepare = FRAME_ARGS if qualname in ("builtins.eval", "builtins.exec") else None
                 face = MAKE_FACE(door, original, prepare)
                 ST["faces"][id(original)] = face
@@ -340,7 +342,7 @@ def _a_judged_by_door(caller, groups):
     ``groups`` (the C function raising the event was called through it)."""
     if caller is None or not IS_DOOR_FRAME(caller):
         return False
-    return ST["door_groups"].get(id(caller.f_code)) in groups
+    return ST["door_groups"].get(id(FRAME_CODE(caller))) in groups
 
 
 def _a_make_event_handler(event, groups):
@@ -354,7 +356,7 @@ def _a_make_event_handler(event, groups):
         if _a_judged_by_door(caller, groups):
             return None  # through a face: judged there
         if caller is not None:
-            filename = caller.f_code.co_filename
+            filename = FRAME_CODE(caller).co_filename
             if type(filename) is str and filename.startswith(FRAMEWORK):
                 return None
         for group in groups:
@@ -379,7 +381,7 @@ def _a_dynamic_event(args):
     caller = _a_event_caller()
     if caller is None or _a_judged_by_door(caller, names):
         return None
-    filename = caller.f_code.co_filename
+    filename = FRAME_CODE(caller).co_filename
     if type(filename) is not str:
         return EXC_OF(_a_refusal(next(n for n in names if not verdicts.get(n, False))))
     if filename.startswith(FRAMEWORK) or IS_LIBRARY(filename, PREFIXES):

@@ -286,7 +286,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
         WRITE_FLAGS=write_flags,
         GETFRAME=sys._getframe,
         **{k: b[k] for k in ("MAKE_DOOR", "MAKE_FACE", "GUARD", "IS_FACE", "ALLOW", "DEFER")},
-        **{k: b[k] for k in ("REFUSE", "NEW_VALUE", "EXC_OF", "IS_DOOR_FRAME", "CODE_OF")},
+        **{k: b[k] for k in ("REFUSE", "NEW_VALUE", "EXC_OF", "IS_DOOR_FRAME", "FRAME_CODE")},
+        DOOR_CODE_ID=b["DOOR_CODE_ID"],
         **{k: b[k] for k in ("RESOLVE", "PLACE")},
         # ScandirResult made and the scandir iterator read by C calls only.
         NEW=object.__new__,
