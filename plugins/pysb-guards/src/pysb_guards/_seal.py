@@ -1182,4 +1182,4 @@ def _guard_signal_handlers(safe_frame: Callable[[Any], Any]) -> None:
                 setattr(module, name, face)
     from pysb_guards._patch import defer_sweep
 
-    defer_sweep({id(original_signal): faces["signal"], id(original_getsignal): faces["getsignal"]})
+    defer_sweep({original_signal: faces["signal"], original_getsignal: faces["getsignal"]})

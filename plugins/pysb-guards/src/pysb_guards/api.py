@@ -105,6 +105,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "pending": verdicts,
             "sources": sources,
             "faces": {},
+            "originals": [],  # (original, its face): for the sweep at arming
             "door_groups": {},  # id of a door's code -> the group its judge decides
             "learned": set(),
             "close": close_registration,
@@ -134,8 +135,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         modules.setdefault(module_name, []).append(i)
     for module_name, members in modules.items():
         imports.on_import(module_name, ns["_a_make_patcher"](tuple(members)))
-    faces = ns["ST"]["faces"]
-    defer_sweep(faces)
+    defer_sweep(list(ns["ST"]["originals"]))
 
     events: dict[str, list[str]] = {}
     # Entries judged only through their events (pickle.Unpickler) come first: a refusal by
@@ -323,6 +323,8 @@ def _a_make_patcher(members):
                 prepare = FRAME_ARGS if qualname in ("builtins.eval", "builtins.exec") else None
                 face = MAKE_FACE(door, original, prepare)
                 ST["faces"][id(original)] = face
+                if not ST["armed"]:
+                    ST["originals"].append((original, face))
             PLACE(owner, name, face, owner is module)
 
     return patcher

@@ -302,7 +302,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     ns["ST"]["cwd"] = ns["_f_cwd"]()
 
     # Faces on os and posix (the same C functions under two names).
-    faces: dict[int, Any] = {}
+    faces: dict[Any, Any] = {}  # original -> face (for the sweep of captured references)
     for name, spec in FACES.items():
         original = getattr(posix, name, None) or getattr(os, name, None)
         if original is None:
@@ -311,7 +311,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         if options.get("post") == "listdir" and not ignore:
             options = {**options, "post": None}
         face = ns["_f_make_face"](original, params, options, _make_prepare(params), name)
-        faces[id(original)] = face
+        faces[original] = face
         for module in (os, posix):
             if getattr(module, name, None) is original:
                 set_attr(module, name, face)
@@ -326,7 +326,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             _make_prepare(((0, "file"),)),
             "open",
         )
-        faces[id(io.open)] = opener
+        faces[io.open] = opener
         import _io
         import builtins
 
