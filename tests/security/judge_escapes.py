@@ -426,6 +426,25 @@ ATTACKS: list[tuple[str, str]] = [
         "    sys.excepthook = types.FunctionType(template.__code__, template.__globals__, 'hook', None, tuple(types.CellType(cells[n]) for n in template.__code__.co_freevars) or None)\n"
         "except Exception as e:\n    print('refused', type(e).__name__)",
     ),
+    (
+        "framework-reads-a-property-of-the-programs-exception",
+        # pysb's bootstrap (a framework frame, exempt from the api rules for the calls it
+        # makes itself) reads __cause__ / __context__ of an uncaught exception: a property
+        # whose getter is a face would be called "by the framework" (see TAILS).
+        "import atexit\n"
+        "class E(Exception):\n    def __call__(self, frame, event, arg):\n        spy()\n        return None\n"
+        "E.__cause__ = property(sys.settrace)\nE.__context__ = property(sys.setprofile)\n"
+        "def check():\n    if sys.gettrace() is not None or sys.getprofile() is not None:\n"
+        "        print('ESCAPED a trace function installed by the framework for the program')\n"
+        "atexit.register(check)",
+    ),
+    (
+        "framework-flushes-the-programs-stderr",
+        "import atexit\nme = os.getpid()\n"
+        "def check():\n    if os.getpid() != me:\n        print('ESCAPED os.fork called by the framework for the program')\n"
+        "atexit.register(check)\n"
+        "sys.stderr = types.SimpleNamespace(write=lambda text: None, flush=os.fork)",
+    ),
     # --- frames handed out, and code run between any two bytecodes ------------------------
     (
         "collector-finalizer-under-a-judge",
@@ -473,7 +492,11 @@ LEARNING: list[tuple[str, str]] = [
 ]
 
 #: Code run after ``held`` (an uncaught exception: pysb's bootstrap reports it).
-TAILS = {"forged-face-run-by-the-framework": "raise RuntimeError('the end')\n"}
+TAILS = {
+    "forged-face-run-by-the-framework": "raise RuntimeError('the end')\n",
+    "framework-reads-a-property-of-the-programs-exception": "raise E()\n",
+    "framework-flushes-the-programs-stderr": "raise RuntimeError('the end')\n",
+}
 
 #: Attacks the guards do not resist (docs/security.md, "Residual weaknesses"): program
 #: code the interpreter runs between any two bytecodes -- a finalizer run by the cyclic

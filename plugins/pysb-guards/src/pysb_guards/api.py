@@ -127,6 +127,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         FRAMEWORK=os.path.join(os.path.dirname(os.path.abspath(pysb_core.__file__)), "child") + "/",
         FRAME_ARGS=_caller_namespaces,
         INIT_EXEMPT=_INIT_EXEMPT,
+        FRAMEWORK_CALLS=_FRAMEWORK_CALLS,
     )
     ns["IS_LIBRARY"] = ns["is_library_file"]
 
@@ -194,6 +195,7 @@ IS_LIBRARY: Any = None  # type: ignore[assignment]  # sealed
 FRAMEWORK: Any = None  # type: ignore[assignment]  # sealed
 FRAME_ARGS: Any = None  # type: ignore[assignment]  # sealed
 INIT_EXEMPT: Any = None  # type: ignore[assignment]  # sealed
+FRAMEWORK_CALLS: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _a_arm():
@@ -228,9 +230,18 @@ def _a_caller():
     return f
 
 
-def _a_exempt(dynamic):
-    """Framework start-up code, and for dynamic-code any library code, is not judged. A
-    call no Python code made (atexit, a thread started on a face) is the program's."""
+#: What pysb's bootstrap itself calls once the guards are armed: ``exec`` / ``compile`` of
+#: the program, ``os.kill`` to pass a KeyboardInterrupt on. Nothing else is exempt for it:
+#: it also reads attributes of the program's exception and calls ``sys.excepthook`` and
+#: ``sys.stderr.flush``, which the program may have made faces (a property whose getter is
+#: ``sys.settrace``, ``flush = os.fork``).
+_FRAMEWORK_CALLS = frozenset({"builtins.exec", "builtins.eval", "builtins.compile", "os.kill"})
+
+
+def _a_exempt(group, dynamic):
+    """Framework code's own calls (``FRAMEWORK_CALLS``), and for dynamic-code any library
+    code, are not judged. A call no Python code made (atexit, a thread started on a face)
+    is the program's."""
     f = _a_caller()
     if f is None:
         return False
@@ -238,7 +249,7 @@ def _a_exempt(dynamic):
     if type(filename) is not str:
         return False
     if filename.startswith(FRAMEWORK):
-        return True
+        return group in FRAMEWORK_CALLS
     return dynamic and IS_LIBRARY(filename, PREFIXES)
 
 
@@ -279,7 +290,7 @@ def _a_decide(qualname):
         return None
     group, category = ENTRIES[qualname]
     dynamic = category == "dynamic-code"
-    if _a_exempt(dynamic):
+    if _a_exempt(group, dynamic):
         return None
     suffix = INIT_EXEMPT.get(group)
     if suffix is not None and _a_module_init(suffix):
@@ -357,12 +368,14 @@ def _a_make_event_handler(event, groups):
         caller = _a_event_caller()
         if _a_judged_by_door(caller, groups):
             return None  # through a face: judged there
+        framework = False
         if caller is not None:
             filename = FRAME_CODE(caller).co_filename
-            if type(filename) is str and filename.startswith(FRAMEWORK):
-                return None
+            framework = type(filename) is str and filename.startswith(FRAMEWORK)
         for group in groups:
             if not verdicts.get(group, False):
+                if framework and group in FRAMEWORK_CALLS:
+                    continue
                 if ST["learning"]:
                     _a_decide(group)
                     return None
