@@ -39,6 +39,7 @@ IMPORTS = (
     "contextlib",
     "sqlite3",
     "pickle",
+    "subprocess",
     "ctypes",
     "pkgutil",
     "signal",
@@ -280,6 +281,28 @@ ATTACKS: list[tuple[str, str]] = [
         "patches = {m.__spec__.loader._patch for m in list(sys.modules.values()) if getattr(getattr(getattr(m, '__spec__', None), 'loader', None), '_patch', None)}\n"
         "for patch in patches:\n"
         "    try:\n        patch('pickle', m)\n    except Exception as e:\n        print('refused', type(e).__name__)",
+    ),
+    (
+        "door-namespace-stuffed-before-a-lazy-patch",
+        # The doors' and faces' globals are reachable (door.__globals__): a key of the
+        # program's there runs its __eq__ when a lazy patch makes the next door; without
+        # __builtins__ the new door would take the sealed frame's own builtins.
+        "class K:\n    def __init__(self, n):\n        self.n = n\n    def __hash__(self):\n        return hash(self.n)\n"
+        "    def __eq__(self, other):\n        spy(); return False\n"
+        "ns = door_ns()\nface_ns = os.system.__globals__\n"
+        "for d in (ns, face_ns):\n    saved = dict(d)\n    d.clear()\n    d[K('__builtins__')] = 1\n    d[K('__name__')] = 1\n"
+        "import subprocess\n"
+        "for d in (ns, face_ns):\n    d.clear()\n"
+        "import pickle\n"
+        "import builtins\n"
+        "def doors(fn):\n"
+        "    consts = getattr(getattr(fn, '__code__', None), 'co_consts', ())\n"
+        "    cells = [c.cell_contents for c in getattr(fn, '__closure__', None) or ()]\n"
+        "    return [c for c in (*consts, *cells) if type(c) is type(doors) and c.__globals__ is ns]\n"
+        "for fn in (subprocess.Popen.__init__, subprocess.run, pickle.loads):\n"
+        "    for d in doors(fn):\n"
+        "        if d.__builtins__ is not vars(builtins):\n"
+        "            print('ESCAPED a door made with the builtins of sealed code')",
     ),
     (
         "registry-entry-property",

@@ -386,6 +386,9 @@ FACE_CODES: Any = None
 DOOR_OF: Any = None
 READING: Any = None
 FACE_NS: Any = None
+DOOR_NS_CONTENT: Any = None
+FACE_NS_CONTENT: Any = None
+JUNK: Any = None
 ALLOW_ALL: Any = None
 TYPE_DICT: Any = None
 TYPE_NAME: Any = None
@@ -413,6 +416,7 @@ _BUILDER_NAMES = (
     "_door",
     "_face",
     "_refuse_tb",
+    "_restore",
     "_allow",
     "make_door",
     "make_gate",
@@ -450,6 +454,7 @@ def _door(template, name, subst):
     CODES.append(code)
     code_id = id(code)
     DOOR_CODES.add(code_id)
+    _restore(DOOR_NS, DOOR_NS_CONTENT)
     door = _FunctionType(code, DOOR_NS, name, _DEFAULTS.get(template))
     DOOR_OF[id(door)] = code_id  # (a new door at a dead one's id replaces its entry)
     return door
@@ -464,7 +469,27 @@ def _face(template, subst):
     code = code.replace(co_consts=consts)
     CODES.append(code)
     FACE_CODES.add(id(code))
+    _restore(FACE_NS, FACE_NS_CONTENT)
     return _FunctionType(code, FACE_NS, "face", _DEFAULTS.get(template))
+
+
+def _restore(ns, content):
+    """Make ``ns`` (``DOOR_NS`` or the faces' globals: the program reaches both through any
+    door or face) hold exactly ``content`` before a function is made with it. Making a
+    function looks ``__builtins__`` and ``__name__`` up in its globals: a key of the
+    program's there could run its ``__eq__`` here, and without ``__builtins__`` the new
+    function would take the builtins of this (sealed) frame -- for the program to read
+    in its ``__builtins__``. What the program put there stays alive (no finalizer runs)."""
+    items = list(dict.items(ns))
+    if len(items) == len(content):
+        for k, v in items:
+            if type(k) is not str or k not in content or content[k] is not v:
+                break
+        else:
+            return
+    JUNK.append(items)
+    dict.clear(ns)
+    dict.update(ns, content)
 
 
 def _refuse_tb(exc, tb):
@@ -959,6 +984,9 @@ def _seal_core() -> dict[str, Any]:
         "_ModuleType": _ModuleType,
         "DOOR_NS": DOOR_NS,
         "FACE_NS": _FACE_NS,
+        "DOOR_NS_CONTENT": dict(DOOR_NS),
+        "FACE_NS_CONTENT": dict(_FACE_NS),
+        "JUNK": [],
         "Refusal": Refusal,
         "Value": Value,
         "GATE_LIMIT": GATE_LIMIT,
