@@ -2,7 +2,7 @@
 
 These functions never run with this module's globals: :func:`pysb_guards.imports.install`
 re-creates every ``_e_*`` function in one private namespace that also holds the names
-declared below (``STATE``, ``RECORDER``, ``SYS``...). None of them raises on purpose: a
+declared below (``STATE``, ``RECORDER``, ``SYS_DICT``...). None of them raises on purpose: a
 refusal is returned (a ``Refusal``) and raised by a face.
 """
 

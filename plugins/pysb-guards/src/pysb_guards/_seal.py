@@ -372,8 +372,8 @@ GATE_LIMIT = 4096
 
 # ---------------------------------------------------------------------------------------
 # The builders. These functions never run with this module's globals: they are copied
-# into private namespaces (one made below for this module's own use, one per builders()
-# call) holding copies of the tables and the shared records of the guards' own code.
+# into the seal's private namespace (made by _seal_core, at import), which holds copies of
+# the tables and the records of the guards' own code; builders() hands those copies out.
 # ---------------------------------------------------------------------------------------
 
 # Names the builders resolve in their private namespaces (see _seal_core): placeholders
