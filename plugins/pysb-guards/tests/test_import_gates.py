@@ -162,6 +162,7 @@ def test_standard_import_module_is_recognised() -> None:
         FUNCTION=type(test_standard_import_module_is_recognised),
         BOOTSTRAP=_frozen_importlib,
         GCD_IMPORT=_frozen_importlib._gcd_import,
+        DICT_GET=_seal.builders()["DICT_GET"],
     )
     is_standard = ns["_e_is_standard_import_module"]
     assert is_standard(importlib.import_module)

@@ -12,27 +12,43 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-ST: dict[str, Any] = None  # type: ignore[assignment]  # sealed
+ST: Any = None  # type: ignore[assignment]  # sealed
 RECORDER: Any = None  # type: ignore[assignment]  # sealed
 FDENIED: Any = None  # type: ignore[assignment]  # sealed
 WDENIED: Any = None  # type: ignore[assignment]  # sealed
+FILE_ERROR: Any = None  # type: ignore[assignment]  # sealed
+PATH_TYPE_ERROR: Any = None  # type: ignore[assignment]  # sealed
 REFUSAL: Any = None  # type: ignore[assignment]  # sealed
-VALUE: Any = None  # type: ignore[assignment]  # sealed
+DEFER: Any = None  # type: ignore[assignment]  # sealed
+REFUSE: Any = None  # type: ignore[assignment]  # sealed
+NEW_VALUE: Any = None  # type: ignore[assignment]  # sealed
+EXC_OF: Any = None  # type: ignore[assignment]  # sealed
 LSTAT: Any = None  # type: ignore[assignment]  # sealed
 STAT: Any = None  # type: ignore[assignment]  # sealed
 READLINK: Any = None  # type: ignore[assignment]  # sealed
 GETCWD: Any = None  # type: ignore[assignment]  # sealed
-S_ISLNK: Any = None  # type: ignore[assignment]  # sealed
-S_ISDIR: Any = None  # type: ignore[assignment]  # sealed
-FSENC: str = None  # type: ignore[assignment]  # sealed
-ENOENT: int = None  # type: ignore[assignment]  # sealed
-EACCES: int = None  # type: ignore[assignment]  # sealed
-WRITE_FLAGS: int = None  # type: ignore[assignment]  # sealed
+FSENC: Any = None  # type: ignore[assignment]  # sealed
+ENOENT: Any = None  # type: ignore[assignment]  # sealed
+EACCES: Any = None  # type: ignore[assignment]  # sealed
+WRITE_FLAGS: Any = None  # type: ignore[assignment]  # sealed
 GETFRAME: Any = None  # type: ignore[assignment]  # sealed
-DOOR_NS: Any = None  # type: ignore[assignment]  # sealed
 MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
 MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
+IS_FACE: Any = None  # type: ignore[assignment]  # sealed
+IS_DOOR_FRAME: Any = None  # type: ignore[assignment]  # sealed
+FRAME_CODE: Any = None  # type: ignore[assignment]  # sealed
+DOOR_CODE_ID: Any = None  # type: ignore[assignment]  # sealed
+RESOLVE: Any = None  # type: ignore[assignment]  # sealed
+PLACE: Any = None  # type: ignore[assignment]  # sealed
+NEW: Any = None  # type: ignore[assignment]  # sealed
 SCANDIR_RESULT: Any = None  # type: ignore[assignment]  # sealed
+SET_ENTRIES: Any = None  # type: ignore[assignment]  # sealed
+DIRENTRY_NAME: Any = None  # type: ignore[assignment]  # sealed
+SCANDIR_NEXT: Any = None  # type: ignore[assignment]  # sealed
+SCANDIR_CLOSE: Any = None  # type: ignore[assignment]  # sealed
+SCANDIR_ITERATOR: Any = None  # type: ignore[assignment]  # sealed
+GUARD: Any = None  # type: ignore[assignment]  # sealed
+ALLOW: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _f_text(p):
@@ -55,9 +71,17 @@ def _f_cwd():
     return cwd
 
 
+def _f_mode(st):
+    """``st_mode`` of a stat result, by index (``os.stat_result`` is a class the program
+    can write a property into)."""
+    return tuple.__getitem__(st, 0)
+
+
 def _f_abs(text, dir_fd):
     if text.startswith("/"):
         return text
+    if dir_fd is not None and type(dir_fd) is not int:
+        return None
     if dir_fd is None or dir_fd == -1 or dir_fd == -100:
         base = _f_cwd()
     else:
@@ -100,7 +124,7 @@ def _f_realpath(path):
             missing = True
             out = candidate
             continue
-        if S_ISLNK(st.st_mode):
+        if _f_mode(st) & 0o170000 == 0o120000:  # a symbolic link
             links += 1
             if links > 40:  # a loop: the kernel says ELOOP; keep going lexically, as
                 missing = True  # os.path.realpath does
@@ -178,7 +202,7 @@ def _f_rule_dir(canon, kind):
     if kind in ("list", "chdir"):
         return canon
     try:
-        if S_ISDIR(STAT(canon).st_mode):
+        if _f_mode(STAT(canon)) & 0o170000 == 0o040000:  # a directory
             return canon
     except OSError:
         pass
@@ -186,16 +210,14 @@ def _f_rule_dir(canon, kind):
 
 
 def _f_deny(exc_type, message, canon, rule, detail, err):
-    exc = exc_type(message, target=canon, suggested_rule=rule)
-    exc.errno = err
-    exc.strerror = message
-    exc.filename = canon
+    """Record the denial; the Refusal of a FileDeniedError / WriteDeniedError, built by the
+    face (see ``_seal.defer``): sealed code constructs no exception of pysb's classes."""
     seen = ST["denied"]
     if (canon, detail) not in seen:  # one event per path and kind, not one per probe
         if len(seen) < 10000:
             seen.add((canon, detail))
         RECORDER.deny("files", canon, detail, rule)
-    return REFUSAL(exc)
+    return REFUSE(DEFER(FILE_ERROR, exc_type, message, canon, rule, err))
 
 
 def _f_decide(canon, write, kind):
@@ -267,7 +289,7 @@ def _f_learn(canon, write, kind):
     if canon in ST["devices"]:
         return
     try:
-        isdir = S_ISDIR(STAT(canon).st_mode)
+        isdir = _f_mode(STAT(canon)) & 0o170000 == 0o040000
         exists = True
     except OSError:
         isdir = exists = False
@@ -290,11 +312,11 @@ _ALLOWED: Any = None  # a unique sentinel in the sealed namespace (see install)
 def _f_check(path, write, follow, dir_fd, kind):
     """The one decision: None (go on as asked), a host path str/bytes (a renamed
     exposure: use it instead), or a Refusal."""
-    text = path if path.__class__ is str else _f_text(path)
+    text = path if type(path) is str else _f_text(path)
     if text is None:
         if type(path) is int or path is None:
             return None  # a file descriptor (a capability the program holds) or the cwd
-        return REFUSAL(TypeError(f"pysb: a path must be str or bytes, not {type(path).__name__}"))
+        return REFUSE(DEFER(PATH_TYPE_ERROR, path))  # its type's name is the program's
     cache = ST["cache"]
     key = None
     if ST["learning"]:
@@ -305,12 +327,15 @@ def _f_check(path, write, follow, dir_fd, kind):
         if hit is not None:
             if hit is _ALLOWED:
                 return None
-            if hit.__class__ is tuple:  # a denial: rebuilt (a fresh exception each time)
+            if type(hit) is tuple:  # a denial: rebuilt (a fresh exception each time)
                 return _f_decide(hit[0], write, kind)
             return hit
     absolute = _f_abs(text, dir_fd)
     if absolute is None:
-        return REFUSAL(FDENIED(f"pysb: directory descriptor {dir_fd} cannot be resolved"))
+        message = "pysb: a directory descriptor that cannot be resolved"
+        if type(dir_fd) is int:
+            message = f"pysb: directory descriptor {dir_fd} cannot be resolved"
+        return REFUSE(DEFER(FDENIED, message))
     translated = _f_translate(absolute) if ST["renames"] else None
     canon = _f_canon(translated or absolute, follow)
     if ST["learning"]:
@@ -359,7 +384,7 @@ def _f_check_symlink_target(src, dst, dir_fd):
     return None
 
 
-def _f_make_face(original, params, options, prepare):
+def _f_make_face(original, params, options, prepare, name="door"):
     """A face and door for one os function, driven by its FACES entry."""
     is_access = options.get("access", False)
     mutates = options.get("mutates", False)
@@ -385,7 +410,7 @@ def _f_make_face(original, params, options, prepare):
                 continue
             dir_fd = kwargs.get(dfd_kw) if dfd_kw else None
             if dir_fd is not None and type(dir_fd) is not int:
-                return REFUSAL(TypeError("pysb: dir_fd must be an int"))
+                return REFUSE(TypeError("pysb: dir_fd must be an int"))
             if write == "flags":
                 flags = args[1] if len(args) > 1 else kwargs.get("flags", 0)
                 write = type(flags) is int and bool(flags & WRITE_FLAGS)
@@ -404,9 +429,9 @@ def _f_make_face(original, params, options, prepare):
             verdict = _f_check(value, write, follow, dir_fd, kind)
             if verdict is None:
                 continue
-            if verdict.__class__ is REFUSAL:
-                if is_access and isinstance(verdict.exc, OSError):
-                    return VALUE(False)
+            if type(verdict) is REFUSAL:
+                if is_access and type(EXC_OF(verdict)) is not TypeError:
+                    return NEW_VALUE(False)  # a denial (not a bad argument): access says no
                 return verdict
             if new_args is None:
                 new_args = [list(args), dict(kwargs)]
@@ -417,7 +442,10 @@ def _f_make_face(original, params, options, prepare):
         if is_symlink:
             src = args[0] if args else kwargs.get("src")
             dst = args[1] if len(args) > 1 else kwargs.get("dst")
-            verdict = _f_check_symlink_target(src, dst, kwargs.get("dir_fd"))
+            dir_fd = kwargs.get("dir_fd")
+            if dir_fd is not None and type(dir_fd) is not int:
+                return REFUSE(TypeError("pysb: dir_fd must be an int"))
+            verdict = _f_check_symlink_target(src, dst, dir_fd)
             if verdict is not None:
                 return verdict
         if new_args is None:
@@ -438,7 +466,7 @@ def _f_make_face(original, params, options, prepare):
         def judge(args, kwargs):
             if not kwargs and len(args) == 1:
                 verdict = _f_check(args[0], s_write, s_follow, None, s_kind)
-                if verdict is None or verdict.__class__ is REFUSAL:
+                if verdict is None or type(verdict) is REFUSAL:
                     return verdict
                 return ((verdict,), {})
             return general(args, kwargs)
@@ -452,31 +480,34 @@ def _f_make_face(original, params, options, prepare):
         post = _f_post_readlink
     elif post_kind == "getcwd":
         post = _f_post_getcwd
-    del is_io
-    door = MAKE_DOOR(original, judge, post, name=getattr(original, "__name__", "door"))
+    door = MAKE_DOOR(original, judge, post, name=name)
+    if name == "open" and not is_io:  # os.open: the audit event it raises was judged here
+        ST["open_doors"].add(DOOR_CODE_ID(door))
     return MAKE_FACE(door, original, prepare)
 
 
-def _f_make_path_patcher(attr, params, make_prepare):
-    """Patch ``module.<attr>`` (``Class.method`` allowed) with a judging face."""
+def _f_make_path_patcher(attr, params, prepare):
+    """Patch ``module.<attr>`` (``Class.method`` allowed) with a judging face. The module is
+    read and written by C code only (``RESOLVE`` / ``PLACE``): it may be the program's."""
 
     def patcher(module):
-        owner = module
-        parts = attr.split(".")
-        for part in parts[:-1]:
-            owner = getattr(owner, part, None)
-            if owner is None:
-                return
-        name = parts[-1]
-        original = getattr(owner, name, None)
-        if original is None or getattr(original, "__pysb_face__", False):
+        found = RESOLVE(module, attr, True)
+        if found is None:
             return
-        try:
-            setattr(owner, name, _f_make_face(original, params, {}, make_prepare(params)))
-        except (AttributeError, TypeError):
-            pass
+        owner, name, original = found
+        if IS_FACE(original):
+            return
+        PLACE(owner, name, _f_make_face(original, params, {}, prepare, name))
 
     return patcher
+
+
+def _f_patch_sqlite(module):
+    """``sqlite3.connect`` (and ``_sqlite3``'s): the audit hook judges the event it raises;
+    the face turns path objects into exact str/bytes first."""
+    found = RESOLVE(module, "connect")
+    if found is not None and not IS_FACE(found[2]):
+        PLACE(module, "connect", GUARD(found[2], ALLOW, prepare=ST["prepare_database"]))
 
 
 def _f_dir_of(args, kwargs, key="path"):
@@ -515,16 +546,27 @@ def _f_post_scandir(result, args, kwargs):
         return result
     base = _f_dir_of(args, kwargs)
     exp = _f_exposure(base) if base else None
+    if type(result) is not SCANDIR_ITERATOR:
+        return result
+    # C calls only (the iterator's and DirEntry's own methods, taken at install): both are
+    # classes the program can write methods and properties into. (Their deallocation calls
+    # no finalizer: dropping an entry runs nothing of the program's.)
     entries = []
     try:
-        for entry in result:
-            name = entry.name
-            text = name if type(name) is str else name.decode(FSENC, "surrogateescape")
+        while True:
+            try:
+                entry = SCANDIR_NEXT(result)
+            except StopIteration:
+                break
+            name = DIRENTRY_NAME(entry)
+            text = name if type(name) is str else bytes.decode(name, FSENC, "surrogateescape")
             if exp is None or _f_ignored(base.rstrip("/") + "/" + text, exp) is None:
                 entries.append(entry)
     finally:
-        result.close()
-    return SCANDIR_RESULT(entries)
+        SCANDIR_CLOSE(result)
+    out = NEW(SCANDIR_RESULT)
+    SET_ENTRIES(out, iter(entries))
+    return out
 
 
 def _f_post_readlink(result, args, kwargs):
@@ -537,7 +579,8 @@ def _f_post_readlink(result, args, kwargs):
     if target is None or ltext is None:
         return result
     if not target.startswith("/"):
-        absolute = _f_abs(ltext, kwargs.get("dir_fd"))
+        dir_fd = kwargs.get("dir_fd")
+        absolute = _f_abs(ltext, dir_fd if type(dir_fd) is int else None)
         if absolute is None:
             return result
         target = absolute.rpartition("/")[0] + "/" + target
@@ -570,10 +613,10 @@ def _f_post_getcwd(result, args, kwargs):
 
 
 def _f_caller_is_door():
-    """The Python frame that called the audited C function went through a guard door
-    (which already judged it, with its dir_fd)."""
-    f = GETFRAME(4)
-    return f is not None and f.f_globals is DOOR_NS
+    """The Python frame that called the audited C function is the door of ``os.open``'s
+    face (which already judged it, with its dir_fd)."""
+    f = GETFRAME(4)  # this function, the handler, the dispatcher, the audit hook's door
+    return f is not None and IS_DOOR_FRAME(f) and id(FRAME_CODE(f)) in ST["open_doors"]
 
 
 def _f_make_handlers(events):
@@ -586,21 +629,19 @@ def _f_make_handlers(events):
         if kind is not str and kind is not bytes:
             if kind is int or path is None:
                 return None
-            text = _f_pathlib_text(path)
-            if text is None:
-                return TypeError("pysb: open() of a path object that is not str, bytes or pathlib")
-            path = text
+            return TypeError("pysb: open() of a path that is not str or bytes")
         write = type(flags) is int and bool(flags & WRITE_FLAGS)
         verdict = _f_check(path, write, True, None, "read")
-        if verdict is None or verdict.__class__ is not REFUSAL:
+        if verdict is None or type(verdict) is not REFUSAL:
             return None
         if args[1] is None and _f_caller_is_door():
             return None  # os.open through its face: judged there, with its dir_fd
-        return verdict.exc
+        return EXC_OF(verdict)
 
     def on_sqlite(args):
         database = args[0]
-        text = _f_text(database) if type(database) in (str, bytes) else _f_pathlib_text(database)
+        kind = type(database)
+        text = _f_text(database) if kind is str or kind is bytes else None
         if text is None or text in ("", ":memory:"):
             return None
         write = True
@@ -613,7 +654,7 @@ def _f_make_handlers(events):
             if text == ":memory:":
                 return None
         verdict = _f_check(text, write, True, None, "write" if write else "read")
-        return None if verdict is None or verdict.__class__ is not REFUSAL else verdict.exc
+        return None if verdict is None or type(verdict) is not REFUSAL else EXC_OF(verdict)
 
     def make(event, pairs, write, follow, kind):
         def handler(args):
@@ -629,10 +670,7 @@ def _f_make_handlers(events):
                 if type(path) is not str and type(path) is not bytes:
                     if type(path) is int or path is None:
                         continue
-                    text = _f_pathlib_text(path)
-                    if text is None:
-                        return TypeError(f"pysb: {event} of a path that is not str or bytes")
-                    path = text
+                    return TypeError(f"pysb: {event} of a path that is not str or bytes")
                 dir_fd = (
                     args[dfd_index] if dfd_index is not None and dfd_index < len(args) else None
                 )
@@ -641,13 +679,13 @@ def _f_make_handlers(events):
                 follows = (True, False) if follow is None else (follow,)
                 for f in follows:
                     verdict = _f_check(path, write, f, dir_fd, kind)
-                    if verdict is not None and verdict.__class__ is REFUSAL:
-                        return verdict.exc
+                    if verdict is not None and type(verdict) is REFUSAL:
+                        return EXC_OF(verdict)
             if event == "os.symlink" and len(args) > 1:
                 dir_fd = args[2] if len(args) > 2 and type(args[2]) is int else None
                 verdict = _f_check_symlink_target(args[0], args[1], dir_fd)
                 if verdict is not None:
-                    return verdict.exc
+                    return EXC_OF(verdict)
             return None
 
         return handler
@@ -656,9 +694,3 @@ def _f_make_handlers(events):
     for event, (pairs, write, follow, kind) in events.items():
         handlers[event] = make(event, pairs, write, follow, kind)
     return handlers
-
-
-def _f_pathlib_text(value):
-    """Handlers never run the program's code (no __fspath__/__str__): only exact str and
-    bytes paths are judged; faces turn path objects into those before the C call."""
-    return None

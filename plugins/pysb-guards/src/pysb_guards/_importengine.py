@@ -2,7 +2,7 @@
 
 These functions never run with this module's globals: :func:`pysb_guards.imports.install`
 re-creates every ``_e_*`` function in one private namespace that also holds the names
-declared below (``STATE``, ``RECORDER``, ``SYS``...). None of them raises on purpose: a
+declared below (``STATE``, ``RECORDER``, ``SYS_DICT``...). None of them raises on purpose: a
 refusal is returned (a ``Refusal``) and raised by a face.
 """
 
@@ -12,35 +12,46 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-STATE: dict[str, Any] = None  # type: ignore[assignment]  # sealed
+STATE: Any = None  # type: ignore[assignment]  # sealed
 RECORDER: Any = None  # type: ignore[assignment]  # sealed
 DENIED: Any = None  # type: ignore[assignment]  # sealed
-PREFIXES: tuple[str, ...] = None  # type: ignore[assignment]  # sealed
+IMPORT_DENIED: Any = None  # type: ignore[assignment]  # sealed
+PREFIXES: Any = None  # type: ignore[assignment]  # sealed
 IS_LIBRARY: Any = None  # type: ignore[assignment]  # sealed
 GETFRAME: Any = None  # type: ignore[assignment]  # sealed
-DOOR_NS: Any = None  # type: ignore[assignment]  # sealed
-REFUSAL: Any = None  # type: ignore[assignment]  # sealed
-SYS: Any = None  # type: ignore[assignment]  # sealed
+SYS_DICT: Any = None  # type: ignore[assignment]  # sealed
 MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
 MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
 MAKE_GATE: Any = None  # type: ignore[assignment]  # sealed
+DEFER: Any = None  # type: ignore[assignment]  # sealed
+REFUSE: Any = None  # type: ignore[assignment]  # sealed
+EXC_OF: Any = None  # type: ignore[assignment]  # sealed
+IS_GUARD_FRAME: Any = None  # type: ignore[assignment]  # sealed
+FRAME_CODE: Any = None  # type: ignore[assignment]  # sealed
+SEALED_BUILTINS: Any = None  # type: ignore[assignment]  # sealed
+DICT_GET: Any = None  # type: ignore[assignment]  # sealed
+CHECK_MODULE: Any = None  # type: ignore[assignment]  # sealed
+RESOLVE: Any = None  # type: ignore[assignment]  # sealed
+PLACE: Any = None  # type: ignore[assignment]  # sealed
 GCD_IMPORT: Any = None  # type: ignore[assignment]  # sealed
 BOOTSTRAP: Any = None  # type: ignore[assignment]  # sealed
-FUNCTION: type = None  # type: ignore[assignment]  # sealed
-ALLOW: Any = None  # type: ignore[assignment]  # sealed
+BOOT0: Any = None  # type: ignore[assignment]  # sealed
+BOOT1: Any = None  # type: ignore[assignment]  # sealed
+FUNCTION: Any = None  # type: ignore[assignment]  # sealed
+CODE: Any = None  # type: ignore[assignment]  # sealed
 IS_FACE: Any = None  # type: ignore[assignment]  # sealed
-FACE_CODES: Any = None  # type: ignore[assignment]  # sealed
-BOOT_NS: Any = None  # type: ignore[assignment]  # sealed
-MARK: Any = None  # type: ignore[assignment]  # sealed
+TYPE_DICT: Any = None  # type: ignore[assignment]  # sealed
+TYPE_MRO: Any = None  # type: ignore[assignment]  # sealed
+IMPORT_CODES: Any = None  # type: ignore[assignment]  # sealed
 NEVER: Any = None  # type: ignore[assignment]  # sealed
 NAMESPACE: Any = None  # type: ignore[assignment]  # sealed
-MODULESPEC: Any = None  # type: ignore[assignment]  # sealed
-MODULES: dict[str, Any] = None  # type: ignore[assignment]  # sealed
-ALWAYS: frozenset[str] = None  # type: ignore[assignment]  # sealed
-KEEP: frozenset[str] = None  # type: ignore[assignment]  # sealed
-IMPORT_NAME: int = None  # type: ignore[assignment]  # sealed
-EXTENDED_ARG: int = None  # type: ignore[assignment]  # sealed
-INTERNAL: frozenset[tuple[str, str]] = None  # type: ignore[assignment]  # sealed
+NS_DICT: Any = None  # type: ignore[assignment]  # sealed
+MODULES: Any = None  # type: ignore[assignment]  # sealed
+ALWAYS: Any = None  # type: ignore[assignment]  # sealed
+KEEP: Any = None  # type: ignore[assignment]  # sealed
+IMPORT_NAME: Any = None  # type: ignore[assignment]  # sealed
+EXTENDED_ARG: Any = None  # type: ignore[assignment]  # sealed
+INTERNAL: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -56,19 +67,31 @@ def _e_allowed(top):
 
 
 def _e_importer():
-    """The frame of the code that asked for the import: the nearest frame that is neither
-    the import system nor pysb's own (None when no Python code asked: atexit, C callbacks)."""
+    """The frame of the code that asked for the import and its code: the nearest frame that
+    is neither the import system nor pysb's own (None when no Python code asked: atexit, C
+    callbacks). The guards' own frames are told by identity (``IS_GUARD_FRAME``), the import
+    system's by the very dictionaries of its modules or the code of the finder's own
+    functions."""
     f = GETFRAME(1)
     while f is not None:
         g = f.f_globals
-        if g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK or g in BOOT_NS:
+        if g is BOOT0 or g is BOOT1 or f.f_builtins is SEALED_BUILTINS or IS_GUARD_FRAME(f):
             f = f.f_back
             continue
-        code = f.f_code
-        if code in FACE_CODES:
+        code = FRAME_CODE(f)
+        if id(code) in IMPORT_CODES:
             f = f.f_back
             continue
-        return f
+        return f, code
+    return None, None
+
+
+def _e_loaded(name):
+    """``sys.modules[name]`` (None if absent), comparing exact ``str`` keys only: the
+    program may have put a key of its own there, whose ``__eq__`` a lookup would run."""
+    for k, v in list(dict.items(MODULES)):
+        if type(k) is str and k == name:
+            return v
     return None
 
 
@@ -100,7 +123,8 @@ def _e_written(code, at):
         arg |= ops[at + 1] << shift
         shift += 8
     names = code.co_names
-    return names[arg] if arg < len(names) else None
+    name = names[arg] if arg < len(names) else None
+    return name if type(name) is str else None
 
 
 def _e_library_own(name, top, loaded_ok, relative):
@@ -117,10 +141,9 @@ def _e_library_own(name, top, loaded_ok, relative):
     A relative import follows the importing module's ``__package__``, which the program
     can rewrite: it must stay in the package the library file belongs to.
     """
-    f = _e_importer()
+    f, code = _e_importer()
     if f is None:
         return False
-    code = f.f_code
     filename = code.co_filename
     if type(filename) is not str or not IS_LIBRARY(filename, PREFIXES):
         return False
@@ -129,23 +152,17 @@ def _e_library_own(name, top, loaded_ok, relative):
     written = _e_written(code, f.f_lasti)
     if written is not None and not relative and written.partition(".")[0] == top:
         return True
-    if loaded_ok and name in MODULES:
+    if loaded_ok and _e_loaded(name) is not None:
         return True
-    return (filename, code.co_name) in INTERNAL
+    function = code.co_name
+    return type(function) is str and (filename, function) in INTERNAL
 
 
 def _e_refusal(name):
-    top = _e_top(name)
-    rule = f"imports: [{top}]"
-    exc = DENIED(
-        f"import of '{name}' refused by the sandbox: add `{rule}` to the profile",
-        target=name,
-        suggested_rule=rule,
-    )
-    exc.name = name
-    exc.msg = str(exc)
+    """The refusal of ``name``: an ImportDeniedError built outside sealed code."""
+    rule = f"imports: [{_e_top(name)}]"
     RECORDER.deny("imports", name, "import", rule)
-    return REFUSAL(exc)
+    return REFUSE(DEFER(IMPORT_DENIED, name, rule))
 
 
 def _e_decide(name, loaded_ok=False, relative=False):
@@ -165,9 +182,16 @@ def _e_decide(name, loaded_ok=False, relative=False):
 
 
 def _e_resolve(name, globals_, level):
-    """Absolute name of a relative import, as importlib computes it (None if unknown)."""
+    """Absolute name of a relative import, as the import system computes it (None if
+    unknown). ``globals_`` is the fresh dictionary the gate made (see ``_import_args`` in
+    imports.py), or the program's own when that failed: then only when its keys are all
+    exact ``str`` (the import system's own lookups could otherwise run the program's
+    ``__eq__`` and read something else than this judge did)."""
     if type(globals_) is not dict:
         return None
+    for k in list(globals_):
+        if type(k) is not str:
+            return None
     package = dict.get(globals_, "__package__")
     if type(package) is not str or not package:
         modname = dict.get(globals_, "__name__")
@@ -184,47 +208,74 @@ def _e_resolve(name, globals_, level):
 def _e_judge_import(args, kwargs):
     """Judge of ``__import__(name, globals, locals, fromlist, level)``.
 
-    Only C ``str`` methods are called on the name (a subclass cannot run code here).
+    Only exact ``str`` and ``int`` values are judged: a ``str`` subclass is replaced by its
+    exact value in the arguments the original receives (it could answer the import system
+    otherwise than this judge), a level that is not an exact int is refused.
     """
-    name = args[0] if args else kwargs.get("name")
+    if kwargs or not args:
+        return None  # the gate passes five positional arguments; the original complains
+    name = args[0]
     kind = type(name)
-    if kind is not str and not issubclass(kind, str):
-        return None  # the original raises its own TypeError
-    level = args[4] if len(args) > 4 else kwargs.get("level", 0)
-    if not level:
-        top = str.partition(name, ".")[0]
-        state = STATE
-        if (state["star"] and top not in NEVER) or top in state["allowed"]:
-            return None
-        return _e_decide(str.__str__(name), True)
+    exact = kind is str
+    if not exact:
+        if not issubclass(kind, str):
+            return None  # the original raises its own TypeError
+        name = str.__str__(name)
+    level = args[4] if len(args) > 4 else 0
     if type(level) is not int:
-        return None
-    name = _e_resolve(str.__str__(name), args[1] if len(args) > 1 else kwargs.get("globals"), level)
-    if name is None:
-        return None
-    return _e_decide(name, True, True)
+        return REFUSE(TypeError("pysb: the level of an import must be an int"))
+    if level == 0:
+        top = name.partition(".")[0]
+        state = STATE
+        if not ((state["star"] and top not in NEVER) or top in state["allowed"]):
+            verdict = _e_decide(name, True)
+            if verdict is not None:
+                return verdict
+    elif level > 0:
+        absolute = _e_resolve(name, args[1] if len(args) > 1 else None, level)
+        if absolute is not None:
+            verdict = _e_decide(absolute, True, True)
+            if verdict is not None:
+                return verdict
+    return None if exact else ((name, *args[1:]), {})
 
 
 def _e_judge_import_module(args, kwargs):
-    name = args[0] if args else kwargs.get("name")
-    kind = type(name)
-    if kind is not str and not issubclass(kind, str):
+    """Judge of ``import_module(name, package)``: exact values only, as above."""
+    if kwargs or not args:
         return None
-    name = str.__str__(name)
-    if name.startswith("."):
-        package = args[1] if len(args) > 1 else kwargs.get("package")
-        if type(package) is not str and not issubclass(type(package), str):
+    name = args[0]
+    package = args[1] if len(args) > 1 else None
+    kind = type(name)
+    exact = kind is str
+    if not exact:
+        if not issubclass(kind, str):
             return None
-        package = str.__str__(package)
+        name = str.__str__(name)
+    if package is not None and type(package) is not str:
+        if not issubclass(type(package), str):
+            if name.startswith("."):
+                return REFUSE(TypeError("pysb: a relative import needs a str package"))
+            package = None
+        else:
+            package = str.__str__(package)
+        exact = False
+    if name.startswith("."):
+        if package is None:
+            return None  # the original raises its own TypeError
         level = len(name) - len(name.lstrip("."))
         bits = package.rsplit(".", level - 1)
-        name = bits[0] + ("." + name[level:] if name[level:] else "")
+        absolute = bits[0] + ("." + name[level:] if name[level:] else "")
     else:
+        absolute = name
         top = name.partition(".")[0]
         state = STATE
         if (state["star"] and top not in NEVER) or top in state["allowed"]:
-            return None
-    return _e_decide(name, True)
+            return None if exact else ((name, package), {})
+    verdict = _e_decide(absolute, True)
+    if verdict is not None:
+        return verdict
+    return None if exact else ((name, package), {})
 
 
 def _e_find_action(name):
@@ -233,9 +284,10 @@ def _e_find_action(name):
     nothing (None). Pure decision: the finder's own code (plain, in imports.py) calls the
     other finders, which may be the program's."""
     kind = type(name)
-    if kind is not str and not issubclass(kind, str):
-        return None
-    name = str.__str__(name)
+    if kind is not str:
+        if not issubclass(kind, str):
+            return None
+        name = str.__str__(name)
     verdict = _e_decide(name)
     if verdict is not None:
         return verdict
@@ -248,36 +300,48 @@ def _e_find_action(name):
 
 
 def _e_run_patchers(name, module):
-    for patcher in STATE["patchers"].get(name, ()):
+    """Run the patches of ``name`` on ``module`` (the finder's loader, C module creation).
+    Anyone holding the loader can call this: only a plain module whose namespace holds exact
+    ``str`` keys is patched (ImportError otherwise: the import fails, closed)."""
+    if type(name) is not str:
+        return
+    patchers = STATE["patchers"].get(name, ())
+    if patchers:
+        CHECK_MODULE(module)
+    for patcher in patchers:
         patcher(module)
 
 
 def _e_on_import(name, patcher):
     if STATE["armed"]:
-        return REFUSAL(PermissionError("pysb: patches are registered before user code only"))
+        return REFUSE(PermissionError("pysb: patches are registered before user code only"))
     STATE["patchers"].setdefault(name, []).append(patcher)
-    module = SYS.modules.get(name) or STATE["stash"].get(name)
+    module = MODULES.get(name) or STATE["stash"].get(name)
     if module is not None:
         patcher(module)
     return None
 
 
 def _e_patch_importlib(module):
-    global FACE_CODES
     face = STATE["import_face"]
-    if getattr(module, "__import__", None) is not None and module.__import__ is not face:
-        module.__import__ = face
-    im = getattr(module, "import_module", None)
-    if im is not None and not IS_FACE(im):
-        door = MAKE_DOOR(im, _e_judge_import_module, name="import_module")
-        if _e_is_standard_import_module(im):
-            # Its frame (below the door, for a relative name) is the import system's: the
-            # importer is whoever called it.
-            FACE_CODES = (*FACE_CODES, im.__code__)
-            gate = MAKE_GATE("import_module", GCD_IMPORT, door, STATE["fast"])
-            module.import_module = MAKE_FACE(gate, im, None, "import_module")
-        else:
-            module.import_module = MAKE_FACE(door, im)
+    found = RESOLVE(module, "__import__")
+    if found is not None and found[2] is not face:
+        PLACE(module, "__import__", face)
+    found = RESOLVE(module, "import_module")
+    if found is None or IS_FACE(found[2]):
+        return
+    im = found[2]
+    door = MAKE_DOOR(im, _e_judge_import_module, name="import_module")
+    if _e_is_standard_import_module(im):
+        # Its frame (below the door, for a relative name) is the import system's: the
+        # importer is whoever called it.
+        code = im.__code__
+        STATE["codes"].append(code)
+        IMPORT_CODES.add(id(code))
+        gate = MAKE_GATE("import_module", GCD_IMPORT, door, STATE["fast"])
+        PLACE(module, "import_module", MAKE_FACE(gate, im, None, "import_module"))
+    else:
+        PLACE(module, "import_module", MAKE_FACE(door, im))
 
 
 def _e_is_standard_import_module(im):
@@ -288,11 +352,19 @@ def _e_is_standard_import_module(im):
         return False
     code = im.__code__
     return (
-        dict.get(im.__globals__, "_bootstrap") is BOOTSTRAP
+        DICT_GET(im.__globals__, "_bootstrap") is BOOTSTRAP
         and code.co_varnames[:2] == ("name", "package")
         and code.co_argcount == 2
         and "_gcd_import" in code.co_names
     )
+
+
+def _e_spec_name(spec):
+    """The name the face read out of a module spec (an exact str), or None."""
+    if type(spec) is not NAMESPACE:
+        return None
+    name = DICT_GET(NS_DICT(spec), "name")
+    return name if type(name) is str else None
 
 
 def _e_judge_create(args, kwargs):
@@ -301,24 +373,22 @@ def _e_judge_create(args, kwargs):
     handed us a private namespace holding the spec's exact name and origin."""
     spec = args[0] if args else None
     if type(spec) is not NAMESPACE:
-        return REFUSAL(TypeError("pysb: module specs reach _imp through the guard's face"))
-    name = spec.name
-    if type(name) is not str:
-        return REFUSAL(TypeError("pysb: a module spec needs a str name"))
-    for module in (MODULES.get(name), STATE["stash"].get(name)):
+        return REFUSE(TypeError("pysb: module specs reach _imp through the guard's face"))
+    name = _e_spec_name(spec)
+    if name is None:
+        return REFUSE(TypeError("pysb: a module spec needs a str name"))
+    for module in (_e_loaded(name), STATE["stash"].get(name)):
         if module is not None and id(module) in STATE["created"]:
-            return REFUSAL(
-                DENIED(
-                    f"a second instance of the C module '{name}' refused by the sandbox "
-                    "(it would come without the guards' patches)",
-                    target=name,
-                )
+            message = (
+                f"a second instance of the C module '{name}' refused by the sandbox "
+                "(it would come without the guards' patches)"
             )
+            return REFUSE(DEFER(DENIED, message, target=name))
     return _e_decide(name)
 
 
 def _e_post_create(module, args, kwargs):
-    name = args[0].name
+    name = _e_spec_name(args[0])
     STATE["created"][id(module)] = name
     STATE["pending"][id(module)] = name
     return module
@@ -328,7 +398,8 @@ def _e_judge_exec(args, kwargs):
     module = args[0] if args else None
     key = id(module)
     if key not in STATE["pending"] and key not in STATE["created"]:
-        return REFUSAL(DENIED("pysb: executing a C module the sandbox did not create"))
+        message = "pysb: executing a C module the sandbox did not create"
+        return REFUSE(DEFER(DENIED, message))
     return None
 
 
@@ -342,9 +413,9 @@ def _e_post_exec(result, args, kwargs):
 
 def _e_visit(visitor):
     if STATE["armed"]:
-        return REFUSAL(PermissionError("pysb: modules are visited before user code only"))
+        return REFUSE(PermissionError("pysb: modules are visited before user code only"))
     seen = set()
-    for module in [*SYS.modules.values(), *STATE["stash"].values()]:
+    for module in [*MODULES.values(), *STATE["stash"].values()]:
         if id(module) not in seen:
             seen.add(id(module))
             visitor(module)
@@ -353,7 +424,7 @@ def _e_visit(visitor):
 
 def _e_allow_program(top):
     if STATE["armed"]:
-        return REFUSAL(PermissionError("pysb: the program modules are fixed before it starts"))
+        return REFUSE(PermissionError("pysb: the program modules are fixed before it starts"))
     STATE["program"].add(top)
     if top and top not in NEVER:
         STATE["fast"].add(top)
@@ -363,7 +434,7 @@ def _e_allow_program(top):
 def _e_evict():
     """Set aside every module but the interpreter's own (see KEEP and ALWAYS)."""
     stash = STATE["stash"]
-    modules = SYS.modules
+    modules = MODULES
     for name in list(modules):
         if _e_top(name) in ALWAYS or name in KEEP:
             continue
@@ -380,19 +451,33 @@ def _e_arm():
     _e_evict()
 
 
+def _e_sys(name):
+    """``sys.<name>``, read with C code only; the ImportError refusing every import when
+    the program put a key that is not an exact ``str`` into sys's namespace (a lookup
+    there would run its ``__eq__``)."""
+    for k in list(SYS_DICT):
+        if type(k) is not str:
+            raise ImportError("pysb: sys's namespace holds a name that is not a str")
+    return dict.get(SYS_DICT, name)
+
+
 def _e_restore_finder():
     """Put the guard finder first in sys.meta_path (rebuilt if it was tampered with)."""
-    mp = SYS.meta_path
+    mp = _e_sys("meta_path")
     if type(mp) is not list:
         mp = []
-        SYS.meta_path = mp
+        dict.__setitem__(SYS_DICT, "meta_path", mp)  # the old one: alive in the event's args
     finder, cls = STATE["finder"], STATE["finder_cls"]
     face = STATE["find_face"]
     intact = False
-    if finder is not None and type(finder) is cls:
-        entry = type.__getattribute__(cls, "__dict__").get("find_spec")
+    if finder is not None and type(finder) is cls and type(cls) is type:
+        entry = TYPE_DICT(cls).get("find_spec")
+        mro = TYPE_MRO(cls)
         intact = (
-            type(entry) is staticmethod and entry.__func__ is face and cls.__mro__[1:] == (object,)
+            type(entry) is staticmethod
+            and entry.__func__ is face
+            and len(mro) == 2
+            and mro[1] is object
         )
     if not intact:
         cls = type(
@@ -402,6 +487,7 @@ def _e_restore_finder():
         )
         finder = cls()
         STATE["finder"], STATE["finder_cls"] = finder, cls
+        STATE["finders"].append(finder)  # every one made stays alive: no finalizer runs here
     if mp and mp[0] is finder:
         return
     mp[:] = [f for f in mp if f is not finder]
@@ -410,7 +496,10 @@ def _e_restore_finder():
 
 def _e_audit_import(args):
     """``import`` audit event: raised before the interpreter imports a module."""
-    _e_restore_finder()
+    try:
+        _e_restore_finder()
+    except ImportError as e:
+        return e
     return None
 
 
@@ -428,7 +517,10 @@ def _e_module_of_file(filename):
         if top:
             return top if top.isidentifier() else None
     best = ""
-    for entry in SYS.path:
+    path = _e_sys("path")
+    if type(path) is not list:
+        return None
+    for entry in list(path):
         if type(entry) is not str or not entry:
             continue
         root = entry.rstrip("/") + "/"
@@ -451,14 +543,20 @@ def _e_audit_exec(args):
     Loaders call ``exec(code, module.__dict__)``; whoever obtained the loader (the finder,
     importlib._bootstrap, a hand-made spec), the module's file names its package.
     """
-    code = args[0]
-    if getattr(code, "co_name", None) != "<module>":
-        return
+    code = args[0] if args else None
+    if type(code) is not CODE:
+        return None
+    name = code.co_name
+    if type(name) is not str or name != "<module>":
+        return None
     filename = code.co_filename
     if type(filename) is not str or filename.startswith("<"):
-        return
-    top = _e_module_of_file(filename)
+        return None
+    try:
+        top = _e_module_of_file(filename)
+    except ImportError as e:
+        return e
     if top is None:
-        return
+        return None
     verdict = _e_decide(top)
-    return None if verdict is None else verdict.exc
+    return None if verdict is None else EXC_OF(verdict)

@@ -92,13 +92,12 @@ def install(policy: Policy, recorder: Recorder) -> None:
         sources.setdefault(r.target, []).append(f"`api: {r.action}: [{r.target}]` ({r.source})")
 
     add_handler, close_registration = _seal.audit_registry()
-    face_codes = tuple(
-        _seal.make_face(_seal.make_door(len, _seal._allow_all), None, p).__code__
-        for p in (None, _seal._unchanged)
-    )
-    mark = _seal.sealed_mark()
+    b = _seal.builders()
     ns = _seal.seal_group(
-        [fn for name, fn in globals().items() if name.startswith("_a_") and callable(fn)],
+        [
+            *(fn for name, fn in globals().items() if name.startswith("_a_") and callable(fn)),
+            is_library_file,
+        ],
         ST={
             "armed": False,
             "learning": bool(recorder.learning),
@@ -106,35 +105,38 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "pending": verdicts,
             "sources": sources,
             "faces": {},
+            "originals": [],  # (original, its face): for the sweep at arming
+            "door_groups": {},  # id of a door's code -> the group its judge decides
             "learned": set(),
             "close": close_registration,
         },
-        ENTRIES={e.qualname: e for e in entries},
+        # Read by judges: exact str values only (registry.Entry is a class the program can
+        # write properties into).
+        ENTRIES={e.qualname: (e.group, e.category) for e in entries},
+        PATCHES=tuple((e.module, e.attr, e.qualname, e.group) for e in entries if e.patch),
         RECORDER=_seal.private_recorder(recorder),
         DENIED=ApiDeniedError,
         REFUSAL=_seal.Refusal,
         # Faces are built when a module loads, after the program started: private builders.
-        **_seal.builders(),
-        DOOR_NS=_seal.DOOR_NS,
+        **{k: b[k] for k in ("MAKE_DOOR", "MAKE_FACE", "IS_FACE", "DEFER", "REFUSE", "EXC_OF")},
+        **{k: b[k] for k in ("IS_GUARD_FRAME", "IS_DOOR_FRAME", "FRAME_CODE", "DOOR_CODE_ID")},
+        **{k: b[k] for k in ("RESOLVE", "PLACE")},
+        CHECK_MODULE=b["CHECK_MODULE"],
         GETFRAME=sys._getframe,
-        FACE_CODES=face_codes,
-        MARK=mark,
         PREFIXES=library_prefixes(),
-        IS_LIBRARY=is_library_file,
         FRAMEWORK=os.path.join(os.path.dirname(os.path.abspath(pysb_core.__file__)), "child") + "/",
-        SYS=sys,
         FRAME_ARGS=_caller_namespaces,
         INIT_EXEMPT=_INIT_EXEMPT,
+        FRAMEWORK_CALLS=_FRAMEWORK_CALLS,
     )
+    ns["IS_LIBRARY"] = ns["is_library_file"]
 
-    modules: dict[str, list[registry.Entry]] = {}
-    for e in entries:
-        if e.patch:
-            modules.setdefault(e.module, []).append(e)
+    modules: dict[str, list[int]] = {}
+    for i, (module_name, _attr, _qualname, _group) in enumerate(ns["PATCHES"]):
+        modules.setdefault(module_name, []).append(i)
     for module_name, members in modules.items():
         imports.on_import(module_name, ns["_a_make_patcher"](tuple(members)))
-    faces = ns["ST"]["faces"]
-    defer_sweep(faces)
+    defer_sweep(list(ns["ST"]["originals"]))
 
     events: dict[str, list[str]] = {}
     # Entries judged only through their events (pickle.Unpickler) come first: a refusal by
@@ -147,7 +149,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         add_handler(event, ns["_a_make_event_handler"](event, tuple(groups)))
     add_handler("exec", ns["_a_dynamic_event"])
     add_handler("compile", ns["_a_dynamic_event"])
-    _runtime.append(_seal.guard(ns["_a_arm"], _seal._allow_all))
+    _runtime.append(_seal.guard(ns["_a_arm"], None))
 
 
 def _caller_namespaces(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -168,24 +170,32 @@ def _caller_namespaces(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 # The sealed engine (private globals: ST, ENTRIES, RECORDER... see install()).
 # ---------------------------------------------------------------------------------------
 
-ST: dict[str, Any] = None  # type: ignore[assignment]  # sealed
-ENTRIES: dict[str, Any] = None  # type: ignore[assignment]  # sealed
-RECORDER: Any = None  # sealed
-DENIED: Any = None  # sealed
-REFUSAL: Any = None  # sealed
-MAKE_DOOR: Any = None  # sealed
-MAKE_FACE: Any = None  # sealed
-IS_FACE: Any = None  # sealed
-DOOR_NS: Any = None  # sealed
-GETFRAME: Any = None  # sealed
-FACE_CODES: Any = None  # sealed
-MARK: Any = None  # sealed
-PREFIXES: Any = None  # sealed
-IS_LIBRARY: Any = None  # sealed
-FRAMEWORK: str = None  # type: ignore[assignment]  # sealed
-SYS: Any = None  # sealed
-FRAME_ARGS: Any = None  # sealed
-INIT_EXEMPT: dict[str, str] = None  # type: ignore[assignment]  # sealed
+ST: Any = None  # type: ignore[assignment]  # sealed
+ENTRIES: Any = None  # type: ignore[assignment]  # sealed
+PATCHES: Any = None  # type: ignore[assignment]  # sealed
+RECORDER: Any = None  # type: ignore[assignment]  # sealed
+DENIED: Any = None  # type: ignore[assignment]  # sealed
+REFUSAL: Any = None  # type: ignore[assignment]  # sealed
+MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
+MAKE_FACE: Any = None  # type: ignore[assignment]  # sealed
+IS_FACE: Any = None  # type: ignore[assignment]  # sealed
+DEFER: Any = None  # type: ignore[assignment]  # sealed
+REFUSE: Any = None  # type: ignore[assignment]  # sealed
+EXC_OF: Any = None  # type: ignore[assignment]  # sealed
+CHECK_MODULE: Any = None  # type: ignore[assignment]  # sealed
+IS_GUARD_FRAME: Any = None  # type: ignore[assignment]  # sealed
+IS_DOOR_FRAME: Any = None  # type: ignore[assignment]  # sealed
+FRAME_CODE: Any = None  # type: ignore[assignment]  # sealed
+DOOR_CODE_ID: Any = None  # type: ignore[assignment]  # sealed
+RESOLVE: Any = None  # type: ignore[assignment]  # sealed
+PLACE: Any = None  # type: ignore[assignment]  # sealed
+GETFRAME: Any = None  # type: ignore[assignment]  # sealed
+PREFIXES: Any = None  # type: ignore[assignment]  # sealed
+IS_LIBRARY: Any = None  # type: ignore[assignment]  # sealed
+FRAMEWORK: Any = None  # type: ignore[assignment]  # sealed
+FRAME_ARGS: Any = None  # type: ignore[assignment]  # sealed
+INIT_EXEMPT: Any = None  # type: ignore[assignment]  # sealed
+FRAMEWORK_CALLS: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _a_arm():
@@ -198,9 +208,8 @@ def _a_arm():
 
 
 def _a_refusal(qualname):
-    entry = ENTRIES[qualname]
-    group = entry.group
-    category = entry.category
+    """The refusal of ``qualname``: an ApiDeniedError built outside sealed code."""
+    group, category = ENTRIES[qualname]
     by_rule = ST["sources"].get(group) or ST["sources"].get(category) or ST["sources"].get("*")
     why = f" by {', '.join(by_rule)}" if by_rule else ""
     message = (
@@ -209,33 +218,38 @@ def _a_refusal(qualname):
     )
     rule = f"api: allow: [{group}]"
     RECORDER.deny("api", group, category, rule)
-    return REFUSAL(DENIED(message, qualname=group, category=category, suggested_rule=rule))
+    return REFUSE(DEFER(DENIED, message, qualname=group, category=category, suggested_rule=rule))
 
 
 def _a_caller():
-    """The nearest frame that is not pysb's guard machinery."""
+    """The nearest frame that is not pysb's guard machinery (told by identity: sealed
+    code, a door, a face -- not by globals a frame of the program's may share)."""
     f = GETFRAME(2)
-    while f is not None:
-        g = f.f_globals
-        if g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK:
-            f = f.f_back
-            continue
-        code = f.f_code
-        if any(code is c for c in FACE_CODES):
-            f = f.f_back
-            continue
-        return f
-    return None
+    while f is not None and IS_GUARD_FRAME(f):
+        f = f.f_back
+    return f
 
 
-def _a_exempt(dynamic):
-    """Framework start-up code, and for dynamic-code any library code, is not judged."""
+#: What pysb's bootstrap itself calls once the guards are armed: ``exec`` / ``compile`` of
+#: the program, ``os.kill`` to pass a KeyboardInterrupt on. Nothing else is exempt for it:
+#: it also reads attributes of the program's exception and calls ``sys.excepthook`` and
+#: ``sys.stderr.flush``, which the program may have made faces (a property whose getter is
+#: ``sys.settrace``, ``flush = os.fork``).
+_FRAMEWORK_CALLS = frozenset({"builtins.exec", "builtins.eval", "builtins.compile", "os.kill"})
+
+
+def _a_exempt(group, dynamic):
+    """Framework code's own calls (``FRAMEWORK_CALLS``), and for dynamic-code any library
+    code, are not judged. A call no Python code made (atexit, a thread started on a face)
+    is the program's."""
     f = _a_caller()
     if f is None:
-        return True
-    filename = f.f_code.co_filename
+        return False
+    filename = FRAME_CODE(f).co_filename
+    if type(filename) is not str:
+        return False
     if filename.startswith(FRAMEWORK):
-        return True
+        return group in FRAMEWORK_CALLS
     return dynamic and IS_LIBRARY(filename, PREFIXES)
 
 
@@ -246,17 +260,24 @@ _INIT_EXEMPT = {"_ctypes.dlopen": "/ctypes/__init__.py", "ctypes.CDLL": "/ctypes
 
 
 def _a_module_init(suffix):
+    """True when the call is made by the library module ``suffix`` while it is imported:
+    every frame from the caller up to that module's own ``<module>`` code runs code of that
+    same file (a frame of the program's on the way -- a replaced ``__build_class__`` --
+    makes it the program's call)."""
     f = _a_caller()
     for _ in range(8):
         if f is None:
             return False
-        g = f.f_globals
-        if g is DOOR_NS or dict.get(g, "__pysb_sealed__") is MARK:
+        if IS_GUARD_FRAME(f):
             f = f.f_back
             continue
-        code = f.f_code
-        if code.co_name == "<module>" and code.co_filename.endswith(suffix):
-            return IS_LIBRARY(code.co_filename, PREFIXES)
+        code = FRAME_CODE(f)
+        filename = code.co_filename
+        if type(filename) is not str or not filename.endswith(suffix):
+            return False
+        name = code.co_name
+        if type(name) is str and name == "<module>":
+            return IS_LIBRARY(filename, PREFIXES)
         f = f.f_back
     return False
 
@@ -267,23 +288,17 @@ def _a_decide(qualname):
         return None
     if not ST["armed"]:
         return None
-    entry = ENTRIES[qualname]
-    dynamic = entry.category == "dynamic-code"
-    if _a_exempt(dynamic):
+    group, category = ENTRIES[qualname]
+    dynamic = category == "dynamic-code"
+    if _a_exempt(group, dynamic):
         return None
-    suffix = INIT_EXEMPT.get(entry.group)
+    suffix = INIT_EXEMPT.get(group)
     if suffix is not None and _a_module_init(suffix):
         return None
     if ST["learning"]:
-        if entry.group not in ST["learned"]:
-            ST["learned"].add(entry.group)
-            RECORDER.learn(
-                "api",
-                entry.group,
-                entry.category,
-                f"api: allow: [{entry.group}]",
-                category=entry.category,
-            )
+        if group not in ST["learned"]:
+            ST["learned"].add(group)
+            RECORDER.learn("api", group, category, f"api: allow: [{group}]", category=category)
         return None
     return _a_refusal(qualname)
 
@@ -297,51 +312,50 @@ def _a_make_judge(qualname):
     return judge
 
 
-def _a_resolve(module, attr):
-    owner = module
-    parts = attr.split(".")
-    for part in parts[:-1]:
-        owner = getattr(owner, part, None)
-        if owner is None:
-            return None, None, None
-    name = parts[-1]
-    return (
-        owner,
-        name,
-        owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None),
-    )
-
-
 def _a_make_patcher(members):
-    """The patch of one module: a face for each of its registry entries."""
+    """The patch of one module: a face for each of its registry entries (``PATCHES``
+    indices). The module is read and written by C code only (``RESOLVE`` / ``PLACE``): it
+    may be the program's own object."""
 
     def patcher(module):
-        for entry in members:
-            owner, name, original = _a_resolve(module, entry.attr)
-            if original is None or IS_FACE(original):
+        CHECK_MODULE(module)
+        for i in members:
+            _module_name, attr, qualname, group = PATCHES[i]
+            found = RESOLVE(module, attr, False, True)
+            if found is None:
+                continue
+            owner, name, original = found
+            if IS_FACE(original):
                 continue
             face = ST["faces"].get(id(original))
             if face is None:
-                door = MAKE_DOOR(original, _a_make_judge(entry.qualname), name=name)
-                prepare = (
-                    FRAME_ARGS if entry.qualname in ("builtins.eval", "builtins.exec") else None
-                )
+                door = MAKE_DOOR(original, _a_make_judge(qualname), name=name)
+                ST["door_groups"][DOOR_CODE_ID(door)] = group
+                prepare = FRAME_ARGS if qualname in ("builtins.eval", "builtins.exec") else None
                 face = MAKE_FACE(door, original, prepare)
                 ST["faces"][id(original)] = face
-            try:
-                setattr(owner, name, face)
-            except (AttributeError, TypeError):
-                pass
+                if not ST["armed"]:
+                    ST["originals"].append((original, face))
+            PLACE(owner, name, face, owner is module)
 
     return patcher
 
 
 def _a_event_caller():
-    """The frame that called the C function raising the current audit event."""
+    """The frame that called the C function raising the current audit event: the one
+    above the audit hook's door (the sealed frames of the dispatch below it)."""
     f = GETFRAME(2)
-    while f is not None and f.f_globals is not DOOR_NS:
+    while f is not None and not IS_DOOR_FRAME(f):
         f = f.f_back  # up to the audit hook (a door)
     return f.f_back if f is not None else None
+
+
+def _a_judged_by_door(caller, groups):
+    """True when ``caller`` is the door of a face of this guard that judged one of
+    ``groups`` (the C function raising the event was called through it)."""
+    if caller is None or not IS_DOOR_FRAME(caller):
+        return False
+    return ST["door_groups"].get(id(FRAME_CODE(caller))) in groups
 
 
 def _a_make_event_handler(event, groups):
@@ -352,16 +366,20 @@ def _a_make_event_handler(event, groups):
         if all(verdicts.get(g, False) for g in groups):
             return None
         caller = _a_event_caller()
-        if caller is not None and caller.f_globals is DOOR_NS:
+        if _a_judged_by_door(caller, groups):
             return None  # through a face: judged there
-        if caller is not None and caller.f_code.co_filename.startswith(FRAMEWORK):
-            return None
+        framework = False
+        if caller is not None:
+            filename = FRAME_CODE(caller).co_filename
+            framework = type(filename) is str and filename.startswith(FRAMEWORK)
         for group in groups:
             if not verdicts.get(group, False):
+                if framework and group in FRAMEWORK_CALLS:
+                    continue
                 if ST["learning"]:
                     _a_decide(group)
                     return None
-                return _a_refusal(group).exc
+                return EXC_OF(_a_refusal(group))
         return None
 
     return handler
@@ -376,12 +394,14 @@ def _a_dynamic_event(args):
     if all(verdicts.get(n, False) for n in names):
         return None
     caller = _a_event_caller()
-    if caller is None or caller.f_globals is DOOR_NS:
+    if caller is None or _a_judged_by_door(caller, names):
         return None
-    filename = caller.f_code.co_filename
+    filename = FRAME_CODE(caller).co_filename
+    if type(filename) is not str:
+        return EXC_OF(_a_refusal(next(n for n in names if not verdicts.get(n, False))))
     if filename.startswith(FRAMEWORK) or IS_LIBRARY(filename, PREFIXES):
         return None
     if ST["learning"]:
         return None
     denied = next(n for n in names if not verdicts.get(n, False))
-    return _a_refusal(denied).exc
+    return EXC_OF(_a_refusal(denied))

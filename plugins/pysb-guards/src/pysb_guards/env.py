@@ -62,9 +62,12 @@ def install(recorder: Recorder) -> None:
     listed: set[str] = _state["listed"]
 
     def text(key: Any) -> str | None:
-        if isinstance(key, bytes):
-            return key.decode("utf-8", "surrogateescape")
-        return key if isinstance(key, str) else None
+        """The variable's name as an exact ``str``: the recorder (sealed) hashes and
+        encodes it, and must run no method of a subclass the program made."""
+        kind = type(key)
+        if issubclass(kind, bytes):
+            return bytes.decode(key, "utf-8", "surrogateescape")
+        return str.__str__(key) if issubclass(kind, str) else None
 
     def note(key: Any) -> None:
         name = text(key)

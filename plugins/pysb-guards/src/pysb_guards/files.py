@@ -194,7 +194,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import io
     import os
     import posix
-    import stat as stat_module
 
     from pysb_core.errors import FileDeniedError, WriteDeniedError
     from pysb_guards import imports
@@ -251,6 +250,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
     write_flags |= getattr(os, "O_TMPFILE", 0) & ~os.O_DIRECTORY
 
     add_handler, _close = _seal.audit_registry()
+    b = _seal.builders()
+    scandir_iterator = type(posix.scandir(os.path.dirname(os.__file__)))
     ns = _seal.seal_group(
         [fn for name, fn in vars(_fileengine).items() if name.startswith("_f_") and callable(fn)],
         ST={
@@ -266,32 +267,42 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "cache": {},
             "denied": set(),
             "learning": bool(recorder.learning),
+            "open_doors": set(),
+            "prepare_database": _make_prepare(((0, "database"),)),
         },
         RECORDER=_seal.private_recorder(recorder),
         FDENIED=FileDeniedError,
         WDENIED=WriteDeniedError,
+        FILE_ERROR=_file_error,
+        PATH_TYPE_ERROR=_path_type_error,
         REFUSAL=_seal.Refusal,
-        VALUE=_seal.Value,
         LSTAT=posix.lstat,
         STAT=posix.stat,
         READLINK=posix.readlink,
         GETCWD=posix.getcwd,
-        S_ISLNK=stat_module.S_ISLNK,
-        S_ISDIR=stat_module.S_ISDIR,
         FSENC=sys.getfilesystemencoding(),
         ENOENT=errno.ENOENT,
         EACCES=errno.EACCES,
         WRITE_FLAGS=write_flags,
         GETFRAME=sys._getframe,
-        DOOR_NS=_seal.DOOR_NS,
-        **_seal.builders(),
+        **{k: b[k] for k in ("MAKE_DOOR", "MAKE_FACE", "GUARD", "IS_FACE", "ALLOW", "DEFER")},
+        **{k: b[k] for k in ("REFUSE", "NEW_VALUE", "EXC_OF", "IS_DOOR_FRAME", "FRAME_CODE")},
+        DOOR_CODE_ID=b["DOOR_CODE_ID"],
+        **{k: b[k] for k in ("RESOLVE", "PLACE")},
+        # ScandirResult made and the scandir iterator read by C calls only.
+        NEW=object.__new__,
         SCANDIR_RESULT=ScandirResult,
+        SET_ENTRIES=ScandirResult.__dict__["_entries"].__set__,
+        SCANDIR_ITERATOR=scandir_iterator,
+        SCANDIR_NEXT=scandir_iterator.__dict__["__next__"],
+        SCANDIR_CLOSE=scandir_iterator.__dict__["close"],
+        DIRENTRY_NAME=posix.DirEntry.__dict__["name"].__get__,
         _ALLOWED=object(),
     )
     ns["ST"]["cwd"] = ns["_f_cwd"]()
 
     # Faces on os and posix (the same C functions under two names).
-    faces: dict[int, Any] = {}
+    faces: dict[Any, Any] = {}  # original -> face (for the sweep of captured references)
     for name, spec in FACES.items():
         original = getattr(posix, name, None) or getattr(os, name, None)
         if original is None:
@@ -299,8 +310,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
         params, options = spec
         if options.get("post") == "listdir" and not ignore:
             options = {**options, "post": None}
-        face = ns["_f_make_face"](original, params, options, _make_prepare(params))
-        faces[id(original)] = face
+        face = ns["_f_make_face"](original, params, options, _make_prepare(params), name)
+        faces[original] = face
         for module in (os, posix):
             if getattr(module, name, None) is original:
                 set_attr(module, name, face)
@@ -313,8 +324,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
             (_param(0, "file", None, "mode", True, "read"),),
             {"io": True},
             _make_prepare(((0, "file"),)),
+            "open",
         )
-        faces[id(io.open)] = opener
+        faces[io.open] = opener
         import _io
         import builtins
 
@@ -323,27 +335,34 @@ def install(policy: Policy, recorder: Recorder) -> None:
                 set_attr(module, "open", opener)
     defer_sweep(faces)
 
-    # Bound now: the patch runs when sqlite3 loads, after the program started.
-    sealed_builders = _seal.builders()
-    guard, is_face, allow = sealed_builders["GUARD"], sealed_builders["IS_FACE"], _seal._allow_all
-    prepare_database = _make_prepare(((0, "database"),))
-    get = getattr  # the program may replace builtins.getattr before sqlite3 loads
+    # Patched when sqlite3 loads, maybe after the program started: sealed, C calls only.
+    imports.on_import("sqlite3", ns["_f_patch_sqlite"])
+    imports.on_import("_sqlite3", ns["_f_patch_sqlite"])
 
-    def patch_sqlite(module: Any) -> None:
-        connect = get(module, "connect", None)
-        if connect is not None and not is_face(connect):
-            set_attr(module, "connect", guard(connect, allow, prepare=prepare_database))
-
-    imports.on_import("sqlite3", patch_sqlite)
-    imports.on_import("_sqlite3", patch_sqlite)
-
-    # C functions that open a path themselves (no audit event): judged like open().
+    # C functions that open a path themselves (no audit event): judged like open(). Their
+    # prepare functions are made now: a patch runs no code of this module later.
     for module_name, attr, params in C_PATH_FUNCTIONS:
-        imports.on_import(module_name, ns["_f_make_path_patcher"](attr, params, _make_prepare))
+        patcher = ns["_f_make_path_patcher"](attr, params, _make_prepare(params))
+        imports.on_import(module_name, patcher)
 
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
         add_handler(event, handler)
+
+
+def _file_error(cls: type, message: str, canon: str, rule: str, err: int) -> BaseException:
+    """A FileDeniedError / WriteDeniedError (built by faces, outside sealed code)."""
+    exc = cls(message, target=canon, suggested_rule=rule)
+    exc.errno = err
+    exc.strerror = message
+    exc.filename = canon
+    return exc
+
+
+def _path_type_error(path: Any) -> TypeError:
+    """The TypeError refusing a path that is neither str nor bytes (its type's name is
+    read here, outside sealed code: a metaclass may compute it)."""
+    return TypeError(f"pysb: a path must be str or bytes, not {type(path).__name__}")
 
 
 def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:

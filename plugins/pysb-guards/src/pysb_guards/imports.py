@@ -217,15 +217,20 @@ def install(policy: Policy, recorder: Recorder) -> None:
     del _pending_program[:]
 
     add_handler, _close = _seal.audit_registry()
-    mark = _seal.sealed_mark()
     import_name, extended_arg = _opcodes()
     never = frozenset({"pysb_guards"})
     # The names __import__ and import_module let through without asking the judge: those
     # its first test allows on the name alone (see _seal's gates). Program modules join
     # them until the guards are armed.
     fast = {n for n in allowed | program if n and n not in never}
+    b = _seal.builders()
+    # The finder's own frames are the import system's, not an importer's.
+    import_codes = [*_PATCHING_LOADER_CODES, _ReinsertLoader.load_module.__code__]
     ns = _seal.seal_group(
-        [fn for name, fn in vars(_importengine).items() if name.startswith("_e_") and callable(fn)],
+        [
+            *(fn for name, fn in vars(_importengine).items() if name.startswith("_e_")),
+            is_library_file,
+        ],
         STATE={
             "allowed": allowed,
             "program": program,
@@ -239,29 +244,33 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "finder": None,
             "finder_cls": None,
             "find_face": None,
+            "finders": [],
+            "codes": import_codes,
             "learned": set(),
             "roots": (),
             "fast": fast,
         },
         RECORDER=_seal.private_recorder(recorder),
         DENIED=ImportDeniedError,
+        IMPORT_DENIED=_import_denied,
         PREFIXES=library_prefixes(),
-        IS_LIBRARY=is_library_file,
         GETFRAME=sys._getframe,
-        DOOR_NS=_seal.DOOR_NS,
-        REFUSAL=_seal.Refusal,
-        SYS=sys,
-        **_seal.builders(),
+        SYS_DICT=vars(sys),
+        **{k: b[k] for k in ("MAKE_DOOR", "MAKE_GATE", "MAKE_FACE", "IS_FACE", "DEFER")},
+        **{k: b[k] for k in ("REFUSE", "EXC_OF", "IS_GUARD_FRAME", "FRAME_CODE", "DICT_GET")},
+        **{k: b[k] for k in ("CHECK_MODULE", "RESOLVE", "PLACE", "SEALED_BUILTINS")},
         GCD_IMPORT=getattr(_frozen_importlib, "_gcd_import", None),
         BOOTSTRAP=_frozen_importlib,
         FUNCTION=type(install),
-        ALLOW=_seal._allow_all,
-        FACE_CODES=_seal.face_codes(),
-        BOOT_NS=(_frozen_importlib.__dict__, _frozen_importlib_external.__dict__),
-        MARK=mark,
+        CODE=type(install.__code__),
+        TYPE_DICT=type.__dict__["__dict__"].__get__,
+        TYPE_MRO=type.__dict__["__mro__"].__get__,
+        IMPORT_CODES={id(c) for c in import_codes},
+        BOOT0=_frozen_importlib.__dict__,
+        BOOT1=_frozen_importlib_external.__dict__,
         NEVER=never,
         NAMESPACE=types.SimpleNamespace,
-        MODULESPEC=_frozen_importlib.ModuleSpec,
+        NS_DICT=vars,
         ALWAYS=ALWAYS,
         KEEP=KEEP,
         MODULES=sys.modules,
@@ -269,18 +278,15 @@ def install(policy: Policy, recorder: Recorder) -> None:
         IMPORT_NAME=import_name,
         EXTENDED_ARG=extended_arg,
     )
+    ns["IS_LIBRARY"] = ns["is_library_file"]
     state = ns["STATE"]
+    allow = None
 
-    decide = _seal.make_face(_seal.make_door(ns["_e_find_action"], _seal._allow_all, name="decide"))
-    patch = _seal.make_face(_seal.make_door(ns["_e_run_patchers"], _seal._allow_all, name="patch"))
+    decide = _seal.make_face(_seal.make_door(ns["_e_find_action"], allow, name="decide"))
+    patch = _seal.make_face(_seal.make_door(ns["_e_run_patchers"], allow, name="patch"))
     state["find_face"] = _make_find_spec(decide, patch)
-    # The finder's own frames are the import system's, not an importer's.
-    ns["FACE_CODES"] = (
-        *ns["FACE_CODES"],
-        state["find_face"].__code__,
-        *_PATCHING_LOADER_CODES,
-        _ReinsertLoader.load_module.__code__,
-    )
+    import_codes.append(state["find_face"].__code__)
+    ns["IMPORT_CODES"].add(id(state["find_face"].__code__))
     ns["_e_restore_finder"]()
 
     # __import__, importlib.__import__ and importlib.import_module see imports of modules
@@ -290,7 +296,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     if not star:
         original = builtins.__import__
         door = _seal.make_door(original, ns["_e_judge_import"], name="__import__")
-        gate = _seal.make_gate("__import__", original, door, fast)
+        gate = _seal.make_gate("__import__", original, door, fast, _import_args)
         import_face = _seal.make_face(gate, original, None, "__import__")
         builtins.__import__ = import_face
         state["import_face"] = import_face
@@ -318,10 +324,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
     add_handler("exec", ns["_e_audit_exec"])
     _runtime.append(
         (
-            _seal.guard(ns["_e_allow_program"], _seal._allow_all),
-            _seal.guard(ns["_e_arm"], _seal._allow_all),
-            _seal.guard(ns["_e_on_import"], _seal._allow_all),
-            _seal.guard(ns["_e_visit"], _seal._allow_all),
+            _seal.guard(ns["_e_allow_program"], None),
+            _seal.guard(ns["_e_arm"], None),
+            _seal.guard(ns["_e_on_import"], None),
+            _seal.guard(ns["_e_visit"], None),
         )
     )
 
@@ -365,6 +371,51 @@ def _opcodes() -> tuple[int, int]:
     import opcode
 
     return opcode.opmap["IMPORT_NAME"], opcode.opmap["EXTENDED_ARG"]
+
+
+def _import_denied(name: str, rule: str) -> BaseException:
+    """The exception refusing an import (built by faces, outside sealed code)."""
+    from pysb_core.errors import ImportDeniedError
+
+    exc = ImportDeniedError(
+        f"import of '{name}' refused by the sandbox: add `{rule}` to the profile",
+        target=name,
+        suggested_rule=rule,
+    )
+    exc.name = name
+    exc.msg = str(exc)
+    return exc
+
+
+def _import_args(
+    name: Any, globals: Any = None, locals: Any = None, fromlist: Any = (), level: Any = 0
+) -> tuple:
+    """The arguments of an ``__import__`` that is not the gate's short way, as its judge and
+    the original both read them: for a relative import, the package the import system
+    would compute from ``globals`` (``__package__``, else ``__spec__.parent``, else
+    ``__name__``), in a fresh dictionary holding nothing else.
+
+    Plain code, run by the gate (a door) before its judge: reading the program's dictionary
+    may run the program's code, which must never happen in sealed code. When the package
+    cannot be read, the arguments go on unchanged (the judge reads only a dictionary of
+    exact ``str`` keys; the import system raises its own error).
+    """
+    if type(level) is int and level > 0 and isinstance(globals, dict):
+        try:
+            package = globals.get("__package__")
+            if package is None:
+                spec = globals.get("__spec__")
+                if spec is not None:
+                    package = spec.parent
+                else:
+                    package = globals["__name__"]
+                    if "__path__" not in globals:
+                        package = package.rpartition(".")[0]
+            if issubclass(type(package), str):
+                globals = {"__package__": str.__str__(package)}
+        except Exception:
+            pass
+    return name, globals, locals, fromlist, level
 
 
 def _text(value: Any) -> str | None:
