@@ -283,19 +283,24 @@ def decide(m: dict[str, Any], proto: str, ip: Any, port: int, direction: str) ->
     if entry is None:
         return (False, None)
     matches = m["algebra"]["matches"]
-    for label, nets, ports in entry[0]:
-        for low, high in ports:
-            if low <= port <= high:
-                if matches(nets, ip):
-                    return (False, label)
-                break
-    for label, nets, ports in entry[1]:
-        for low, high in ports:
-            if low <= port <= high:
-                if matches(nets, ip):
-                    return (True, label)
-                break
+    denied = _first_match(entry[0], ip, port, matches)
+    if denied is not None:
+        return (False, denied[0])
+    allowed = _first_match(entry[1], ip, port, matches)
+    if allowed is not None:
+        return (True, allowed[0])
     return (False, None)
+
+
+def _first_match(compiled: tuple, ip: Any, port: int, matches: Any) -> tuple | None:
+    """``(label,)`` of the first compiled rule covering ``port`` and ``ip``, else None."""
+    for label, nets, ports in compiled:
+        for low, high in ports:
+            if low <= port <= high:
+                if matches(nets, ip):
+                    return (label,)
+                break
+    return None
 
 
 def check(m: dict[str, Any], proto: str, address: Any, port: int, direction: str) -> tuple:

@@ -255,13 +255,13 @@ def _public_helpers() -> dict[str, Any]:
     )
     return public(
         str, bytes, bytearray, int, tuple, list, dict, type, len, slice, memoryview,
-        issubclass, isinstance, _operator.index, os.fspath, TypeError,
+        issubclass, _operator.index, os.fspath, TypeError,
     )  # fmt: skip
 
 
 def _make_public(
     str_, bytes_, bytearray_, int_, tuple_, list_, dict_, type_, len_, slice_, memoryview_,
-    issubclass_, isinstance_, index, fspath, type_error,
+    issubclass_, index, fspath, type_error,
 ):  # fmt: skip
     """Built with empty builtins (see :func:`_public_helpers`): every name is a parameter."""
     whole = slice_(None)
@@ -346,27 +346,22 @@ def _make_public(
 
         return prepare
 
-    def instancecheck(raw, instancecheck_of_type):
-        def __instancecheck__(cls, obj):
+    def class_check(raw, check, check_of_type):
+        """``__instancecheck__`` / ``__subclasscheck__`` of the guarded class's metaclass:
+        the guarded class answers for the raw one (every socket object is an instance);
+        classes made from it keep the ordinary check."""
+
+        def class_check(cls, obj):
             if cls.__mro__[1] is raw:
-                return isinstance_(obj, raw)
-            return instancecheck_of_type(cls, obj)
+                return check(obj, raw)
+            return check_of_type(cls, obj)
 
-        return __instancecheck__
-
-    def subclasscheck(raw, subclasscheck_of_type):
-        def __subclasscheck__(cls, sub):
-            if cls.__mro__[1] is raw:
-                return issubclass_(sub, raw)
-            return subclasscheck_of_type(cls, sub)
-
-        return __subclasscheck__
+        return class_check
 
     return {
         "address_prepare": address_prepare,
         "resolver_prepare": resolver_prepare,
-        "instancecheck": instancecheck,
-        "subclasscheck": subclasscheck,
+        "class_check": class_check,
     }
 
 
@@ -1120,8 +1115,8 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         "_GuardedType",
         (type,),
         {
-            "__instancecheck__": public["instancecheck"](raw, type.__instancecheck__),
-            "__subclasscheck__": public["subclasscheck"](raw, type.__subclasscheck__),
+            "__instancecheck__": public["class_check"](raw, isinstance, type.__instancecheck__),
+            "__subclasscheck__": public["class_check"](raw, issubclass, type.__subclasscheck__),
             "__module__": "_socket",
             "__doc__": "Keeps isinstance(s, _socket.socket) true for every socket object.",
         },
