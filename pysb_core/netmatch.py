@@ -126,7 +126,7 @@ def numeric_host(host: str) -> IP | None:
 
 def _canonical(address: str | IP) -> IP:
     """Parse ``address``; an IPv4-mapped IPv6 address becomes the IPv4 one."""
-    ip = address if type(address) is tuple else numeric_host(address)
+    ip = address if type(address) is tuple else numeric_host(address)  # type: ignore[arg-type]
     if ip is None:
         raise ValueError(f"'{address}' is not an IP address")
     if ip[0] == 6 and ip[1] >> 32 == _MAPPED_HIGH:

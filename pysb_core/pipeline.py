@@ -311,7 +311,7 @@ class Session:
             # plan.hosts_file is a *path* (bwrap binds it, qemu copies it into the guest).
             import tempfile
 
-            from pysb_core.netrules import hosts_file_text
+            from pysb_core.sysfiles import hosts_file_text
 
             fd, hosts_path = tempfile.mkstemp(prefix="pysb-hosts-")
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -38,9 +38,10 @@ Modules: :mod:`~pysb_core.netns.nft` (pure ruleset compiler), :mod:`~pysb_core.n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # no typing import: this package is on every unshare run
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.netns.nft import CompiledNetwork, Forward, UserNetLayout, compile_network
     from pysb_core.netns.session import NetnsNetwork
     from pysb_core.netns.usernet import INSTALL_HINT, Pasta, Slirp4netns, UserNet, choose_helper

@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.netrules import hosts_file_text
 
+TYPE_CHECKING = False  # no typing import: this module is on every unshare run
 if TYPE_CHECKING:
     from pysb_core.netns import nft
     from pysb_core.netns.usernet import UserNet
@@ -147,6 +146,8 @@ class NetnsNetwork:
     # -- files for a sandbox with its own /etc --------------------------------------------
 
     def hosts_text(self) -> str:
+        from pysb_core.sysfiles import hosts_file_text
+
         return hosts_file_text(self.pins)
 
     def resolv_text(self) -> str:

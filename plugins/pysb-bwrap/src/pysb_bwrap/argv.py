@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from pysb_bwrap.hostfs import (
     TOP_LEVEL_SYSTEM,
@@ -37,6 +36,7 @@ from pysb_core.errors import SandboxError
 from pysb_core.records import Record, field, mutable_record
 from pysb_core.sysfiles import ETC_BASE, ETC_HOSTS, ETC_NETWORK, ETC_RESOLV
 
+TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Exposure

@@ -13,12 +13,14 @@ import functools
 import importlib
 import importlib.util
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import SandboxError
 from pysb_core.provider import Capability
 
+TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.plan import LaunchPlan
 
 #: What the filtering layer enforces when it is present.

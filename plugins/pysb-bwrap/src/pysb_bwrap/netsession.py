@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import SandboxError
 from pysb_core.records import Record, field, mutable_record
 
+TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 #: How long bwrap may take to report its PID (it is milliseconds in practice).
 INFO_TIMEOUT = 20.0

@@ -247,7 +247,7 @@ def _public_helpers() -> dict[str, Any]:
     and built-in types only (:func:`_make_public`)."""
     import _operator
 
-    function_type = type(_public_helpers)
+    function_type: Any = type(_public_helpers)
     public = function_type(
         _make_public.__code__,
         {"__builtins__": {}, "__name__": "pysb_guards.<face>"},

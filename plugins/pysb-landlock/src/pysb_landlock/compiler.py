@@ -12,8 +12,8 @@ express is listed in :attr:`Compiled.gaps` (the Python layer, when active, cover
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any

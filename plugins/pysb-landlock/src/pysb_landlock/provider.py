@@ -14,13 +14,13 @@ layer only, and refuses them under ``--no-python-guards``.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from pysb_core import hookimpl
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
 
+TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

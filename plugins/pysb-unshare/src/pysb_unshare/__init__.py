@@ -18,13 +18,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import LaunchPlan, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
+TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
+    from typing import Any
+
     from pysb_core.netns import NetnsNetwork
 
 __all__ = ["UnshareProvider"]
