@@ -486,16 +486,22 @@ def _n_backstop_handler(event: str, judges: list[Any]) -> Any:
 
     def socket_handler(args: tuple) -> Any:
         sock, address = args[0], args[1]
-        for fast_key, judge in judges:
-            key = fast_key(sock, address, direction)
-            if key is not None and key is not FOREIGN:
-                checked = FAST.get(key)
-                if checked is address:
-                    # The very tuple a face checked and handed to C (exact str and ints),
-                    # not merely one equal to it.
-                    return None
-            if key is FOREIGN:
-                continue
+        # Exact types only are hashed (a str subclass's __hash__ would be the program's).
+        exact = (
+            type(address) is tuple
+            and len(address) == 2
+            and type(address[0]) is str
+            and type(address[1]) is int
+        ) or _n_exact_address(address)
+        for family_of, type_of, proto_of, judge in judges:
+            try:
+                key = (family_of(sock), type_of(sock), proto_of(sock), address, direction)
+            except TypeError:
+                continue  # a socket of another C class: its own entry judges it
+            if exact and FAST.get(key) is address:
+                # The very tuple a face checked and handed to C (exact str and ints), not
+                # merely one equal to it.
+                return None
             verdict = judge(args)
             if verdict is not FOREIGN:
                 return verdict
@@ -1039,13 +1045,13 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
                     and type(address[1]) is int
                 ):
                     try:
-                        key = (family_of(sock), type_of(sock), proto_of(sock))
+                        hit = fast_get(
+                            (family_of(sock), type_of(sock), proto_of(sock), address, direction)
+                        )
                     except TypeError:
-                        key = None
-                    if key is not None:
-                        hit = fast_get((*key, address, direction))
-                        if hit is not None:
-                            return ((sock, hit), kwargs)
+                        hit = None
+                    if hit is not None:
+                        return ((sock, hit), kwargs)
             if kwargs:
                 return None  # these C methods take no keywords: the call fails there
             pos = n + at if at < 0 else at
@@ -1152,16 +1158,6 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
     # were reached (the raw class through the MRO, an original kept in a closure...). The
     # hook judges those too; what the faces already judged costs one lookup.
 
-    def fast_key(sock: Any, address: Any, direction: str) -> Any:
-        """The cache key of an audited call, None (not cacheable), or FOREIGN (a socket of
-        another C class)."""
-        if not _n_exact_address(address):
-            return None
-        try:
-            return (family_of(sock), type_of(sock), proto_of(sock), address, direction)
-        except TypeError:
-            return FOREIGN
-
     def audit_address(direction: str, call: str):
         def judge(args: tuple) -> Any:
             sock, address = args[0], args[1]
@@ -1214,10 +1210,10 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         return refuse_reverse(host if type(host) is str else "?")
 
     backstop: dict[str, Any] = {
-        "socket.connect": (fast_key, audit_address("out", "connect")),
-        "socket.bind": (fast_key, audit_address("in", "bind")),
-        "socket.sendto": (fast_key, audit_address("out", "sendto")),
-        "socket.sendmsg": (fast_key, audit_address("out", "sendmsg")),
+        "socket.connect": (family_of, type_of, proto_of, audit_address("out", "connect")),
+        "socket.bind": (family_of, type_of, proto_of, audit_address("in", "bind")),
+        "socket.sendto": (family_of, type_of, proto_of, audit_address("out", "sendto")),
+        "socket.sendmsg": (family_of, type_of, proto_of, audit_address("out", "sendmsg")),
         "socket.getaddrinfo": audit_name,
         "socket.gethostbyname": audit_name,
         "socket.gethostbyaddr": audit_reverse,
