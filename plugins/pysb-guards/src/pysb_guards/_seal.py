@@ -212,6 +212,8 @@ def _t_door(*args, **kwargs):
         v = ("@J" if 1 else 0)(args, kwargs)
     except "@BE" as e:  # noqa: B030
         return ("@R" if 1 else 0)(e, None)
+    if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     if v is not None:
         if ("@TYPE" if 1 else 0)(v) is not ("@T" if 1 else 0):
             return v
@@ -232,6 +234,8 @@ def _t_door_nopost(*args, **kwargs):
         v = ("@J" if 1 else 0)(args, kwargs)
     except "@BE" as e:  # noqa: B030
         return ("@R" if 1 else 0)(e, None)
+    if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     if v is not None:
         if ("@TYPE" if 1 else 0)(v) is not ("@T" if 1 else 0):
             return v
@@ -275,6 +279,8 @@ def _t_gate_import_module(name, package=None):
 def _t_audit_hook(event, args):
     if event in ("@W" if 1 else 0):
         r = ("@D" if 1 else 0)(event, args)
+        if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
         if r is not None:
             raise ("@B" if 1 else 0)(r)
 
@@ -402,6 +408,11 @@ SHARED: Any = None
 BUILDER_NAMES: Any = None
 SOURCES: Any = None
 BUILT: Any = None
+PENDING_SIGNALS: Any = None
+RUN_PENDING: Any = None
+PENDING: Any = None  # _run_pending's own globals
+BUSY: Any = None
+MAIN: Any = None
 EXC_OF: Any = None
 TB_OF: Any = None
 VALUE_OF: Any = None
@@ -883,6 +894,8 @@ def _fill(ns):
         "@STR": str,
         "@LEN": len,
         "@TE": TypeError,
+        "@PENDING": PENDING_SIGNALS,
+        "@RUN": RUN_PENDING,
     }
     ns["_FACE_CONSTS"] = {
         "@TYPE": type,
@@ -954,12 +967,52 @@ def _returning(fn):
     return call
 
 
+#: Signal handlers of the program that arrived while a guard's sealed code ran: Python
+#: calls a handler between two bytecodes of whatever runs, and the handler's own frame
+#: would have the judge's below it (``f_back`` is not audited). The wrapper that
+#: ``signal.signal`` installs puts them here instead; every door runs them as soon as its
+#: judge returned, and the audit hook as soon as its handlers did, when no sealed frame is
+#: below any more (:func:`_run_pending`). What the list holds is only ever called from
+#: there: a program that reaches it (through this module) can only queue its own calls.
+_PENDING_SIGNALS: list[tuple[Any, int]] = []
+
+
+def _run_pending():
+    """Run the queued handlers, in the main thread, when no sealed frame is below the
+    caller (the hook refuses ``sys._getframe`` of a frame with one on its chain to all but
+    sealed code): else the outer door runs them. Globals: a few names, no builtins."""
+    if GET_IDENT() != MAIN or BUSY:
+        return  # BUSY: the audit event of its own sys._getframe, or a handler's calls
+    BUSY.append(True)
+    try:
+        try:
+            GETFRAME(1)
+        except PermissionError:
+            return
+        while PENDING:
+            handler, signum = PENDING.pop(0)
+            handler(signum, None)
+    finally:
+        BUSY.pop()
+
+
 def _install_hook():
     """Install the one audit hook; the faces adding handlers, closing, checking frames."""
     dispatch, add, close, safe_frame, watched = _sealed(HOOK_FACTORY)(
         DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING
     )
-    hook = _door("audit_hook", "audit_hook", {"@D": dispatch, "@W": watched, "@B": BUILT})
+    hook = _door(
+        "audit_hook",
+        "audit_hook",
+        {
+            "@D": dispatch,
+            "@W": watched,
+            "@B": BUILT,
+            "@PENDING": PENDING_SIGNALS,
+            "@RUN": RUN_PENDING,
+            "@LEN": len,
+        },
+    )
     ADD_AUDIT_HOOK(hook)
     return (
         make_face(make_door(_returning(add), None, name="add")),
@@ -1019,6 +1072,19 @@ def _seal_core() -> dict[str, Any]:
                 "_DEFERRED": _DEFERRED,
             },
             "built",
+        ),
+        "PENDING_SIGNALS": _PENDING_SIGNALS,
+        "RUN_PENDING": _FunctionType(
+            _run_pending.__code__,
+            {
+                "__builtins__": {"PermissionError": PermissionError},
+                "PENDING": _PENDING_SIGNALS,
+                "BUSY": [],
+                "GETFRAME": sys._getframe,
+                "GET_IDENT": _thread.get_ident,
+                "MAIN": _thread.get_ident(),
+            },
+            "run_pending",
         ),
         "SEALED": sealed_builtins,
         "CLOSED": closed,
@@ -1185,7 +1251,13 @@ def _guard_signal_handlers(safe_frame: Callable[[Any], Any]) -> None:
             user = handler
 
             def wrapper(signum: int, frame: Any) -> Any:
-                return user(signum, safe_frame(frame))
+                shown = safe_frame(frame)
+                if shown is None and frame is not None:
+                    # A guard's sealed code was interrupted: the handler runs once it
+                    # returned (see _PENDING_SIGNALS), not with the judge below it.
+                    _PENDING_SIGNALS.append((user, signum))
+                    return None
+                return user(signum, shown)
 
             previous = original_signal(signalnum, wrapper)
             wrappers[id(wrapper)] = (wrapper, user)
