@@ -807,7 +807,10 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
             return IPPROTO_UDP
         return 0
 
-    def j_gethostbyname(args: tuple, kwargs: dict) -> Any:
+    def forward_name(args: tuple, kwargs: dict) -> Any:
+        """``(host, key, pins)`` of a name the guard answers (pins None: a real query, when
+        names outside the pins may resolve), or None when the C function answers (a
+        numeric host, a malformed call); a refusal for any other name."""
         args = resolver_args(args, kwargs, 1, 0)
         if len(args) != 1:
             return None
@@ -816,37 +819,38 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
             return None
         key = NORMALIZE_HOST(text)
         pinned = M_PINNED(M, key)
-        if pinned is None:
-            if not open_names:
-                raise refuse_name(key, None)
-            answer = raw_gethostbyname(args[0])
-            SEEN.setdefault(answer, key)
-            return answer
+        if pinned is None and not open_names:
+            raise refuse_name(key, None)
+        return (args[0], key, pinned)
+
+    def pinned_v4(pinned: Any) -> list[str]:
         v4 = [a for a in pinned if ":" not in a]
         if not v4:
             raise DEFER(gaierror, EAI_AGAIN, "Temporary failure in name resolution")
-        return v4[0]
+        return v4
+
+    def j_gethostbyname(args: tuple, kwargs: dict) -> Any:
+        name = forward_name(args, kwargs)
+        if name is None:
+            return None
+        host, key, pinned = name
+        if pinned is None:
+            answer = raw_gethostbyname(host)
+            SEEN.setdefault(answer, key)
+            return answer
+        return pinned_v4(pinned)[0]
 
     def j_gethostbyname_ex(args: tuple, kwargs: dict) -> Any:
-        args = resolver_args(args, kwargs, 1, 0)
-        if len(args) != 1:
+        name = forward_name(args, kwargs)
+        if name is None:
             return None
-        text = _n_host_text(args[0])
-        if text is None or NUMERIC_HOST(text) is not None:
-            return None
-        key = NORMALIZE_HOST(text)
-        pinned = M_PINNED(M, key)
+        host, key, pinned = name
         if pinned is None:
-            if not open_names:
-                raise refuse_name(key, None)
-            answer = raw_gethostbyname_ex(args[0])
+            answer = raw_gethostbyname_ex(host)
             for a in answer[2]:
                 SEEN.setdefault(a, key)
             return NEW_VALUE(answer)
-        v4 = [a for a in pinned if ":" not in a]
-        if not v4:
-            raise DEFER(gaierror, EAI_AGAIN, "Temporary failure in name resolution")
-        return NEW_VALUE((key, [], v4))
+        return NEW_VALUE((key, [], pinned_v4(pinned)))
 
     def j_gethostbyaddr(args: tuple, kwargs: dict) -> Any:
         args = resolver_args(args, kwargs, 1, 0)
