@@ -253,6 +253,21 @@ ATTACKS += [
         "builtins.len = real_len\nprobe_denied()",
     ),
     (
+        "resolver-with-lying-ints",
+        # An int subclass for family/type/flags whose operators run the program's code: the
+        # judge copies its value with C code and never calls them.
+        "import socket, _socket\nclass I(int):\n"
+        "    def __index__(self):\n        spy(); return int(self)\n"
+        "    def __and__(self, o):\n        spy(); return int.__and__(self, o)\n"
+        "    def __or__(self, o):\n        spy(); return int.__or__(self, o)\n"
+        "    def __eq__(self, o):\n        spy(); return int.__eq__(self, o)\n"
+        "    __hash__ = int.__hash__\n"
+        "for host in ('127.0.0.1', 'nowhere.pysb.test'):\n"
+        "    try:\n        _socket.getaddrinfo(host, 45200, I(0), I(1), I(0), I(0))\n        print('answered')\n"
+        "    except Exception as e:\n        print('refused', type(e).__name__)\n"
+        "probe_denied()",
+    ),
+    (
         "raw-c-method-with-a-lying-address",
         # The raw C method (through the MRO) with a str subclass host: the backstop judges
         # it without calling the subclass's methods.

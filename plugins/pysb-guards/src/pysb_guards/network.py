@@ -340,7 +340,9 @@ def _make_public(
                 args, kwargs = tuple_(values), {}
             for a in args:
                 t = type_(a)
-                if t is not str_ and t is not int_ and t is not bytes_ and a is not None:
+                # int subclasses (IntEnum constants) stay: the judge copies them with C code
+                plain = t is str_ or t is int_ or t is bytes_ or a is None
+                if not plain and not issubclass_(t, int_):
                     return tuple_([exact_address(a) for a in args]), kwargs
             return args, kwargs
 
@@ -718,14 +720,23 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         the faces prepare every call)."""
         if kwargs or len(args) > count:
             raise TypeError("pysb: resolver arguments reach the C function through its face")
+        copied = None
         for i, value in enumerate(args):
             kind = type(value)
+            if kind is not int and issubclass(kind, int):
+                # An IntEnum (socket.SOCK_STREAM...): its value, copied by C code alone
+                # (int.__index__ of an int subclass runs no __index__ of its own); the C
+                # function reads the same value from the object itself.
+                if copied is None:
+                    copied = list(args)
+                copied[i] = value = int.__index__(value)
+                kind = int
             if i >= count - ints and kind is not int:
                 raise TypeError(f"an integer is required (got type {TYPE_NAME(kind)})")
             scalar = kind is str or kind is bytes or kind is int or value is None
             if not scalar and (kind is not tuple or not _n_exact_address(value)):
                 raise TypeError(f"str, bytes or None expected, not {TYPE_NAME(kind)}")
-        return args
+        return args if copied is None else tuple(copied)
 
     def j_getaddrinfo(args: tuple, kwargs: dict) -> Any:
         args = resolver_args(args, kwargs, 6, 4)
