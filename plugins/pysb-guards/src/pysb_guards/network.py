@@ -552,7 +552,7 @@ def _n_hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _n_exact_int(value: Any, what: str) -> int:
+def _n_exact_int(value: Any) -> int:
     if type(value) is int:
         return value
     raise TypeError(f"'{TYPE_NAME(type(value))}' object cannot be interpreted as an integer")
@@ -909,10 +909,10 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         if family == AF_INET6 and not 2 <= len(address) <= 4:
             raise TypeError("AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]])")
         host, port, *rest = address
-        port = _n_exact_int(port, "port")
+        port = _n_exact_int(port)
         if not 0 <= port <= 65535:
             raise OverflowError(f"{call}(): port must be 0-65535.")
-        rest = [_n_exact_int(x, "flowinfo") for x in rest]
+        rest = [_n_exact_int(x) for x in rest]
         proto = sock_proto(sock, call)
         if proto is None:
             return address
@@ -1163,7 +1163,7 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         return (out[0], out[1])
 
     socketpair = MAKE_FACE(
-        MAKE_DOOR(_socket.socketpair, _n_allow_all, adopt, "socketpair"), _socket.socketpair
+        MAKE_DOOR(_socket.socketpair, None, adopt, "socketpair"), _socket.socketpair
     )
     if learning:
         return resolvers, methods, guarded, socketpair, None  # nothing is refused
@@ -1234,7 +1234,3 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         "socket.gethostbyaddr": audit_reverse,
     }
     return resolvers, methods, guarded, socketpair, backstop
-
-
-def _n_allow_all(args: tuple, kwargs: dict) -> None:
-    return None
