@@ -58,3 +58,17 @@ def test_learn_takes_an_optional_value() -> None:
 def test_usage_errors(argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         split_run_args(argv)
+
+
+def test_dash_h_before_the_program_is_pysbs_help() -> None:
+    assert split_run_args(["-h"]).get("help") is True
+    assert split_run_args(["-Ih"]).get("help") is True
+    # after the program it is the program's
+    a = split_run_args(["app.py", "-h"])
+    assert (a.get("help"), a.args) == (None, ["-h"])
+
+
+@pytest.mark.parametrize("option", ["-h", "--help", "--help-all", "-V", "--version"])
+def test_cpython_informational_options_after_double_dash(option: str) -> None:
+    a = split_run_args(["--", option])
+    assert (a.mode, a.target) == ("python-info", option)

@@ -3,7 +3,10 @@
 Parsing stops at ``-m``, ``-c``, ``-``, ``--`` or the first non-option (the script);
 everything after belongs to the program, untouched. CPython's short options before that
 point (glued or not, grouped like ``-Im json.tool``) go to the sandboxed interpreter.
-pysb's own options are long options, so the two never collide.
+pysb's own options are long options, so the two never collide. Two exceptions, for
+help: ``-h`` before the program is pysb's ``--help``, and CPython's informational options
+right after ``--`` (``pysb run -- -h``, ``-- --help-all``, ``-- -V``) ask for CPython's own
+text (mode ``"python-info"``), which needs no sandbox.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from pysb_core.records import Record, field, mutable_record
 #: CPython flags without an argument, and those taking one.
 PY_FLAGS = frozenset("bBdEhiIOPqsSuvVx")
 PY_WITH_ARG = frozenset("WX")
+#: CPython options that only print something (help, version): ``pysb run -- -h``.
+PY_INFO_OPTIONS = frozenset(
+    {"-h", "-?", "--help", "--help-env", "--help-xoptions", "--help-all", "-V", "--version"}
+)
 
 #: pysb's long options: name -> (takes a value, repeatable, value optional).
 PYSB_OPTIONS: dict[str, tuple[bool, bool, bool]] = {
@@ -42,7 +49,8 @@ class UsageError(Exception):
 class RunArgs(Record):
     options: dict[str, object] = field(default_factory=dict)
     python_opts: list[str] = field(default_factory=list)
-    mode: str = "auto"  # "code" | "module" | "script" | "stdin" | "auto" (REPL or stdin)
+    #: "code" | "module" | "script" | "stdin" | "auto" (REPL or stdin) | "python-info"
+    mode: str = "auto"
     target: str | None = None
     args: list[str] = field(default_factory=list)
 
@@ -91,6 +99,9 @@ def split_run_args(argv: list[str]) -> RunArgs:
     while rest:
         arg = rest.pop(0)
         if arg == "--":
+            if rest and rest[0] in PY_INFO_OPTIONS:
+                out.mode, out.target, out.args = "python-info", rest.pop(0), rest
+                return out
             if rest:
                 out.mode, out.target = "script", rest.pop(0)
                 if out.target == "-":
@@ -110,6 +121,9 @@ def split_run_args(argv: list[str]) -> RunArgs:
         i = 1
         while i < len(arg):
             ch = arg[i]
+            if ch == "h":  # pysb's help; CPython's is `pysb run -- -h`
+                out.options["help"] = True
+                return out
             if ch in "cm":
                 value = arg[i + 1 :]
                 if not value:

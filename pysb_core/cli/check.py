@@ -34,8 +34,15 @@ def _source_key(source: str) -> tuple[int, str, int]:
 
 
 def run_check(
-    profile: str | None, provider: str | None, no_python_guards: bool, as_json: bool
+    profile: str | None,
+    provider: str | None,
+    no_python_guards: bool,
+    as_json: bool,
+    *,
+    verbosity: int = 0,
 ) -> int:
+    """Check the profile; ``verbosity`` -1 prints only errors and the verdict, 1 adds
+    each rule's guard family."""
     from pysb_core.pipeline import Program, Session
 
     errors: list[str] = []
@@ -96,18 +103,39 @@ def run_check(
             )
         )
     else:
-        for e in errors:
-            print(e, file=sys.stderr)
+        _print_report(errors, rules, notes, details, provider_name, profile_path, verbosity)
+    return 0 if valid else ExitCode.SETUP_FAILED
+
+
+def _print_report(
+    errors: list[str],
+    rules: list[dict[str, Any]],
+    notes: list[str],
+    details: list[str],
+    provider_name: str,
+    profile_path: str | None,
+    verbosity: int,
+) -> None:
+    from pysb_core.cli.output import paint
+
+    err = sys.stderr
+    valid = not errors
+    for e in errors:
+        print(e, file=err)
+    if verbosity >= 0:
         if rules or profile_path:
             print(f"profile:  {profile_path or '(none)'}")
             print(f"provider: {provider_name}")
             width = max((len(r["rule"]) for r in rules), default=10)
             for row in rules:
-                layers = ", ".join(row["layers"]) or "NONE"
-                print(f"  {row['rule']:<{width}}  [{layers}]  {row['source']}")
+                layers = ", ".join(row["layers"]) or paint("NONE", "red", bold=True)
+                family = f"  ({row['family']})" if verbosity > 0 and row.get("family") else ""
+                print(f"  {row['rule']:<{width}}  [{layers}]  {row['source']}{family}")
         for n in notes:
             print(f"note: {n}")
         for d in details:
             print(d)
-        print("valid" if valid else "invalid", file=sys.stderr if not valid else sys.stdout)
-    return 0 if valid else ExitCode.SETUP_FAILED
+    if valid:
+        print(paint("valid", "green"))
+    else:
+        print(paint("invalid", "red", stream=err), file=err)

@@ -11,18 +11,23 @@ import sys
 import click
 
 from pysb_core import __version__
+from pysb_core.cli.completion import RunCommand, complete_provider, complete_run_args
+from pysb_core.cli.output import QUIET, VERBOSE, level, paint, verbosity_options
 from pysb_core.errors import ExitCode, ProfileError, SandboxError
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(__version__, prog_name="pysb", message="%(prog)s %(version)s")
+@click.version_option(
+    __version__, "-V", "--version", prog_name="pysb", message="%(prog)s %(version)s"
+)
 def cli() -> None:
     """pysb: run Python code with only the capabilities a profile grants."""
 
 
 @cli.command(
+    cls=RunCommand,
     context_settings={
         "ignore_unknown_options": True,
         "allow_extra_args": True,
@@ -30,32 +35,47 @@ def cli() -> None:
     },
     add_help_option=False,
 )
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, shell_complete=complete_run_args)
 @click.pass_context
-def run(ctx: click.Context) -> None:
+def run(ctx: click.Context, args: tuple[str, ...]) -> None:
     """Run a program in the sandbox (see `pysb run --help`)."""
     from pysb_core.cli.run import run_main
 
-    ctx.exit(run_main(list(ctx.args)))
+    ctx.exit(run_main([*args, *ctx.args]))
 
 
 @cli.command()
 @click.option("--profile", "profile", type=click.Path(dir_okay=False), help="Profile to check.")
-@click.option("--provider", "provider", help="Provider to check against.")
+@click.option(
+    "--provider", "provider", help="Provider to check against.", shell_complete=complete_provider
+)
 @click.option("--no-python-guards", is_flag=True, help="Check the OS layer alone.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def check(profile: str | None, provider: str | None, no_python_guards: bool, as_json: bool) -> None:
+@verbosity_options
+def check(
+    profile: str | None,
+    provider: str | None,
+    no_python_guards: bool,
+    as_json: bool,
+    verbose: bool,
+    quiet: bool,
+) -> None:
     """Validate a profile and show which layer enforces each rule."""
     from pysb_core.cli.check import run_check
 
-    sys.exit(run_check(profile, provider, no_python_guards, as_json))
+    verbosity = level(verbose, quiet)
+    sys.exit(run_check(profile, provider, no_python_guards, as_json, verbosity=verbosity))
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def providers(as_json: bool) -> None:
-    """List installed providers, whether they run here, and what they enforce."""
+@verbosity_options
+def providers(as_json: bool, verbose: bool, quiet: bool) -> None:
+    """List installed providers, whether they run here, and what they enforce;
+    then the first-party provider packages that are not installed."""
     from pysb_core.drivers import describe_providers
 
+    verbosity = level(verbose, quiet)
     infos = describe_providers()
     if as_json:
         click.echo(
@@ -80,8 +100,12 @@ def providers(as_json: bool) -> None:
         )
         return
     for i in infos:
-        state = "available" if i.status.available else "unavailable"
-        click.echo(f"{i.name:<11} {i.distribution} {i.version}  {state}")
+        state = paint("available", "green") if i.status.available else paint("unavailable", "red")
+        click.echo(
+            f"{paint(f'{i.name:<11}', 'cyan', bold=True)} {i.distribution} {i.version}  {state}"
+        )
+        if verbosity == QUIET:
+            continue
         if i.description:
             click.echo(f"    {i.description}")
         if not i.status.available:
@@ -89,25 +113,57 @@ def providers(as_json: bool) -> None:
             if i.status.fix:
                 click.echo(f"    fix: {i.status.fix}")
         click.echo(f"    enforces: {', '.join(i.enforces) or 'nothing at the OS level'}")
+        if verbosity == VERBOSE:
+            for key, value in sorted((i.status.details or {}).items()):
+                click.echo(f"    {key}: {value}")
+    if verbosity != QUIET:
+        _not_installed()
+
+
+def _not_installed() -> None:
+    """What ``pip install`` of each missing first-party package would add."""
+    from pysb_core.cli.catalog import installed_distributions, missing_first_party
+
+    missing = missing_first_party(installed_distributions())
+    if not missing:
+        return
+    click.echo("")
+    click.echo("Not installed (first-party packages):")
+    for package in missing:
+        click.echo(
+            f"{paint(f'{package.distribution:<15}', 'yellow')} pip install {package.distribution}"
+        )
+        click.echo(f"    {package.description}")
+        if package.provider:
+            enforces = ", ".join(package.capabilities)
+            click.echo(f"    provider '{package.provider}' would enforce: {enforces}")
+        click.echo(f"    needs: {package.needs}")
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def plugins(as_json: bool) -> None:
+@verbosity_options
+def plugins(as_json: bool, verbose: bool, quiet: bool) -> None:
     """List installed guards, providers and plugins with their hooks."""
     from pysb_core.cli.plugins import list_plugins
 
+    verbosity = level(verbose, quiet)
     rows = list_plugins()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
         click.echo(f"{r['kind']:<8} {r['name']:<10} {r['distribution']} {r['version']}")
+        if verbosity == QUIET:
+            continue
+        if verbosity == VERBOSE:
+            click.echo(f"    module: {r['module']}")
         click.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
 
 
 def fail(exc: SandboxError) -> None:
     errors = exc.errors if isinstance(exc, ProfileError) else str(exc).splitlines()
     for line in errors:
-        click.echo(f"pysb: error: {line}", err=True)
+        prefix = paint("pysb: error:", "red", stream=sys.stderr, bold=True)
+        click.echo(f"{prefix} {line}", err=True)
     sys.exit(ExitCode.SETUP_FAILED)

@@ -39,7 +39,7 @@ PYSB OPTIONS:
   --allow-api NAME      allow a sensitive function or category
   --env NAME=VALUE      set an environment variable inside
   --verbose / --quiet   more or less of pysb's own messages
-  --help                this text
+  -h, --help            this text; CPython's own options: pysb run -- -h
 
 Exit status: the program's; 128+N if killed by signal N; 124 when wall-time expires;
 125 when pysb fails before the program starts.
@@ -104,6 +104,15 @@ def _ipython_allowed(policy) -> bool:
     return policy.imports is not None and ("*" in policy.imports or "IPython" in policy.imports)
 
 
+def _python_info(args: RunArgs) -> int:
+    """``pysb run -- -h``: CPython's own help or version text. It runs nothing of the
+    user's, so no sandbox (and no learning run) is started for it."""
+    import subprocess
+
+    sys.stdout.flush()
+    return subprocess.call([sys.executable, *args.python_opts, args.target or "-h"])
+
+
 def run_main(argv: list[str]) -> int:
     """Entry of ``pysb run``; returns the exit status."""
     try:
@@ -118,6 +127,8 @@ def run_main(argv: list[str]) -> int:
     if args.get("help"):
         sys.stdout.write(RUN_HELP)
         return 0
+    if args.mode == "python-info":
+        return _python_info(args)
     learn = args.get("learn")
     try:
         from pysb_core.pipeline import Session
