@@ -101,8 +101,13 @@ def _f_translate(abspath):
     return None
 
 
-def _f_realpath(path):
-    """Canonical form of an absolute path (symlinks resolved, missing tail kept)."""
+def _f_realpath(path, through_proc=None):
+    """Canonical form of an absolute path (symlinks resolved, missing tail kept).
+
+    ``through_proc`` (a list) gets an item when a link below ``/proc`` was followed
+    (``/proc/self``, ``/proc/*/fd/N``, ``/dev/fd`` -> ``/proc/self/fd``...): the answer then
+    depends on the program's file descriptors and working directory, which change without
+    any call the guard sees (``dup2``), so it must not be cached."""
     out = ""
     rest = [p for p in path.split("/") if p and p != "."]
     rest.reverse()
@@ -126,6 +131,8 @@ def _f_realpath(path):
             continue
         if _f_mode(st) & 0o170000 == 0o120000:  # a symbolic link
             links += 1
+            if through_proc is not None and candidate.startswith("/proc/"):
+                through_proc.append(candidate)
             if links > 40:  # a loop: the kernel says ELOOP; keep going lexically, as
                 missing = True  # os.path.realpath does
                 out = candidate
@@ -148,14 +155,14 @@ def _f_realpath(path):
     return out or "/"
 
 
-def _f_canon(abspath, follow):
+def _f_canon(abspath, follow, through_proc=None):
     if follow:
-        return _f_realpath(abspath)
+        return _f_realpath(abspath, through_proc)
     stripped = abspath.rstrip("/")
     head, _, tail = stripped.rpartition("/")
     if tail in ("", ".", ".."):
-        return _f_realpath(abspath)
-    base = _f_realpath(head or "/")
+        return _f_realpath(abspath, through_proc)
+    base = _f_realpath(head or "/", through_proc)
     return (base if base != "/" else "") + "/" + tail
 
 
@@ -337,7 +344,10 @@ def _f_check(path, write, follow, dir_fd, kind):
             message = f"pysb: directory descriptor {dir_fd} cannot be resolved"
         return REFUSE(DEFER(FDENIED, message))
     translated = _f_translate(absolute) if ST["renames"] else None
-    canon = _f_canon(translated or absolute, follow)
+    through_proc = [] if key is not None else None
+    canon = _f_canon(translated or absolute, follow, through_proc)
+    if through_proc:
+        key = None  # a decision through /proc/*/fd holds only until the next dup2
     if ST["learning"]:
         _f_learn(canon, write, kind)
         verdict = None

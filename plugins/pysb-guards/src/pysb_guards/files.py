@@ -22,7 +22,9 @@ cannot be created pointing outside the exposures, a hard link needs a writable s
 Profile files are never writable. Integer file descriptors pass (a held fd is a capability).
 
 Resolved decisions are cached per absolute path; the cache is dropped whenever the program
-renames, removes or links something, and ``os.chdir`` refreshes the working directory.
+renames, removes or links something, and ``os.chdir`` refreshes the working directory. A
+path whose resolution followed a link below ``/proc`` (``/proc/self/fd/N/..``, ``/dev/fd/N``,
+a symlink to either) is never cached: ``dup2`` re-points it without a call the guard sees.
 """
 
 from __future__ import annotations
