@@ -82,8 +82,24 @@ def _with_state_dirs(policy: Policy, environ: Mapping[str, str]) -> Policy:
     return policy.replace(state_dirs=(real,)) if real else policy
 
 
-def _profile_from_env(environ: Mapping[str, str]) -> str | None:
-    return environ.get("PYSB_PROFILE") or None
+#: How a partial-mode caller starts a learning run (the CLI names its own command).
+API_LEARN_HINT = "pass learn=True to sandboxes() (or pysb_core.run())"
+
+
+def _learning_notice(policy: Policy, cwd: str) -> str:
+    """What a learning run says before the program starts: it is not sandboxed."""
+    from pysb_core.profile.loader import display_path
+
+    target = display_path(policy.learn_path, cwd) if policy.learn_path else "the profile"
+    swapped = (
+        f" instead of '{policy.provider}' (a learning run must see every access)"
+        if policy.provider != "subprocess"
+        else ""
+    )
+    return (
+        "learning run: the program runs WITHOUT a sandbox (provider 'subprocess'"
+        f"{swapped}); nothing is refused, every access is recorded into {target}"
+    )
 
 
 class Session:
@@ -136,10 +152,16 @@ class Session:
         verbose: bool = False,
         extra_plugins: Sequence[Any] = (),
         enforce: bool = True,
+        learn_hint: str | None = None,
     ) -> Session:
-        """Load everything a run needs; raise a SandboxError subclass (exit 125) if not sound."""
+        """Load everything a run needs; raise a SandboxError subclass (exit 125) if not sound.
+
+        With no profile to enforce (none found, or the named one does not exist) the run is
+        refused unless ``learn`` asks for a learning run; ``learn_hint`` tells the user how
+        this caller starts one (``pysb run --learn ...``; the API's ``learn=True``).
+        """
         from pysb_core.drivers import load_provider, load_provider_class
-        from pysb_core.profile import discover_profile, load_policy
+        from pysb_core.profile import choose_profile, load_policy
         from pysb_core.profile.schema import ProfileSchema
 
         environ = dict(os.environ if environ is None else environ)
@@ -154,12 +176,12 @@ class Session:
 
         schema = ProfileSchema()
         hooks.add_profile_keys(schema)
-        if profile is None:
-            profile = _profile_from_env(environ) or discover_profile(script, module, cwd)
+        choice = choose_profile(profile, script=script, module=module, cwd=cwd, environ=environ)
+        choice.require(learning=bool(learn), learn_hint=learn_hint or API_LEARN_HINT, cwd=cwd)
         if provider is None:
             provider = environ.get("PYSB_PROVIDER") or None
         policy = load_policy(
-            profile,
+            choice.path,
             cwd=cwd,
             environ=environ,
             cli=cli,
@@ -168,12 +190,9 @@ class Session:
             learn=learn,
             schema=schema,
         )
-        if policy.learn and policy.provider != "subprocess":
-            _warn(
-                stderr,
-                f"learning run: using the 'subprocess' provider instead of '{policy.provider}' "
-                "(a learning run must see every access)",
-            )
+        if policy.learn:
+            load_provider_class(policy.provider)  # an unknown provider is refused here too
+            _warn(stderr, _learning_notice(policy, cwd))
             policy = policy.replace(provider="subprocess")
         if policy.python_guards and not guard_families:
             _warn(

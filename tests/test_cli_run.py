@@ -321,7 +321,9 @@ def test_many_import_roots_do_not_lengthen_the_command_line(tmp_path) -> None:
     sys.path.extend(extra)
     python_paths.cache_clear()  # cached per process: must not keep the 200 roots
     try:
-        session = Session.create(provider="subprocess", profile=None, cwd=str(tmp_path))
+        session = Session.create(
+            provider="subprocess", profile=None, learn=True, cwd=str(tmp_path), stderr=None
+        )
         plan = session.plan(Program("code", argv=["-c"], code="pass"))
     finally:
         sys.path[:] = saved

@@ -473,8 +473,10 @@ def test_provider_precedence(tmp_path: Path, env) -> None:
     assert load(tmp_path, env).provider == "subprocess"
 
 
-def test_missing_profile_is_a_learning_run_into_it(tmp_path: Path, env) -> None:
+def test_missing_profile_learns_into_it_only_when_asked(tmp_path: Path, env) -> None:
     p = load(tmp_path, {**env, "SOME": "v"}, "sub/new.yaml")
+    assert not p.learn and p.imports is None and p.env == {}  # nothing implicit: deny all
+    p = load_policy("sub/new.yaml", cwd=str(tmp_path), environ={**env, "SOME": "v"}, learn=True)
     assert p.learn and p.learn_path == str(tmp_path / "sub" / "new.yaml")
     assert p.profile_files == () and p.profile_path is None
     assert p.env["SOME"] == "v"  # a learning run passes the host environment through
@@ -482,9 +484,9 @@ def test_missing_profile_is_a_learning_run_into_it(tmp_path: Path, env) -> None:
 
 def test_no_profile(tmp_path: Path, env) -> None:
     p = load_policy(None, cwd=str(tmp_path), environ=env)
-    assert p.learn and p.learn_path == str(tmp_path / ".pysb.yaml")
-    p = load_policy(None, cwd=str(tmp_path), environ=env, learn=False)
     assert not p.learn and p.imports is None and p.env == {}
+    p = load_policy(None, cwd=str(tmp_path), environ=env, learn=True)
+    assert p.learn and p.learn_path == str(tmp_path / ".pysb.yaml")
     p = load_policy(None, cwd=str(tmp_path), environ=env, learn="out.yaml")
     assert p.learn_path == str(tmp_path / "out.yaml")
 

@@ -1,13 +1,18 @@
-"""The pysb demo: a real program under a real OS provider, one allowed and one refused access.
+"""The pysb demo: the explicit flow -- learn a profile, then enforce it under a real OS provider.
 
 Run with ``make demo``. It creates a throw-away project with a public data directory and a
-secret file beside it, writes a profile that exposes only the data, and runs the same
-program twice:
+secret file beside it, and a program that reads the file named on its command line, once
+with ``open()`` and once with ``/bin/cat``. Then:
 
-1. with the Python guards and the OS provider: the secret read is refused by the Python
-   layer, with the profile line that would allow it;
-2. with ``--no-python-guards``: the program runs ``/bin/cat`` on the secret, and the kernel
-   (the OS provider) refuses it.
+0. ``pysb run --provider P app.py SECRET`` with no profile: refused (exit 125) -- pysb
+   never runs a program unconfined unless asked -- with the command that would learn one;
+1. ``pysb run --learn app.py data/hello.txt``: a learning run (no sandbox, and pysb says
+   so) on an ordinary input writes a least-privilege ``.pysb.yaml``, shown for review;
+2. ``pysb run --provider P app.py SECRET``: the learned profile enforced by the Python
+   guards and the OS provider: the secret read is refused with the profile line that would
+   allow it;
+3. the same with ``--no-python-guards``: ``/bin/cat`` on the secret is refused by the
+   kernel (the OS provider) alone.
 """
 
 from __future__ import annotations
@@ -21,25 +26,13 @@ from pathlib import Path
 
 PROGRAM = """\
 import subprocess, sys
-print("read data/hello.txt ->", open("data/hello.txt").read().strip())
+target = sys.argv[1]
 try:
-    open(sys.argv[1]).read()
-    print("read the secret -> NOT REFUSED")
+    print(f"open({target!r}) ->", open(target).read().strip())
 except OSError as e:
-    print("read the secret ->", type(e).__name__ + ":", e)
-r = subprocess.run(["/bin/cat", sys.argv[1]], capture_output=True, text=True)
-print("/bin/cat the secret ->", "exit", r.returncode, r.stderr.strip() or r.stdout.strip())
-"""
-
-PROFILE = """\
-version: 1
-files:
-  expose-ro: [.]
-imports: [subprocess]
-api:
-  allow: [process-exec]
-env:
-  PATH: /usr/bin:/bin
+    print(f"open({target!r}) ->", type(e).__name__ + ":", e)
+r = subprocess.run(["/bin/cat", target], capture_output=True, text=True)
+print(f"/bin/cat {target} ->", "exit", r.returncode, r.stderr.strip() or r.stdout.strip())
 """
 
 
@@ -54,6 +47,14 @@ def pick_provider(pysb: str) -> str:
     sys.exit("demo: no OS provider is available here (see `pysb providers`)")
 
 
+def _step(pysb: str, project: Path, title: str, args: list[str]) -> subprocess.CompletedProcess:
+    print(f"== {title}\n$ pysb {' '.join(args)}")
+    r = subprocess.run([pysb, *args], cwd=project, capture_output=True, text=True)
+    print(r.stdout + (r.stderr and f"[stderr] {r.stderr}"), end="")
+    print(f"[exit {r.returncode}]\n")
+    return r
+
+
 def main() -> None:
     pysb = shutil.which("pysb", path=os.path.dirname(sys.executable)) or "pysb"
     provider = pick_provider(pysb)
@@ -65,19 +66,22 @@ def main() -> None:
         secret = root / "secret.txt"
         secret.write_text("TOP SECRET: outside every exposure\n")
         (project / "app.py").write_text(PROGRAM)
-        (project / ".pysb.yaml").write_text(PROFILE)
-        print(f"$ cat .pysb.yaml\n{PROFILE}")
+        enforce = ["run", "--provider", provider, "app.py", str(secret)]
+
+        r = _step(pysb, project, "No profile yet: pysb refuses to run unconfined", enforce)
+        if r.returncode != 125 or "TOP SECRET" in r.stdout:
+            sys.exit("demo: a run without a profile was not refused -- this must never happen")
+        learn = ["run", "--learn", "app.py", "data/hello.txt"]
+        r = _step(pysb, project, "Learn a profile from an ordinary run (no sandbox)", learn)
+        if r.returncode != 0:
+            sys.exit("demo: the learning run failed")
+        print(f"$ cat .pysb.yaml   # review it\n{(project / '.pysb.yaml').read_text()}")
         for extra, title in (
-            ([], f"Python guards + OS provider '{provider}'"),
+            ([], f"Enforce it: Python guards + OS provider '{provider}'"),
             (["--no-python-guards"], f"OS provider '{provider}' alone (the kernel refuses)"),
         ):
-            cmd = [pysb, "run", "--provider", provider, *extra, "app.py", str(secret)]
-            shown = " ".join(["pysb run --provider", provider, *extra, "app.py", str(secret)])
-            print(f"== {title}\n$ {shown}")
-            r = subprocess.run(cmd, cwd=project, capture_output=True, text=True)
-            print(r.stdout + (r.stderr and f"[stderr] {r.stderr}"), end="")
-            print(f"[exit {r.returncode}]\n")
-            if "NOT REFUSED" in r.stdout or "TOP SECRET" in r.stdout:
+            r = _step(pysb, project, title, [*enforce[:3], *extra, *enforce[3:]])
+            if r.returncode != 0 or "TOP SECRET" in r.stdout:
                 sys.exit("demo: the secret was readable -- this must never happen")
 
 

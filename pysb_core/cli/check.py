@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -44,6 +45,7 @@ def run_check(
     """Check the profile; ``verbosity`` -1 prints only errors and the verdict, 1 adds
     each rule's guard family."""
     from pysb_core.pipeline import Program, Session
+    from pysb_core.profile.discovery import ProfileNotFoundError
 
     errors: list[str] = []
     rules: list[dict[str, Any]] = []
@@ -59,6 +61,9 @@ def run_check(
             stderr=None,
             enforce=False,
         )
+    except ProfileNotFoundError as exc:
+        named = ["--profile", profile] if profile else []
+        errors = exc.with_hint(shlex.join(["pysb", "run", "--learn", *named]) + " SCRIPT").errors
     except ProfileError as exc:
         errors = list(exc.errors)
     except SandboxError as exc:
@@ -79,7 +84,7 @@ def run_check(
             )
         notes = [*report.notes, *_provider_notes(policy)]
         if policy.learn:
-            notes.append("no profile found: `pysb run` would start a learning run")
+            notes.append("learn: this profile asks for a learning run (no sandbox)")
         plan = session.plan(Program("code", argv=["-c"], code="pass"))
         try:
             details = session.provider.describe(plan)

@@ -130,9 +130,10 @@ def run_main(argv: list[str]) -> int:
     if args.mode == "python-info":
         return _python_info(args)
     learn = args.get("learn")
-    try:
-        from pysb_core.pipeline import Session
+    from pysb_core.pipeline import Session
+    from pysb_core.profile.discovery import ProfileNotFoundError
 
+    try:
         session = Session.create(
             profile=args.get("profile"),  # type: ignore[arg-type]
             provider=args.get("provider"),  # type: ignore[arg-type]
@@ -145,6 +146,8 @@ def run_main(argv: list[str]) -> int:
             stderr=None if args.get("quiet") else sys.stderr,
             verbose=bool(args.get("verbose")),
         )
+    except ProfileNotFoundError as exc:
+        return _fail("\n".join(exc.with_hint(learn_command(argv)).errors))
     except ProfileError as exc:
         return _fail("\n".join(exc.errors))
     except SandboxError as exc:
@@ -152,6 +155,13 @@ def run_main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     return _run(session, args)
+
+
+def learn_command(argv: list[str]) -> str:
+    """The command that starts a learning run of what the user asked to run."""
+    import shlex
+
+    return shlex.join(["pysb", "run", "--learn", *argv])
 
 
 #: Set by :func:`process_main`: the collector is paused until the sandbox has started.

@@ -11,22 +11,34 @@ One job per module:
 - :mod:`.compile` -- meaning (paths, rules, limits, environment) and the lock;
 - :mod:`.writer` -- merges what a learning run learned into a profile, text-preserving.
 
-The pipeline calls :func:`discover_profile` then :func:`load_policy`; plugins see only
+The pipeline calls :func:`choose_profile` (:mod:`.discovery`) then :func:`load_policy`;
+plugins see only
 :class:`~pysb_core.profile.schema.ProfileSchema` (``pysb_add_profile_keys``) and
 :class:`~pysb_core.learning.LearnedProfile` (``pysb_learned``).
 """
 
 from __future__ import annotations
 
-import os
-
 from pysb_core.profile.compile import load_policy
+from pysb_core.profile.discovery import (
+    PROFILE_NAME,
+    ProfileChoice,
+    choose_profile,
+    discover_profile,
+)
 from pysb_core.profile.schema import Located, ProfileSchema
 from pysb_core.records import Record, field, mutable_record
 
-__all__ = ["CliRules", "Located", "ProfileSchema", "discover_profile", "load_policy"]
-
-PROFILE_NAME = ".pysb.yaml"
+__all__ = [
+    "PROFILE_NAME",
+    "CliRules",
+    "Located",
+    "ProfileChoice",
+    "ProfileSchema",
+    "choose_profile",
+    "discover_profile",
+    "load_policy",
+]
 
 
 @mutable_record
@@ -57,55 +69,3 @@ class CliRules(Record):
                 self.env,
             )
         )
-
-
-def _module_dir(module: str, cwd: str) -> str | None:
-    """The directory holding MODULE's file, found *without importing anything*.
-
-    ``importlib.util.find_spec("pkg.mod")`` would import ``pkg`` -- running the program's
-    own code on the host, outside the sandbox. The path finder is asked for each
-    component instead, as ``-m`` would search (the working directory first).
-    """
-    import sys
-    from importlib.machinery import PathFinder
-
-    path: list[str] | None = [cwd, *[p for p in sys.path if p]]
-    spec = None
-    for part in module.split("."):
-        if not part.isidentifier():
-            return None
-        try:
-            spec = PathFinder.find_spec(part, path)
-        except (ImportError, ValueError, OSError):
-            return None
-        if spec is None:
-            return None
-        path = list(spec.submodule_search_locations or [])
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:  # a package: its own directory
-        locations = list(spec.submodule_search_locations)
-        return locations[0] if locations else None
-    if spec.origin and os.path.isabs(spec.origin):
-        return os.path.dirname(spec.origin)
-    return None
-
-
-def discover_profile(script: str | None, module: str | None, cwd: str) -> str | None:
-    """Find the profile of a run (SPEC §3): next to SCRIPT, in MODULE's package, else cwd.
-
-    Returns an absolute path, or None when no ``.pysb.yaml`` exists in those places.
-    """
-    candidates: list[str] = []
-    if script and script != "-":
-        path = os.path.join(cwd, os.path.expanduser(script))
-        candidates.append(os.path.join(os.path.dirname(os.path.abspath(path)), PROFILE_NAME))
-    elif module:
-        directory = _module_dir(module, cwd)
-        if directory:
-            candidates.append(os.path.join(directory, PROFILE_NAME))
-    candidates.append(os.path.join(os.path.abspath(cwd), PROFILE_NAME))
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return os.path.normpath(candidate)
-    return None

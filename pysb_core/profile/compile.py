@@ -313,8 +313,10 @@ def load_policy(
 ) -> Policy:
     """Load ``profile`` (with includes), add ``cli`` rules, and compile the frozen policy.
 
-    ``profile=None`` means no profile (a learning run into ``./.pysb.yaml`` unless
-    ``learn=False``); a path that does not exist starts a learning run that creates it.
+    ``profile=None``, or a path that does not exist, compiles no file at all: the empty,
+    deny-everything policy -- or, with ``learn``, a learning run that creates the profile.
+    Whether a run may start without a profile is decided before, by
+    :meth:`~pysb_core.profile.discovery.ProfileChoice.require` (it may not, unless learning).
     Arguments override the profile's scalars. Raises :class:`ProfileError` listing every
     problem as ``FILE:LINE: message``.
     """
@@ -323,14 +325,11 @@ def load_policy(
     errors: list[str] = []
     files: list[ProfileFile] = []
     profile_path: str | None = None
-    missing = profile is None
     if profile is not None:
         profile_path = os.path.normpath(os.path.join(cwd, expand_user(profile, environ)))
         if not _missing(profile_path):
             files, errs = load_files(profile_path, cwd=cwd, environ=environ)
             errors.extend(errs)
-        else:
-            missing = True
     collected, errs = merge_files(files, schema, environ)
     errors.extend(errs)
 
@@ -347,7 +346,7 @@ def load_policy(
             comp.err(CLI, f"{opt} refused: 'learn: false' at {lock_item.loc} locks the rules")
         if learn:
             comp.err(CLI, f"learning refused: 'learn: false' at {lock_item.loc} locks this profile")
-    learning, learn_path = _learning(comp, sc.get("learn"), learn, missing, profile_path, cwd)
+    learning, learn_path = _learning(comp, sc.get("learn"), learn, profile_path, cwd)
 
     if cli is not None and not locked:
         _add_cli(collected, cli)
@@ -427,7 +426,6 @@ def _learning(
     comp: _Compiler,
     item: Item | None,
     learn: bool | str | None,
-    missing: bool,
     profile_path: str | None,
     cwd: str,
 ) -> tuple[bool, str | None]:
@@ -449,8 +447,6 @@ def _learning(
             return False, None
         path = expand_user(text, comp.environ)
         return True, os.path.normpath(os.path.join(item.directory or cwd, path))
-    if missing:
-        return True, default_path
     return False, None
 
 

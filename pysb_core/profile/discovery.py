@@ -1,0 +1,194 @@
+"""Which profile a run uses, and the refusal when there is none (SPEC §1, §3).
+
+:func:`choose_profile` is the one place that decides: a profile named by ``--profile`` /
+the API, else ``PYSB_PROFILE``, else ``.pysb.yaml`` next to SCRIPT or in MODULE's
+package, else ``./.pysb.yaml``. A run never falls back to running unconfined: when the
+named file does not exist, or nothing was found, :meth:`ProfileChoice.require` raises
+:class:`ProfileNotFoundError` -- unless the caller asked for a learning run, which creates
+the profile. No file is read here (the loader does that) and none is ever written.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pysb_core.errors import ProfileError
+from pysb_core.records import Record, record
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PROFILE_NAME = ".pysb.yaml"
+
+#: How a profile was chosen, as the user would name the source.
+NAMED = "--profile"
+FROM_ENV = "PYSB_PROFILE"
+DISCOVERED = "discovered"
+
+
+class ProfileNotFoundError(ProfileError):
+    """No profile to enforce: the run must not start (exit 125), nothing is written.
+
+    ``errors`` holds the problem, then how to start a learning run (``learn_hint``);
+    :meth:`with_hint` rewrites the latter in the words of another caller (the CLI).
+    """
+
+    def __init__(self, problem: str, learn_hint: str) -> None:
+        self.problem = problem
+        self.learn_hint = learn_hint
+        super().__init__(
+            [
+                problem,
+                "to record a profile, start a learning run "
+                f"(the program then runs WITHOUT a sandbox): {learn_hint}",
+            ]
+        )
+
+    def with_hint(self, learn_hint: str) -> ProfileNotFoundError:
+        return ProfileNotFoundError(self.problem, learn_hint)
+
+
+@record
+class ProfileChoice(Record):
+    """The profile a run will use.
+
+    ``path`` is absolute (None when discovery found nothing); ``origin`` is ``--profile``
+    (or the API's ``profile=``), ``PYSB_PROFILE`` or ``discovered``; ``searched`` lists
+    the places discovery looked.
+    """
+
+    path: str | None
+    origin: str
+    searched: tuple[str, ...] = ()
+
+    @property
+    def exists(self) -> bool:
+        return self.path is not None and os.path.isfile(self.path)
+
+    def require(self, *, learning: bool, learn_hint: str, cwd: str) -> None:
+        """Refuse (:class:`ProfileNotFoundError`) a run that has no profile to enforce.
+
+        ``learning``: the caller asked for a learning run (it creates the profile).
+        ``learn_hint``: how this caller starts a learning run (a command, an argument).
+        """
+        if learning or self.exists:
+            return
+        from pysb_core.profile.loader import display_path
+
+        if self.path is None:
+            places = " or ".join(display_path(p, cwd) for p in self.searched) or PROFILE_NAME
+            problem = f"no profile found (looked for {places}); pysb runs nothing unconfined"
+        else:
+            shown = display_path(self.path, cwd)
+            source = "--profile" if self.origin == NAMED else self.origin
+            what = "is not a file" if os.path.exists(self.path) else "does not exist"
+            problem = f"profile {shown} {what} (named by {source}); the program was not started"
+            similar = _similar_profile(self.path)
+            if similar:
+                problem += f" (did you mean {display_path(similar, cwd)}?)"
+        raise ProfileNotFoundError(problem, learn_hint)
+
+
+def _similar_profile(path: str) -> str | None:
+    """A profile file next to ``path`` whose name is close to it (a typo)."""
+    import difflib
+
+    directory, name = os.path.split(path)
+    try:
+        names = [
+            n
+            for n in os.listdir(directory or ".")
+            if n.endswith((".yaml", ".yml")) and os.path.isfile(os.path.join(directory, n))
+        ]
+    except OSError:
+        return None
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return os.path.join(directory, close[0]) if close else None
+
+
+def choose_profile(
+    named: str | None,
+    *,
+    script: str | None,
+    module: str | None,
+    cwd: str,
+    environ: Mapping[str, str],
+) -> ProfileChoice:
+    """Decide which profile a run uses (SPEC §3), without reading it."""
+    from pysb_core.profile.loader import expand_user
+
+    if named is not None:
+        path = os.path.normpath(os.path.join(cwd, expand_user(named, environ)))
+        return ProfileChoice(path, NAMED)
+    from_env = environ.get("PYSB_PROFILE")
+    if from_env:
+        path = os.path.normpath(os.path.join(cwd, expand_user(from_env, environ)))
+        return ProfileChoice(path, FROM_ENV)
+    candidates = profile_candidates(script, module, cwd)
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return ProfileChoice(os.path.normpath(candidate), DISCOVERED, tuple(candidates))
+    return ProfileChoice(None, DISCOVERED, tuple(candidates))
+
+
+def discover_profile(script: str | None, module: str | None, cwd: str) -> str | None:
+    """Find the profile of a run (SPEC §3): next to SCRIPT, in MODULE's package, else cwd.
+
+    Returns an absolute path, or None when no ``.pysb.yaml`` exists in those places.
+    """
+    for candidate in profile_candidates(script, module, cwd):
+        if os.path.isfile(candidate):
+            return os.path.normpath(candidate)
+    return None
+
+
+def profile_candidates(script: str | None, module: str | None, cwd: str) -> list[str]:
+    """The places a profile is looked for, in order (absolute, without duplicates)."""
+    candidates: list[str] = []
+    if script and script != "-":
+        path = os.path.join(cwd, os.path.expanduser(script))
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(path)), PROFILE_NAME))
+    elif module:
+        directory = _module_dir(module, cwd)
+        if directory:
+            candidates.append(os.path.join(directory, PROFILE_NAME))
+    candidates.append(os.path.join(os.path.abspath(cwd), PROFILE_NAME))
+    out: list[str] = []
+    for c in candidates:
+        c = os.path.normpath(c)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _module_dir(module: str, cwd: str) -> str | None:
+    """The directory holding MODULE's file, found *without importing anything*.
+
+    ``importlib.util.find_spec("pkg.mod")`` would import ``pkg`` -- running the program's
+    own code on the host, outside the sandbox. The path finder is asked for each
+    component instead, as ``-m`` would search (the working directory first).
+    """
+    import sys
+    from importlib.machinery import PathFinder
+
+    path: list[str] | None = [cwd, *[p for p in sys.path if p]]
+    spec = None
+    for part in module.split("."):
+        if not part.isidentifier():
+            return None
+        try:
+            spec = PathFinder.find_spec(part, path)
+        except (ImportError, ValueError, OSError):
+            return None
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package: its own directory
+        locations = list(spec.submodule_search_locations)
+        return locations[0] if locations else None
+    if spec.origin and os.path.isabs(spec.origin):
+        return os.path.dirname(spec.origin)
+    return None

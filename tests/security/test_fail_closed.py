@@ -1,0 +1,125 @@
+"""Security regression corpus: pysb never runs code with less confinement than asked.
+
+Each test is an edge where an earlier pysb ran a program unconfined, trusted a name, or
+answered a plugin failure with a traceback (issue 15). Real ``pysb`` processes, real
+child interpreters; a program that must not run writes a marker file, and the test checks
+that the file does not exist (the program never started), not only the exit status.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import Project
+
+#: A program that leaves a trace when it runs at all.
+EVIL = "open('RAN', 'w').write('unconfined')\nimport os\nprint(len(os.environ))\n"
+OPEN = "version: 1\nimports: '*'\nfiles:\n  expose-rw: [.]\napi:\n  allow: ['*']\n"
+
+
+def _refused(project: Project, r, *, wrote_profile: bool = False) -> None:
+    assert r.returncode == 125, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("pysb: error: "), r.stderr
+    assert not (project.root / "RAN").exists(), "the program ran"
+    assert (project.root / ".pysb.yaml").exists() is wrote_profile
+
+
+# -- 1. learning only when asked --------------------------------------------------------
+
+
+def test_mistyped_profile_is_refused_with_the_learning_command(project: Project) -> None:
+    project.profile(OPEN, name="strict.yaml")
+    project.file("evil.py", EVIL)
+    r = project.run("run", "--profile", "strct.yaml", "evil.py")
+    _refused(project, r)
+    assert "strct.yaml" in r.stderr and "does not exist" in r.stderr
+    assert "did you mean strict.yaml" in r.stderr
+    assert "pysb run --learn --profile strct.yaml evil.py" in r.stderr
+    assert not (project.root / "strct.yaml").exists()
+
+
+def test_pysb_profile_naming_a_missing_file_is_refused(project: Project) -> None:
+    project.file("evil.py", EVIL)
+    r = project.run("run", "evil.py", env={"PYSB_PROFILE": "nosuch.yaml"})
+    _refused(project, r)
+    assert "nosuch.yaml" in r.stderr and "PYSB_PROFILE" in r.stderr
+    assert not (project.root / "nosuch.yaml").exists()
+
+
+def test_no_profile_found_is_refused_and_writes_nothing(project: Project) -> None:
+    project.file("evil.py", EVIL)
+    r = project.run("run", "evil.py")
+    _refused(project, r)
+    assert "no profile" in r.stderr
+    assert "pysb run --learn evil.py" in r.stderr
+    r = project.run("run", "-c", "open('RAN','w')")
+    _refused(project, r)
+    assert "pysb run --learn -c " in r.stderr
+
+
+def test_missing_script_without_profile_writes_no_profile(project: Project) -> None:
+    r = project.run("run", "nosuch.py")
+    _refused(project, r)
+
+
+def test_learning_is_announced_before_the_program_starts(project: Project) -> None:
+    code = "import sys; sys.stderr.write('PROGRAM STARTED\\n')"
+    r = project.run("run", "--learn", "-c", code)
+    assert r.returncode == 0, r.stderr
+    notice = r.stderr.find("WITHOUT a sandbox")
+    assert 0 <= notice < r.stderr.index("PROGRAM STARTED"), r.stderr
+    assert (project.root / ".pysb.yaml").exists()
+
+
+def test_learn_with_a_missing_named_profile_creates_it(project: Project) -> None:
+    r = project.run("run", "--learn", "--profile", "new.yaml", "-c", "import json")
+    assert r.returncode == 0, r.stderr
+    assert "json" in (project.root / "new.yaml").read_text()
+    assert not (project.root / ".pysb.yaml").exists()
+
+
+def test_learn_true_in_a_profile_starts_a_learning_run(project: Project) -> None:
+    project.profile("version: 1\nlearn: true\n")
+    r = project.run("run", "-c", "import json")
+    assert r.returncode == 0, r.stderr
+    assert "WITHOUT a sandbox" in r.stderr
+    assert "json" in (project.root / ".pysb.yaml").read_text()
+
+
+def test_sandboxes_with_a_missing_profile_raises_profile_error(tmp_path: Path) -> None:
+    from pysb_core import ProfileError, sandboxes
+
+    box = sandboxes(profile=str(tmp_path / "strct.yaml"), cwd=str(tmp_path))
+    with pytest.raises(ProfileError) as info, box:
+        raise AssertionError("the sandbox started")
+    text = "\n".join(info.value.errors)
+    assert "does not exist" in text and "learn=True" in text
+    assert not (tmp_path / "strct.yaml").exists()
+    assert not (tmp_path / ".pysb.yaml").exists()
+
+
+def test_sandboxes_without_any_profile_raises_profile_error(tmp_path: Path) -> None:
+    from pysb_core import ProfileError, sandboxes
+
+    env = {k: v for k, v in os.environ.items() if k != "PYSB_PROFILE"}
+    with pytest.raises(ProfileError) as info, sandboxes(cwd=str(tmp_path), environ=env):
+        raise AssertionError("the sandbox started")
+    assert "no profile" in "\n".join(info.value.errors)
+    assert not (tmp_path / ".pysb.yaml").exists()
+
+
+# -- 6. pysb check of a missing profile --------------------------------------------------
+
+
+def test_check_of_a_missing_profile_is_125(project: Project) -> None:
+    r = project.run("check", "--profile", "nosuch.yaml")
+    assert r.returncode == 125, (r.stdout, r.stderr)
+    assert "nosuch.yaml" in r.stderr and "does not exist" in r.stderr
+    assert "valid" not in r.stdout
+    r = project.run("check")
+    assert r.returncode == 125, (r.stdout, r.stderr)
+    assert "no profile" in r.stderr

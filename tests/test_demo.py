@@ -1,0 +1,26 @@
+"""``make demo`` shows the explicit flow: refused without a profile, learn, then enforce."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "run_demo.py"
+
+
+def test_demo_refuses_learns_then_enforces() -> None:
+    r = subprocess.run(
+        [sys.executable, str(DEMO)], capture_output=True, text=True, timeout=300, check=False
+    )
+    if "no OS provider is available" in r.stderr:
+        pytest.skip(r.stderr.strip())
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = r.stdout.split("\n== ")
+    assert len(steps) == 4, r.stdout
+    assert "[exit 125]" in steps[0] and "pysb run --learn" in steps[0]
+    assert "WITHOUT a sandbox" in steps[1] and "[exit 0]" in steps[1]
+    assert "FileDeniedError" in steps[2] and "expose-ro" in steps[2]
+    assert "TOP SECRET" not in r.stdout
