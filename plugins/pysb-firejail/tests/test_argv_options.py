@@ -316,3 +316,55 @@ def test_mountinfo_escapes_are_decoded() -> None:
     assert unescape(r"/é\040x") == "/é x"
     assert unescape("/trailing\\04") == "/trailing\\04"  # not an escape: kept
     assert "/" in mount_points()
+
+
+def test_var_tmp_keeps_the_hosts_directory() -> None:
+    """firejail's own tmpfs on /var/tmp would hide a project there (issue 18)."""
+    layout = HostLayout(top_level={**LAYOUT.top_level, "/var": "dir"}, etc=LAYOUT.etc)
+    argv = build_argv(plan([exp("/var/tmp/p q")], cwd="/var/tmp/p q"), layout).argv
+    assert "--keep-var-tmp" in argv
+    assert "--whitelist=/var/tmp/p q" in argv
+    assert "--private-cwd=/var/tmp/p q" in argv
+
+
+def test_var_log_exposure_is_the_hosts_and_read_only() -> None:
+    layout = HostLayout(top_level={**LAYOUT.top_level, "/var": "dir"}, etc=LAYOUT.etc)
+    argv = build_argv(plan([exp("/var/log/app")], cwd="/var/log/app"), layout).argv
+    assert "--writable-var-log" in argv
+    assert "--read-only=/var/log" in argv
+    # without an exposure there, firejail's skeleton stays (and /var is blacklisted)
+    argv = build_argv(plan([exp("/work/app")]), layout).argv
+    assert "--writable-var-log" not in argv
+    # a read-write exposure below it is widened after the read-only entry
+    argv = build_argv(plan([exp("/var/log/app", True)], cwd="/var/log/app"), layout).argv
+    assert argv.index("--read-only=/var/log") < argv.index("--read-write=/var/log/app")
+
+
+def test_lock_directory_exposure_is_refused() -> None:
+    with pytest.raises(SandboxError, match="/run/lock"):
+        build_argv(plan([exp("/run/lock/app")], cwd="/"), LAYOUT)
+
+
+def test_normal_user_gets_no_root_remount_but_read_only_tops() -> None:
+    """``--read-only=/`` covers the root directory with a mount, which makes the kernel
+    refuse firejail's --noroot user namespace: a user gets per-directory entries."""
+    p = plan([exp("/work/app"), exp("/opt"), exp("/home/u/out", True)])
+    user = build_argv(p, LAYOUT, as_root=False).argv
+    assert "--read-only=/" not in user
+    # the system, a whole top-level exposure and the whitelisted tops: read-only
+    for top in ("/usr", "/opt", "/work", "/home"):
+        assert f"--read-only={top}" in user, top
+    assert user.index("--read-only=/home") < user.index("--read-write=/home/u/out")
+    # firejail's own /run/firejail: a user's --read-write on mnt/ would be ignored
+    assert "--read-write=/run/firejail/mnt" not in user
+    root = build_argv(p, LAYOUT, as_root=True).argv
+    assert "--read-only=/" in root
+    assert "--read-write=/run/firejail/mnt" in root
+
+
+def test_normal_user_with_root_exposed_gets_every_top_read_only() -> None:
+    user = build_argv(plan([exp("/")]), LAYOUT, as_root=False).argv
+    for top in ("/usr", "/etc", "/home", "/opt", "/tmp", "/work"):
+        assert f"--read-only={top}" in user, top
+    for kept in ("/proc", "/sys", "/run", "/bin", "/"):
+        assert f"--read-only={kept}" not in user, kept

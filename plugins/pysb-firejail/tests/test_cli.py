@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +56,9 @@ def test_secret_outside_exposures_is_unreadable(project: Project, tmp_path) -> N
 def test_writes_only_inside_expose_rw(project: Project, tmp_path) -> None:
     (project.root / "out").mkdir()
     (project.root / "in").mkdir()
-    outside = tmp_path / "outside.txt"
+    # Straight in /tmp: the directories firejail makes to hold a whitelisted path below
+    # /tmp are root's, so a normal user could not write next to the project there.
+    outside = Path("/tmp") / f"pysb-outside-{os.getpid()}-{tmp_path.name}.txt"
     _profile(project, "files: {expose-ro: [./in], expose-rw: [./out]}")
     res = _sh(project, "echo written > out/new.txt")
     assert res.returncode == 0, res.stderr

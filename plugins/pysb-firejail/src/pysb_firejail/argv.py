@@ -18,7 +18,9 @@ in command-line order, a later one covering an earlier one):
 3. ``--read-only=/`` and every whitelisted tree read-only, then the exposures, shallowest
    first, read-only or read-write (a read-only directory inside a read-write one stays
    read-only whatever the order of the profile's lines);
-4. the profile files read-only again, then the ignored paths ``--blacklist``-ed.
+4. the profile files read-only again, then the ignored paths ``--blacklist``-ed;
+5. ``--read-only=/`` for root; a normal user gets one entry per visible top-level
+   directory instead (section 3), which keeps firejail's ``--noroot`` user namespace.
 
 The environment is *not* on this command line (``--env`` values would be world-readable
 in ``/proc/PID/cmdline``): firejail hands its own environment to the program, and the
@@ -59,6 +61,12 @@ _UNSAFE = set(",*?[]\n\0")
 CHILD_MODULE = "pysb_firejail.child"
 #: Top-level directories firejail refuses to whitelist or blacklist.
 _RESERVED = ("/proc", "/sys", "/dev")
+#: firejail always mounts an empty tmpfs here (``/var/lock`` is a link to it), with no
+#: option to keep the host's directory: an exposure below would silently be empty.
+_LOCK_DIRS = ("/run/lock", "/var/lock")
+#: firejail replaces it with a skeleton tmpfs unless ``--writable-var-log``, which makes
+#: the host's directory visible *and writable*: the builder then remounts it read-only.
+VAR_LOG = "/var/log"
 
 
 @mutable_record
@@ -91,6 +99,11 @@ def _check_paths(exposures: Sequence[Exposure]) -> None:
             problems.append(
                 f"exposure '{p}' ({e.source}) contains a character firejail would misread "
                 "(',', '*', '?', '[', ']' or a newline)"
+            )
+        elif any(is_below(p, r) for r in _LOCK_DIRS):
+            problems.append(
+                f"exposure '{p}' ({e.source}) lies under /run/lock, where firejail always "
+                "mounts an empty directory of its own; move it, or use another provider"
             )
         elif p != "/" and any(is_below(p, r) for r in _RESERVED):
             problems.append(
@@ -160,6 +173,10 @@ def build_argv(
         "--ipc-namespace",
         # firejail's status is the program's (not that of the last process to exit).
         "--deterministic-exit-code",
+        # firejail's default tmpfs on /var/tmp would hide a project, venv or working
+        # directory there (whitelisted paths below it vanish): the profile says what of
+        # /var is visible (blacklisted, whitelisted or exposed), not firejail's defaults.
+        "--keep-var-tmp",
     ]
     if not child_restricts_namespaces(plan):
         argv.insert(argv.index("--seccomp") + 1, "--restrict-namespaces")
@@ -185,6 +202,12 @@ def build_argv(
         )
     #: /tmp is a private tmpfs unless the profile exposes it (or all of /).
     tmp_private = not root_exposed and "/tmp" not in paths
+    #: The host's /var/log is visible (firejail's skeleton would stand in for it).
+    var_log_visible = root_exposed or any(
+        is_below(p, VAR_LOG) or is_below(VAR_LOG, p) for p in paths
+    )
+    if var_log_visible:
+        argv.append("--writable-var-log")
 
     # -- 2. the view: whitelist or blacklist each top-level entry ----------------------
     whitelist: list[str] = []
@@ -234,10 +257,13 @@ def build_argv(
     # which firejail itself writes to while it sets the sandbox up.
     tops = sorted({top_of(p) for p in cmd.whitelisted} - {"/tmp", "/run"})
     argv += [f"--read-only={t}" for t in tops]
-    if FIREJAIL_RUN in cmd.whitelisted:
+    if FIREJAIL_RUN in cmd.whitelisted and as_root:
         # The host's own /run/firejail, bound in: read-only, or a root program could
         # write into firejail's bookkeeping on the host. Its mnt/ is this sandbox's own
-        # tmpfs, which firejail writes to while it finishes the set-up.
+        # tmpfs, which firejail writes to while it finishes the set-up. Not for a normal
+        # user: firejail ignores a user's --read-write there (mnt/ would stay read-only
+        # and its start fail: "cannot save umask"), and the host's directory is root's,
+        # mode 0755: the user's program cannot write to it anyway.
         argv += [f"--read-only={FIREJAIL_RUN}", f"--read-write={FIREJAIL_RUN}/mnt"]
     # Other file systems mounted in the visible part of the tree (a separate /usr...):
     # the read-only remount of / stops at their mount points.
@@ -251,6 +277,23 @@ def build_argv(
             continue
         argv.append(f"--read-only={m}")
         done.append(m)
+    # --writable-var-log leaves the host's /var/log writable (its own bind mount): back to
+    # read-only, which the exposures below then widen where the profile says.
+    if var_log_visible and not any(e.writable and is_below(VAR_LOG, e.path) for e in exposures):
+        argv.append(f"--read-only={VAR_LOG}")
+        done.append(VAR_LOG)
+    root_writable = any(e.path == "/" and e.writable for e in exposures)
+    if not as_root and not root_writable:
+        # No --read-only=/ for a normal user (section 5): each visible top-level
+        # directory is made read-only on its own instead.
+        covered = {*tops, *cmd.blacklisted, *_RESERVED, "/run"}
+        if tmp_private:
+            covered.add("/tmp")
+        rw_tops = {e.path for e in exposures if e.writable}
+        for top, kind in sorted(layout.top_level.items()):
+            if kind == "dir" and top not in covered and top not in rw_tops:
+                argv.append(f"--read-only={top}")
+                done.append(top)
     # Each remount costs firejail about a millisecond and a half, so only the exposures
     # whose state differs from what they inherit get an entry of their own (read-only is
     # recursive: below a read-only top, every whitelisted path is read-only already).
@@ -258,7 +301,6 @@ def build_argv(
     # state (writable on the host, read-only when pysb made the root mount read-only
     # before firejail started: pysb_firejail.mountns), so those always get an entry.
     state: dict[str, bool] = {}
-    root_writable = any(e.path == "/" and e.writable for e in exposures)
     root_first = False
     for e in sorted(exposures, key=lambda e: (depth(e.path), e.writable)):
         if e.path == "/":
@@ -269,8 +311,10 @@ def build_argv(
             inherited = state[max(parents, key=depth)]
         elif (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run"):
             inherited = None  # the source mount's: say it
-        else:
+        elif as_root:
             inherited = root_writable
+        else:  # the root mount stays writable: read-only only below a read-only entry
+            inherited = not any(is_below(e.path, d) for d in done if d != "/")
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)
@@ -309,7 +353,13 @@ def build_argv(
     # After the remounts above: each of those reads /proc/self/mountinfo, which these
     # entries would lengthen (blacklists cost a bind mount each, no remount).
     argv += [f"--blacklist={top}" for top in cmd.blacklisted]
-    if not root_writable:
+    # Only for root: firejail makes / read-only by binding the whole tree over itself, and
+    # a process whose root directory is then covered by a mount counts as chrooted for
+    # the kernel, which refuses it a user namespace: firejail's --noroot (a normal user's
+    # sandbox) would silently start without one (RLIMIT_NPROC would then count every
+    # process of the user on the host, not those of the sandbox). A normal user cannot
+    # write to / itself; the visible top-level directories got their own entries above.
+    if not root_writable and as_root:
         if root_first:
             argv.insert(ro_at, "--read-only=/")
         else:
