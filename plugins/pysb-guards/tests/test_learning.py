@@ -73,37 +73,43 @@ def _ev(target: str, detail: str, write: bool = False, isdir: bool = False) -> E
     return Event("python", "files", "learn", target, detail, data={"write": write, "isdir": isdir})
 
 
-def test_files_render_as_directories_without_widening() -> None:
+def test_files_render_as_directories_without_widening(tmp_path: Path) -> None:
+    for d in ("p/data/sub", "p/out", "q/listed", "r"):
+        (tmp_path / d).mkdir(parents=True)
+    p, q, r = (str(tmp_path / n) for n in "pqr")
     rows = files.learned_exposures(
         [
-            _ev("/p/data/a.txt", "read"),
-            _ev("/p/data/sub/b.txt", "read"),
-            _ev("/p", "stat", isdir=True),  # resolving /p/data/...: never widens to /p
-            _ev("/p/out/r.txt", "write", write=True),
-            _ev("/p/out/q.txt", "read"),
-            _ev("/q/listed", "list", isdir=True),
-            _ev("/r/only-stat.txt", "stat"),
+            _ev(f"{p}/data/a.txt", "read"),
+            _ev(f"{p}/data/sub/b.txt", "read"),
+            _ev(p, "stat", isdir=True),  # resolving p/data/...: never widens to p
+            _ev(f"{p}/out/r.txt", "write", write=True),
+            _ev(f"{p}/out/q.txt", "read"),
+            _ev(f"{q}/listed", "list", isdir=True),
+            _ev(f"{r}/only-stat.txt", "stat"),
             _ev("/proc/self/status", "read"),
         ]
     )
     assert rows == [
-        ("expose-ro", "/p/data"),
-        ("expose-rw", "/p/out"),
-        ("expose-ro", "/q/listed"),
-        ("expose-ro", "/r"),
+        ("expose-ro", f"{p}/data"),
+        ("expose-rw", f"{p}/out"),
+        ("expose-ro", f"{q}/listed"),
+        ("expose-ro", r),
     ]
 
 
 def test_path_forms_are_portable(tmp_path: Path) -> None:
+    for d in ("proj/d", "home/u/.config/app", "scratch/run", "venv/share/x"):
+        (tmp_path / d).mkdir(parents=True)
+    home, venv, scratch = (str(tmp_path / n) for n in ("home/u", "venv", "scratch"))
     profile = LearnedProfile(
         cwd=str(tmp_path / "proj"),
-        environ={"HOME": "/home/u", "VIRTUAL_ENV": "/venv", "TMPDIR": "/scratch"},
+        environ={"HOME": home, "VIRTUAL_ENV": venv, "TMPDIR": scratch},
     )
     records = [
         _ev(str(tmp_path / "proj" / "d" / "f"), "read"),
-        _ev("/home/u/.config/app/c", "read"),
-        _ev("/scratch/run/t", "write", write=True),
-        _ev("/venv/share/x/y", "read"),
+        _ev(f"{home}/.config/app/c", "read"),
+        _ev(f"{scratch}/run/t", "write", write=True),
+        _ev(f"{venv}/share/x/y", "read"),
     ]
     files.pysb_learned(records=records, profile=profile)
     values = {r.value for r in profile}

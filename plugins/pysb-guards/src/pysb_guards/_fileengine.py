@@ -30,6 +30,7 @@ GETCWD: Any = None  # type: ignore[assignment]  # sealed
 FSENC: Any = None  # type: ignore[assignment]  # sealed
 ENOENT: Any = None  # type: ignore[assignment]  # sealed
 EACCES: Any = None  # type: ignore[assignment]  # sealed
+EEXIST: Any = None  # type: ignore[assignment]  # sealed
 WRITE_FLAGS: Any = None  # type: ignore[assignment]  # sealed
 GETFRAME: Any = None  # type: ignore[assignment]  # sealed
 MAKE_DOOR: Any = None  # type: ignore[assignment]  # sealed
@@ -256,6 +257,11 @@ def _f_decide(canon, write, kind):
             ENOENT,
         )
     if write:
+        if kind == "mkdir" and _f_lexists(canon):
+            # The kernel checks that the name is free before any permission (EEXIST, under
+            # landlock, a read-only bind or a read-only exposure alike): so does the guard,
+            # or `pathlib.Path(D).mkdir(exist_ok=True)` of an exposed D would fail here only.
+            return REFUSE(OSError(EEXIST, "File exists", canon))
         if canon in ST["profile"]:
             return _f_deny(
                 WDENIED,
@@ -287,6 +293,14 @@ def _f_decide(canon, write, kind):
                 EACCES,
             )
     return None
+
+
+def _f_lexists(canon):
+    try:
+        LSTAT(canon)
+    except OSError:
+        return False
+    return True
 
 
 def _f_learn(canon, write, kind):

@@ -285,6 +285,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         FSENC=sys.getfilesystemencoding(),
         ENOENT=errno.ENOENT,
         EACCES=errno.EACCES,
+        EEXIST=errno.EEXIST,
         WRITE_FLAGS=write_flags,
         GETFRAME=sys._getframe,
         **{k: b[k] for k in ("MAKE_DOOR", "MAKE_FACE", "GUARD", "IS_FACE", "ALLOW", "DEFER")},

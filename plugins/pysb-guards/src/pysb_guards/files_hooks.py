@@ -81,13 +81,24 @@ def pysb_learned(records: Sequence[Event], profile: Any) -> None:
 
 
 def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
-    """``(expose-ro|expose-rw, directory)`` covering every learned file access.
+    """``(expose-ro|expose-rw, directory)`` covering every learned file access (SPEC §4).
 
-    A file becomes its directory; a directory listed or entered stays itself. A ``stat``
-    never widens a rule to a parent: a stat of an existing file counts as its directory,
-    a stat of a directory or of a missing path counts for nothing (those are made while
-    resolving paths). Directories below another kept one with at least the same right
-    are merged into it.
+    Runs in the parent once the program has exited, on the same file system (a learning
+    run uses the ``subprocess`` provider), so what still exists can be asked:
+
+    - a file read is its directory; a directory listed, entered or read stays itself;
+    - a write is the directory written *into*: a file's directory, a directory the
+      program created (``mkdir``) or wrote through (``open(dir, "w+")`` with an opener,
+      ``O_TMPFILE``, ``chmod``) that still exists is itself, never its parent; one that
+      is gone (created then removed, renamed away) is its parent, where that happened;
+    - a ``stat`` never widens a rule to a parent: a stat of an existing file counts as its
+      directory, a stat of a directory or of a missing path counts for nothing (those are
+      made while resolving paths, or by the import system scanning ``sys.path``);
+    - a probe of a missing path (a config file looked for up the tree) counts for nothing;
+    - never ``/``, and never a directory that no longer exists: an exposure must be an
+      existing directory, or no provider can start the next run.
+
+    Directories below another kept one with at least the same right are merged into it.
     """
     import os.path
 
@@ -98,20 +109,10 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
         path = r.target
         if not path.startswith("/") or path.startswith(("/proc/", "/sys/", "/dev/")):
             continue
+        directory = _learned_directory(path, r.detail, r.data, os.path.isdir)
+        if directory is None or directory == "/" or not os.path.isdir(directory):
+            continue
         write = bool(r.data.get("write"))
-        isdir = bool(r.data.get("isdir"))
-        kind = r.detail
-        if kind == "stat":
-            # Only a stat of an existing file says the program needs its directory; stats
-            # of directories (made while resolving paths, or by the import system scanning
-            # sys.path) and of missing paths never widen a rule.
-            if isdir or not r.data.get("exists", True):
-                continue
-            directory = os.path.dirname(path) or "/"
-        elif isdir and not write and kind in ("list", "chdir", "read"):
-            directory = path
-        else:
-            directory = os.path.dirname(path) or "/"
         dirs[directory] = dirs.get(directory, False) or write
     kept: dict[str, bool] = {}
     for d in sorted(dirs, key=len):
@@ -120,3 +121,24 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
             continue
         kept[d] = dirs[d]
     return [("expose-rw" if w else "expose-ro", d) for d, w in sorted(kept.items())]
+
+
+def _learned_directory(path: str, kind: str, data: dict, isdir: Any) -> str | None:
+    """The directory one learned access needs, or None when it needs none."""
+    import os.path
+
+    write = bool(data.get("write"))
+    existed = bool(data.get("exists", True))
+    was_dir = bool(data.get("isdir"))
+    parent = os.path.dirname(path) or "/"
+    if not write:
+        if not existed:
+            return None  # a probe of a missing path: nothing to expose
+        if kind == "stat":
+            return None if was_dir else parent
+        return path if was_dir else parent
+    if kind == "mkdir" or was_dir:
+        # The directory itself while it exists (it was created, or written through);
+        # its parent when it is gone (made and removed, or renamed away: both wrote there).
+        return path if isdir(path) else parent
+    return parent

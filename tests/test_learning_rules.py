@@ -1,0 +1,172 @@
+"""Learning writes least privilege that every provider can start (SPEC §4 "Learning writes...").
+
+Real learning runs (``pysb run --learn``) of small programs, then the learned profile read
+back for tightness and run unchanged under every provider available here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pysb_core.testing import Project, require_provider
+
+PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail", "qemu"]
+
+
+@pytest.fixture
+def project() -> Iterator[Project]:
+    """A project in the home directory: projects live anywhere, and the temporary
+    directories are where providers have known limits of their own (the qemu guest's
+    private /tmp hides a script below the host's /tmp; firejail cannot enter a working
+    directory below /var/tmp) that would hide what these tests are about."""
+    root = Path(tempfile.mkdtemp(prefix=".pysb-learn-", dir=Path.home()))
+    try:
+        yield Project(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def learned(project: Project, *program: str, env: dict[str, str] | None = None) -> dict:
+    """Learn ``program`` once; the profile it wrote, as data."""
+    r = project.run("run", "--learn", *program, env=env)
+    assert r.returncode == 0, r.stderr
+    return yaml.safe_load((project.root / ".pysb.yaml").read_text()) or {}
+
+
+def exposures(profile: dict) -> dict[str, set[str]]:
+    files = profile.get("files") or {}
+    return {key: set(files.get(key) or ()) for key in ("expose-ro", "expose-rw")}
+
+
+def run_under(project: Project, provider: str, *program: str) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    r = project.run("run", "--provider", provider, *program, timeout=240)
+    assert r.returncode == 0, f"{provider}: {r.stderr}"
+
+
+WRITES_A_SUBDIRECTORY = """
+import os, pathlib
+os.makedirs("out", exist_ok=True)
+with open("out/report.txt", "w") as f:
+    f.write(open("data/in.txt").read().upper())
+# config files looked for up the tree, as pytest, black and setuptools do
+here = os.getcwd()
+while True:
+    for name in ("setup.cfg", "tox.ini", "pyproject.toml"):
+        try:
+            open(os.path.join(here, name)).close()
+        except OSError:
+            pass
+        os.path.exists(os.path.join(here, "." + name))
+    if here == "/":
+        break
+    here = os.path.dirname(here)
+print("ok")
+"""
+
+
+def test_writes_map_to_the_directory_written_into(project: Project) -> None:
+    project.file("data/in.txt", "abc")
+    project.file("app.py", WRITES_A_SUBDIRECTORY)
+    profile = learned(project, "app.py")
+    seen = exposures(profile)
+    assert seen["expose-rw"] == {"./out"}, profile
+    # the data directory, never "." (nothing was read there but the script), "/" or a
+    # parent probed for a config file
+    assert seen["expose-ro"] == {"./data"}, profile
+    assert (project.root / "out" / "report.txt").read_text() == "ABC"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_learned_subdirectory_profile_runs_everywhere(project: Project, provider: str) -> None:
+    project.file("data/in.txt", "abc")
+    project.file("app.py", WRITES_A_SUBDIRECTORY)
+    learned(project, "app.py")
+    run_under(project, provider, "app.py")
+
+
+MAKEDIRS_EXISTING = """
+import os, pathlib
+os.makedirs("out", exist_ok=True)
+os.makedirs("ro", exist_ok=True)
+pathlib.Path("out").mkdir(exist_ok=True)
+pathlib.Path("ro").mkdir(parents=True, exist_ok=True)
+for d in ("out", "ro"):
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        pass
+os.makedirs("out/a/b", exist_ok=True)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_makedirs_of_an_exposed_existing_directory_succeeds(
+    project: Project, provider: str
+) -> None:
+    """The kernel answers EEXIST for an existing directory, whatever the parent allows: so
+    does the guard (``pathlib`` only tolerates ``FileExistsError``)."""
+    (project.root / "out").mkdir()
+    (project.root / "ro").mkdir()
+    project.file("app.py", MAKEDIRS_EXISTING)
+    project.profile("files:\n  expose-rw: [./out]\n  expose-ro: [./ro]\nimports: [os, pathlib]\n")
+    run_under(project, provider, "app.py")
+    assert (project.root / "out" / "a" / "b").is_dir()
+
+
+def test_a_stat_of_a_missing_zip_on_sys_path_exposes_nothing(project: Project) -> None:
+    """``python311.zip`` (first on ``sys.path``, never there) is stat'ed by every import."""
+    project.file(
+        "app.py",
+        "import os, sys\n"
+        "for p in sys.path:\n"
+        "    if p.endswith('.zip'):\n"
+        "        os.path.exists(p); os.path.isdir(os.path.dirname(p))\n"
+        "import json, csv\n",
+    )
+    profile = learned(project, "app.py")
+    assert exposures(profile) == {"expose-ro": set(), "expose-rw": set()}, profile
+
+
+def test_a_temporary_directory_made_and_removed_is_its_parent(project: Project) -> None:
+    """A directory created then removed was written *in* its parent (the only rule that lets
+    the next run do it again); never "/" nor a directory that no longer exists."""
+    (project.root / "work").mkdir()
+    project.file(
+        "app.py",
+        "import os, shutil\n"
+        "os.makedirs('work/tmp1/deep')\n"
+        "open('work/tmp1/deep/f', 'w').close()\n"
+        "shutil.rmtree('work/tmp1')\n",
+    )
+    profile = learned(project, "app.py")
+    assert exposures(profile)["expose-rw"] == {"./work"}, profile
+    run_under(project, "subprocess", "app.py")
+
+
+def test_learning_never_writes_the_root(tmp_path: Path) -> None:
+    from pysb_guards.files_hooks import learned_exposures
+
+    from pysb_core.events import Event
+
+    def ev(target: str, detail: str, **data: object) -> Event:
+        return Event("python", "files", "learn", target, detail, data=data)
+
+    rows = learned_exposures(
+        [
+            ev("/pysb-nosuch-file", "write", write=True, exists=False),
+            ev("/etc", "write", write=True, isdir=True),  # a directory written through
+            ev("/tmp", "read", isdir=True),
+            ev("/hostname", "read"),
+            ev(str(tmp_path / "gone" / "x"), "read"),  # a directory that no longer exists
+        ]
+    )
+    assert rows == [("expose-rw", "/etc"), ("expose-ro", "/tmp")]
