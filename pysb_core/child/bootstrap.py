@@ -175,6 +175,36 @@ def _clean_chain(exc: BaseException) -> None:
         todo += [e.__cause__, e.__context__]
 
 
+def _install_cleaning_hooks() -> None:
+    """Before 3.13 the interpreter's own ``sys.excepthook`` and ``sys.unraisablehook`` print
+    a traceback with C code, which reads no audited attribute: the guards' entries would
+    stay in it (see ``_seal``'s splice). Here both are the C hooks behind a first step
+    that drops pysb's entries; ``sys.__excepthook__`` is the same function, so a program
+    asking whether someone replaced the hook gets CPython's answer."""
+    if sys.version_info >= (3, 13) or sys.excepthook is not sys.__excepthook__:
+        return
+    show = sys.excepthook
+    show_unraisable = sys.unraisablehook
+
+    def excepthook(exc_type, exc, tb, /):
+        if isinstance(exc, BaseException):
+            _clean_chain(exc)
+        return show(exc_type, exc, _user_traceback(tb))
+
+    def unraisablehook(unraisable, /):
+        _user_traceback(getattr(unraisable, "exc_traceback", None))
+        exc = getattr(unraisable, "exc_value", None)
+        if isinstance(exc, BaseException):
+            _clean_chain(exc)
+        return show_unraisable(unraisable)
+
+    for hook, original in ((excepthook, show), (unraisablehook, show_unraisable)):
+        hook.__doc__ = original.__doc__
+        hook.__module__ = "sys"
+    sys.excepthook = sys.__excepthook__ = excepthook
+    sys.unraisablehook = sys.__unraisablehook__ = unraisablehook
+
+
 def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:
     """Report an uncaught exception exactly as the interpreter would, then exit."""
     _clean_chain(exc)
@@ -227,7 +257,17 @@ def _run_repl(program: dict, code) -> None:
             return
         except ImportError:
             pass
-    console = code.InteractiveConsole(locals=sys.modules["__main__"].__dict__)
+
+    class Console(code.InteractiveConsole):
+        """CPython's console; a traceback it shows loses the guards' entries first (the
+        console skips its own ``exec`` entry by position: the next is the guarded
+        ``exec``'s face, which no audited read would otherwise have spliced out)."""
+
+        def showtraceback(self) -> None:
+            _user_traceback(sys.exc_info()[2])
+            super().showtraceback()
+
+    console = Console(locals=sys.modules["__main__"].__dict__, filename="<stdin>")
     console.interact(banner="", exitmsg="")
 
 
@@ -356,6 +396,8 @@ def main(fd: str) -> None:
         return
 
     _fix_sys_path(program)
+    if guards:
+        _install_cleaning_hooks()
     arm()
     try:
         if mode == "repl":

@@ -422,6 +422,7 @@ FRAME_TYPE: Any = None
 GETFRAME: Any = None
 GET_IDENT: Any = None
 ADD_AUDIT_HOOK: Any = None
+OWN_DIRS: Any = None
 
 _BUILDER_NAMES = (
     "_door",
@@ -749,7 +750,10 @@ def place(owner, name, value, checked=False):
     return False
 
 
-def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, sealed, closed, reading):
+def _hook_factory(
+    door_ns, function_type, frame_type, getframe, get_ident, sealed, closed, reading,
+    own=None,
+):  # fmt: skip
     """Build the dispatcher of the single audit hook and the function adding handlers
     (with ``close``, ``safe_frame`` and the set of events the dispatcher needs to see).
 
@@ -766,13 +770,30 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, seale
     no ``id()`` (an audit event of its own). A door's code
     is readable only by sealed code that says so (``reading``: the ids of the threads in
     ``frame_code`` / ``code_of`` right now).
+
+    Tracebacks lose the guards' own entries as the program reads them (``own``: the
+    faces' globals, the door and face code ids, the directories of pysb's plain code). A
+    guarded call adds a face's entry (and the hook's own, a door, for a refusal of the
+    backstop) below the caller's; Python adds them as the exception leaves each frame,
+    after which no guard code runs. So reading ``tb.tb_frame`` (an audited attribute, and
+    what every reader -- ``traceback``, ``inspect``, ``logging``, IPython -- reads first)
+    splices the guards' entries out of the chain that follows ``tb``: the reader then
+    goes on with the program's next frame, as CPython shows an unguarded call. Only
+    ``tb_next`` is written (a C setter); nothing the program made is called.
     """
+    if own is None:
+        own = (None, (), (), ())
+    face_ns, door_codes, face_codes, own_dirs = own
     handlers = {}
     # The events the dispatcher looks at: the hook (a door holding this set) leaves every
     # other event -- most of them, ``socket.__new__``, ``import``, ``compile``... -- at once.
     watched = {"object.__getattr__", "sys._getframe"}
     busy = set()
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
+    try:
+        raise TypeError
+    except TypeError as e:
+        tb_type = type(e.__traceback__)
 
     def sealed_chain(frame):
         while frame is not None:
@@ -780,6 +801,33 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, seale
                 return True
             frame = frame.f_back
         return False
+
+    def own_frame(frame):
+        """True for a frame of pysb's own: sealed, a door, a face, pysb's plain code."""
+        if frame.f_builtins is sealed:
+            return True
+        g = frame.f_globals
+        me = get_ident()
+        reading.add(me)  # a door's code too (the nested audit event lets it through)
+        try:
+            code = frame.f_code
+        finally:
+            reading.discard(me)
+        if g is door_ns:
+            return id(code) in door_codes
+        if g is face_ns:
+            return id(code) in face_codes
+        name = code.co_filename
+        return type(name) is str and str.startswith(name, own_dirs)
+
+    def splice(tb):
+        """Drop the guards' entries that follow ``tb`` in its chain."""
+        nxt = tb.tb_next
+        skipped = nxt
+        while nxt is not None and own_frame(nxt.tb_frame):
+            nxt = nxt.tb_next
+        if nxt is not skipped:
+            tb.tb_next = nxt
 
     def guard_frame(frame):
         """None when ``frame`` may be handed out, else the exception refusing it."""
@@ -815,6 +863,8 @@ def _hook_factory(door_ns, function_type, frame_type, getframe, get_ident, seale
                     return None
                 busy.add(me)
                 try:
+                    if name == "tb_frame" and own_dirs and type(obj) is tb_type:
+                        splice(obj)
                     return guard_frame(getattr(obj, name, None))
                 finally:
                     busy.discard(me)
@@ -998,8 +1048,9 @@ def _run_pending():
 
 def _install_hook():
     """Install the one audit hook; the faces adding handlers, closing, checking frames."""
+    own = (FACE_NS, DOOR_CODES, FACE_CODES, OWN_DIRS)
     dispatch, add, close, safe_frame, watched = _sealed(HOOK_FACTORY)(
-        DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING
+        DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING, own
     )
     hook = _door(
         "audit_hook",
@@ -1019,6 +1070,16 @@ def _install_hook():
         make_face(make_door(close, None, name="close")),
         make_face(make_door(safe_frame, None, name="safe_frame")),
     )
+
+
+def _own_dirs() -> tuple[str, ...]:
+    """The directories of pysb's plain code that can stand in a program's traceback: the
+    guards' (``prepare`` steps, the import finder) and the child's bootstrap."""
+    import pysb_core
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    core = os.path.dirname(os.path.abspath(pysb_core.__file__))
+    return (here + os.sep, os.path.join(core, "child") + os.sep)
 
 
 def _seal_core() -> dict[str, Any]:
@@ -1105,6 +1166,7 @@ def _seal_core() -> dict[str, Any]:
         SOURCES=sources,
         BUILDER_NAMES=_BUILDER_NAMES,
         HOOK_FACTORY=_hook_factory,
+        OWN_DIRS=_own_dirs(),
         FRAME_TYPE=_FrameType,
         GETFRAME=sys._getframe,
         ADD_AUDIT_HOOK=sys.addaudithook,

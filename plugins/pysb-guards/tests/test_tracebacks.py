@@ -1,0 +1,91 @@
+"""Tracebacks stay Python's under the guards (issue 17): no frame of pysb's own code in a
+traceback the program formats, and formatting one never raises -- after a refusal by a
+face, by the audit hook (the backstop), by the import gate, and for an error of the
+program's own code run through a guarded ``exec``. On every interpreter here (3.11-3.13:
+the traceback module and the interpreter's printer differ)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import guarded
+
+PROGRAM = r"""
+import io, json, logging, os, sys, traceback, inspect
+
+HIDDEN = {hidden!r}
+CASES = {{
+    "audit_hook": lambda: open(HIDDEN, "w"),   # open() is judged by the audit hook
+    "face": lambda: os.stat(HIDDEN),           # os.stat by its face
+    "import": lambda: __import__("socket"),   # the import gate
+    "api": lambda: os.system("true"),          # a sensitive API
+    "exec": lambda: exec("1/0", {{}}),          # the program's error under a guarded exec
+}}
+log = io.StringIO()
+logging.basicConfig(stream=log, level=logging.INFO)
+out = {{}}
+SHOW = {{  # each on an exception of its own: the first reader must not clean it for the next
+    "format_exc": lambda e: traceback.format_exc(),
+    "format_exception": lambda e: "".join(traceback.format_exception(e)),
+    "extract_tb": lambda e: repr([tuple(f) for f in traceback.extract_tb(e.__traceback__)]),
+    "inspect_trace": lambda e: repr([(f.filename, f.function) for f in inspect.trace()]),
+    "walk": lambda e: repr([(f.f_code.co_filename, f.f_code.co_name)
+                            for f, _ in traceback.walk_tb(e.__traceback__)]),
+    "logging": lambda e: (logging.exception("failed"), log.getvalue())[1],
+    "excepthook": lambda e: _hook(e),
+}}
+for name, fn in CASES.items():
+    entry = out[name] = {{}}
+    for how, show in SHOW.items():
+        try:
+            fn()
+        except BaseException as e:
+            try:
+                entry[how] = show(e)
+            except BaseException as failure:
+                entry[how] = "RAISED " + repr(failure)
+
+print(json.dumps(out))
+"""
+
+HOOK = r"""
+def _hook(e):
+    saved, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        sys.excepthook(type(e), e, e.__traceback__)
+        return sys.stderr.getvalue()
+    finally:
+        sys.stderr = saved
+"""
+
+
+def test_no_pysb_frame_and_no_failure_in_formatted_tracebacks(tmp_path: Path, python: str) -> None:
+    hidden = str(tmp_path / "outside" / "x")
+    script = tmp_path / "prog.py"
+    body = PROGRAM.format(hidden=hidden)
+    head, _, tail = body.partition("log = io.StringIO()")
+    script.write_text(head + HOOK + "log = io.StringIO()" + tail)
+    result = guarded.run(
+        "",
+        script=script,
+        cwd=tmp_path,
+        python=python,
+        imports=("io", "json", "logging", "os", "sys", "traceback", "inspect"),
+        exposures=[guarded.expose(tmp_path)],
+        api=(("allow", "dynamic-code"),),
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    assert set(out) == {"audit_hook", "face", "import", "api", "exec"}
+    for case, entry in out.items():
+        for how, text in entry.items():
+            where = f"{case}/{how}:\n{text}"
+            assert "RAISED" not in text, where
+            files = re.findall(r"(?:File \"|\(')([^\"']+)[\"']", text)
+            assert files, where
+            assert {Path(f).name for f in files} <= {"prog.py", "<string>"}, where
+    exec_text = out["exec"]["format_exc"]
+    assert exec_text.rstrip().endswith("ZeroDivisionError: division by zero"), exec_text
+    assert 'File "<string>", line 1, in <module>' in exec_text, exec_text

@@ -1,0 +1,104 @@
+"""The interactive prompt under every provider, driven through a real terminal (a pty):
+it survives refusals and errors, and the tracebacks it shows hold only the typed code's
+frames (issue 17)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider
+
+PROVIDERS = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),
+]
+OPEN = "version: 1\nimports: '*'\nfiles:\n  expose-ro: [.]\napi:\n  allow: ['*']\n"
+
+
+class Terminal:
+    """``pysb run ARGS`` on a pty: type lines, read what the terminal shows."""
+
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
+        leader, follower = pty.openpty()
+        self.leader = leader
+        self.proc = subprocess.Popen(
+            [*pysb_command(), "run", *args],
+            cwd=cwd,
+            env={**BASE_ENV, "TERM": "dumb", **(env or {})},
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            start_new_session=True,
+        )
+        os.close(follower)
+        self.shown = b""
+
+    def read_until(self, marker: bytes, timeout: float = 60) -> bytes:
+        """What the terminal shows until ``marker`` (or the timeout, or the end)."""
+        start = len(self.shown)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and marker not in self.shown[start:]:
+            ready, _, _ = select.select([self.leader], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.shown += chunk
+        return self.shown[start:]
+
+    def type(self, line: str, prompt: bytes = b">>> ") -> str:
+        os.write(self.leader, line.encode() + b"\n")
+        return self.read_until(prompt).decode(errors="replace")
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()  # our own child, by its Popen handle
+                self.proc.wait()
+            os.close(self.leader)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_prompt_survives_refusals_and_shows_clean_tracebacks(
+    project: Project, provider: str
+) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(OPEN)
+    term = Terminal("--provider", provider, cwd=project.root)
+    try:
+        banner = term.read_until(b">>> ", timeout=120).decode(errors="replace")
+        assert "pysb sandbox" in banner, banner
+        refused = term.type('open("/etc/pysb-compat-x", "w")')
+        division = term.type("1/0")
+        alive = term.type("print('alive', 6 * 7)")
+        os.write(term.leader, b"exit()\n")
+        status = term.close()
+    finally:
+        if term.proc.poll() is None:
+            term.close()
+    assert "DeniedError" in refused, refused
+    assert "ZeroDivisionError: division by zero" in division, division
+    for shown in (refused, division):
+        assert 'File "<stdin>", line 1, in <module>' in shown, shown
+        assert "<pysb" not in shown and "pysb_guards" not in shown, shown
+        assert "AttributeError" not in shown, shown
+    assert "alive 42" in alive, alive
+    assert status == 0
