@@ -79,6 +79,11 @@ class Box:
         return r.stdout
 
 
+def refusals(out: str) -> int:
+    """How many attempts of a run were refused (one ``refused ...`` line each)."""
+    return sum(line.startswith("refused") for line in out.splitlines())
+
+
 @pytest.fixture
 def box(tmp_path: Path, request: pytest.FixtureRequest) -> Box:
     provider = getattr(request, "param", "subprocess")
@@ -130,7 +135,7 @@ def test_decisions_through_proc_fd_are_not_cached(box: Box) -> None:
     (box.project / "secret.txt").write_text(f"PROJECT-SECRET-{box.token}\n")
     box.profile("os")
     out = box.run(PROC_FD_REPOINTED)
-    assert out.count("refused") == 4, out
+    assert refusals(out) == 4, out
 
 
 # -- 3 and 8: extension modules only from the interpreter's and site-packages' files -------
@@ -180,12 +185,11 @@ print('control', create('_bisect', ext('_bisect')) is not None)
 
 
 @pytest.mark.parametrize("box", _os_params(), indirect=True)
-@hole("3")
 def test_extension_modules_come_only_from_library_files(box: Box) -> None:
     box.profile("os, sys, _imp, importlib, _bisect, json")
     out = box.run(NATIVE_FROM_MEMORY)
     assert "control True" in out, out
-    assert out.count("refused") == 2, out
+    assert refusals(out) == 2, out
 
 
 RENAMED_C_MODULES = (
@@ -211,11 +215,10 @@ if m is not None:
 )
 
 
-@hole("8")
 def test_stdlib_c_modules_are_not_created_under_other_names(box: Box) -> None:
     box.profile("os, sys, _imp, importlib, json")
     out = box.run(RENAMED_C_MODULES)
-    assert out.count("refused") == 3, out
+    assert refusals(out) == 3, out
 
 
 # -- 9: ctypes' raw memory access is native ------------------------------------------------
@@ -350,7 +353,7 @@ def test_posix_shared_memory_is_a_file_access(box: Box) -> None:
     try:
         box.profile("os, _posixshmem")
         out = box.run(f"NAME = {name!r}\n" + SHM)
-        assert out.count("refused") == 2, out
+        assert refusals(out) == 2, out
         assert not Path(str(host) + "-new").exists()
     finally:
         for p in (host, Path(str(host) + "-new")):

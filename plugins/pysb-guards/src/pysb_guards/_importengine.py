@@ -52,6 +52,11 @@ KEEP: Any = None  # type: ignore[assignment]  # sealed
 IMPORT_NAME: Any = None  # type: ignore[assignment]  # sealed
 EXTENDED_ARG: Any = None  # type: ignore[assignment]  # sealed
 INTERNAL: Any = None  # type: ignore[assignment]  # sealed
+LSTAT: Any = None  # type: ignore[assignment]  # sealed
+READLINK: Any = None  # type: ignore[assignment]  # sealed
+GETCWD: Any = None  # type: ignore[assignment]  # sealed
+EXTENSION_ROOTS: Any = None  # type: ignore[assignment]  # sealed
+DYNLOAD: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -385,6 +390,91 @@ def _e_judge_create(args, kwargs):
             )
             return REFUSE(DEFER(DENIED, message, target=name))
     return _e_decide(name)
+
+
+def _e_realpath(path):
+    """Canonical form of an absolute path: every symbolic link resolved with the original
+    ``lstat`` / ``readlink`` (``/proc/self/fd/N`` of a memfd becomes ``/memfd:...``)."""
+    out = ""
+    rest = [p for p in path.split("/") if p and p != "."]
+    rest.reverse()
+    links = 0
+    while rest:
+        name = rest.pop()
+        if name == "..":
+            out = out[: out.rfind("/")]
+            continue
+        candidate = out + "/" + name
+        try:
+            mode = tuple.__getitem__(LSTAT(candidate), 0)
+        except OSError:  # not there (a memfd's "/memfd:x (deleted)"): the rest as written
+            rest.reverse()
+            return "/".join([candidate, *rest])
+        if mode & 0o170000 == 0o120000:
+            links += 1
+            if links > 40:
+                return None
+            target = READLINK(candidate)
+            if target.startswith("/"):
+                out = ""
+            more = [p for p in target.split("/") if p and p != "."]
+            more.reverse()
+            rest.extend(more)
+            continue
+        out = candidate
+    return out or "/"
+
+
+def _e_extension_refusal(name, origin, why):
+    message = (
+        f"extension module '{name}' from '{origin}' refused by the sandbox: {why}; extension "
+        "modules load only from the interpreter's standard library and site-packages, "
+        "under the name their file has there"
+    )
+    RECORDER.deny("imports", name, "extension", "")
+    return REFUSE(DEFER(DENIED, message, target=name))
+
+
+def _e_judge_dynamic(args, kwargs):
+    """``_imp.create_dynamic``: the name is judged as an import (see ``_e_judge_create``),
+    then the file. ``dlopen`` runs a file's constructors before Python sees a module, so
+    the file must be one of the interpreter's or an installed package's (by its canonical
+    path: not a copy in a writable exposure, not ``/proc/self/fd/N`` of a memfd); a file of
+    the standard library's ``lib-dynload`` loads only under its own name (``readline``,
+    never ``json.readline``: a fresh module under another name would miss the patches
+    registered for its own); and the C function is handed the canonical path, so that
+    the file loaded is the file judged."""
+    verdict = _e_judge_create(args, kwargs)
+    if verdict is not None:
+        return verdict
+    spec = args[0]
+    name = _e_spec_name(spec)
+    origin = DICT_GET(NS_DICT(spec), "origin")
+    if type(origin) is not str or not origin:
+        return _e_extension_refusal(name, origin, "its spec names no file")
+    absolute = origin
+    if not origin.startswith("/"):
+        try:
+            absolute = GETCWD() + "/" + origin
+        except OSError:
+            return _e_extension_refusal(name, origin, "the working directory is unknown")
+    try:
+        canon = _e_realpath(absolute)
+    except OSError:
+        canon = None
+    if canon is None:
+        return _e_extension_refusal(name, origin, "the file cannot be resolved")
+    if not canon.startswith(EXTENSION_ROOTS):
+        return _e_extension_refusal(name, origin, f"'{canon}' is not a library file")
+    filename = canon.rpartition("/")[2]
+    stem = filename.partition(".")[0]
+    if name.rpartition(".")[2] != stem:
+        return _e_extension_refusal(name, origin, f"'{filename}' is not the module '{name}'")
+    if canon.rpartition("/")[0] == DYNLOAD and name != stem:
+        return _e_extension_refusal(name, origin, f"'{filename}' is the module '{stem}'")
+    if canon == origin:
+        return None
+    return ((NAMESPACE(name=name, origin=canon), *args[1:]), kwargs)
 
 
 def _e_post_create(module, args, kwargs):

@@ -205,6 +205,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import _frozen_importlib_external
     import _imp
     import builtins
+    import posix
     import types
 
     from pysb_core.errors import ImportDeniedError
@@ -275,6 +276,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
         KEEP=KEEP,
         MODULES=sys.modules,
         INTERNAL=internal_importers(),
+        LSTAT=posix.lstat,
+        READLINK=posix.readlink,
+        GETCWD=posix.getcwd,
+        **_extension_places(),
         IMPORT_NAME=import_name,
         EXTENDED_ARG=extended_arg,
     )
@@ -305,9 +310,12 @@ def install(policy: Policy, recorder: Recorder) -> None:
     # Fresh instances of C modules come only from these four functions of _imp. The C code
     # runs under a door (never under sealed frames): extension modules may import Python
     # code, and through sys.path_hooks, the program's.
-    for name in ("create_builtin", "create_dynamic"):
+    for name, judge in (
+        ("create_builtin", "_e_judge_create"),
+        ("create_dynamic", "_e_judge_dynamic"),
+    ):
         original = getattr(_imp, name)
-        door = _seal.make_door(original, ns["_e_judge_create"], ns["_e_post_create"], name=name)
+        door = _seal.make_door(original, ns[judge], ns["_e_post_create"], name=name)
         setattr(_imp, name, _seal.make_face(door, original, _prepare_create))
     for name in ("exec_builtin", "exec_dynamic"):
         original = getattr(_imp, name)
@@ -352,6 +360,23 @@ def internal_importers() -> frozenset[tuple[str, str]]:
     # Code objects of the standard library carry the path it was found under, os's too.
     stdlib = os.path.dirname(os.__file__)
     return frozenset((os.path.join(stdlib, rel), name) for rel, name in INTERNAL_IMPORTERS)
+
+
+def _extension_places() -> dict[str, Any]:
+    """Where extension modules may come from, as canonical paths: ``EXTENSION_ROOTS``
+    (prefixes, each ending in ``/``: the standard library, site-packages, pysb's own
+    packages) and ``DYNLOAD`` (the standard library's ``lib-dynload``)."""
+    import os
+
+    from pysb_guards._where import library_prefixes
+
+    roots = []
+    for prefix in library_prefixes():
+        real = os.path.realpath(prefix).rstrip("/") + "/"
+        if real != "/" and real not in roots:
+            roots.append(real)
+    dynload = os.path.realpath(os.path.join(os.path.dirname(os.__file__), "lib-dynload"))
+    return {"EXTENSION_ROOTS": tuple(roots), "DYNLOAD": dynload}
 
 
 def _probe() -> Any:
