@@ -161,6 +161,20 @@ def plugins(as_json: bool, verbose: bool, quiet: bool) -> None:
         click.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
 
 
+@cli.command("import-profile")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option(
+    "-o", "--output", "output", type=click.Path(dir_okay=False),
+    help="Write the profile here (never overwrites); default: standard output.",
+)  # fmt: skip
+@verbosity_options
+def import_profile(path: str, output: str | None, verbose: bool, quiet: bool) -> None:
+    """Convert a pysandboxes 0.7.0 configuration (.py-sandboxes) into a pysb profile."""
+    from pysb_core.cli.import_profile import import_profile as convert
+
+    sys.exit(convert(path, output, verbosity=level(verbose, quiet)))
+
+
 def fail(exc: SandboxError) -> None:
     errors = exc.errors if isinstance(exc, ProfileError) else str(exc).splitlines()
     for line in errors:
