@@ -279,6 +279,14 @@ _add("native", "_ctypes.dlsym", platform="posix", events=("ctypes.dlsym",))
 _add("native", "_ctypes.LoadLibrary", platform="win32")
 # Every call of a foreign function (ctypes.pythonapi included) raises this event.
 _add("native", "_ctypes.call_function", patch=False, events=("ctypes.call_function",))
+# Raw memory through ctypes' types: an instance at any address (``py_object.from_address``),
+# or over bytes that may hold a pointer (``POINTER(T).from_buffer_copy``), an object from
+# an address, reference counts changed by hand. The class methods live on C metaclasses
+# the program cannot patch: judged through the events their C code raises.
+_add("native", "_ctypes:_CData.from_address", patch=False, events=("ctypes.cdata",))
+_add("native", "_ctypes:_CData.from_buffer", patch=False, events=("ctypes.cdata/buffer",))
+_add("native", "_ctypes.PyObj_FromPtr", events=("ctypes.PyObj_FromPtr",))
+_add("native", "_ctypes.Py_INCREF _ctypes.Py_DECREF")
 
 # -- introspection ------------------------------------------------------------------------
 _add("introspection", "importlib.reload sys.settrace sys.setprofile sys.addaudithook", events=())
