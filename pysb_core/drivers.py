@@ -6,7 +6,7 @@ break the others. Listing names uses entry-point metadata alone (no plugin impor
 
 from __future__ import annotations
 
-from pysb_core.entrypoints import entry_points
+from pysb_core.entrypoints import EntryPoint, entry_points
 from pysb_core.errors import ProviderUnavailableError
 from pysb_core.provider import Provider, ProviderStatus
 from pysb_core.records import Record, record
@@ -36,46 +36,102 @@ def provider_names() -> list[str]:
     return sorted({ep.name for ep in entry_points(GROUP)})
 
 
+def _claims(name: str) -> list[EntryPoint]:
+    """The entry points that register provider ``name`` (one per distribution)."""
+    return [ep for ep in entry_points(GROUP) if ep.name == name]
+
+
 def _distribution(name: str) -> tuple[str, str]:
-    for ep in entry_points(GROUP):
-        if ep.name == name:
-            return ep.dist_name, ep.dist_version
+    for ep in _claims(name):
+        return ep.dist_name, ep.dist_version
     return "?", "?"
+
+
+def first_party_distribution(name: str) -> str | None:
+    """``pysb-NAME`` when NAME is one of pysb's own providers (a name pysb can vouch for)."""
+    from pysb_core.cli.catalog import FIRST_PARTY
+
+    return next((p.distribution for p in FIRST_PARTY if p.provider == name), None)
+
+
+def unknown_provider(name: str, installed: list[str]) -> ProviderUnavailableError:
+    """The error for a provider name nothing installed registers.
+
+    A close installed name is suggested. An install command is offered only for pysb's
+    own provider packages: ``pip install pysb-<typo>`` would install whatever someone
+    registered under the misspelt name.
+    """
+    import difflib
+
+    close = difflib.get_close_matches(name, installed, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    package = first_party_distribution(name)
+    return ProviderUnavailableError(
+        f"unknown provider '{name}'{hint} (installed: {', '.join(installed) or 'none'}; "
+        "see pysb providers)",
+        fix=f"pip install {package}" if package else None,
+    )
+
+
+def _one_claim(name: str) -> EntryPoint:
+    """The entry point of provider ``name``; refused when none or several claim it."""
+    claims = _claims(name)
+    if not claims:
+        raise unknown_provider(name, provider_names())
+    if len(claims) > 1:
+        raise ProviderUnavailableError(
+            f"provider '{name}' is registered by {len(claims)} distributions: "
+            + ", ".join(f"{ep.dist_name} {ep.dist_version} ({ep.value})" for ep in claims)
+            + "; pysb will not guess which one to trust",
+            fix="uninstall the one you did not mean to install (pip uninstall DIST)",
+        )
+    return claims[0]
+
+
+def provider_class(name: str, obj: object, dist: str) -> type[Provider]:
+    """``obj`` (what entry point ``name`` loaded) if it is a Provider class named ``name``.
+
+    The one check ``pysb run`` and ``pysb providers`` both apply to a loaded provider.
+    """
+    if not (isinstance(obj, type) and issubclass(obj, Provider)):
+        raise ProviderUnavailableError(
+            f"entry point '{name}' of {dist} in {GROUP} is not a pysb Provider class: {obj!r}"
+        )
+    if obj.name != name:
+        raise ProviderUnavailableError(
+            f"provider class {obj.__module__}.{obj.__qualname__} of {dist} is named "
+            f"'{obj.name}' but registered as '{name}'; the two must be equal"
+        )
+    return obj
 
 
 def load_provider_class(name: str) -> type[Provider]:
     """Import the one provider class registered as ``name``."""
-    names = provider_names()
-    if name not in names:
-        raise ProviderUnavailableError(
-            f"unknown provider '{name}' (installed: {', '.join(names) or 'none'})",
-            fix=f"pip install pysb-{name}",
-        )
-    ep = next(e for e in entry_points(GROUP) if e.name == name)
+    ep = _one_claim(name)
+    dist = f"{ep.dist_name} {ep.dist_version}"
     try:
-        cls = ep.load()
+        obj = ep.load()
     except Exception as exc:
         raise ProviderUnavailableError(
-            f"provider '{name}' ({ep.dist_name} {ep.dist_version}) failed to load: "
-            f"{type(exc).__name__}: {exc}",
+            f"provider '{name}' ({dist}) failed to load: {type(exc).__name__}: {exc}",
             fix=f"pip install --force-reinstall {ep.dist_name}",
         ) from exc
-    if not (isinstance(cls, type) and issubclass(cls, Provider)):
-        raise ProviderUnavailableError(
-            f"entry point '{name}' in {GROUP} is not a pysb Provider class: {cls!r}"
-        )
-    if cls.name != name:
-        raise ProviderUnavailableError(
-            f"provider class {cls.__module__}.{cls.__qualname__} is named '{cls.name}' "
-            f"but registered as '{name}'; the two must be equal"
-        )
-    return cls
+    return provider_class(name, obj, dist)
 
 
 def load_provider(name: str, options: Mapping[str, Any] | None = None) -> Provider:
     """Load and instantiate ``name``; raise ProviderUnavailableError if it cannot run here."""
-    provider = load_provider_class(name)(options)
-    status = provider.probe()
+    cls = load_provider_class(name)
+    try:
+        provider = cls(options)
+        status = provider.probe()
+    except Exception as exc:  # a provider's own bug: fail closed, name who to blame
+        dist, version = _distribution(name)
+        raise ProviderUnavailableError(
+            f"provider '{name}' ({dist} {version}) failed while checking this machine: "
+            f"{type(exc).__name__}: {exc}",
+            fix=f"report it to the maintainers of {dist}; run with --debug for the traceback",
+        ) from exc
     if not status.available:
         raise ProviderUnavailableError(
             f"provider '{name}' cannot run on this machine: {status.reason}", fix=status.fix
@@ -87,7 +143,9 @@ def describe_providers() -> list[ProviderInfo]:
     """Every installed provider with its availability probe.
 
     Loaded through a stevedore ExtensionManager: each driver is imported in isolation and
-    a broken one is reported (with its error) instead of breaking the listing.
+    a broken one is reported (with its error) instead of breaking the listing. A loaded
+    driver passes the same checks as in ``pysb run`` (:func:`provider_class`, one
+    distribution per name), so the two never disagree on what is available.
     """
     from stevedore import ExtensionManager
 
@@ -97,27 +155,38 @@ def describe_providers() -> list[ProviderInfo]:
         failures[ep.name] = exc
 
     manager = ExtensionManager(GROUP, invoke_on_load=False, on_load_failure_callback=failed)
-    loaded = {ext.name: ext.plugin for ext in manager}
+    loaded: dict[str, list[Any]] = {}
+    for ext in manager:
+        loaded.setdefault(ext.name, []).append(ext)
     out = []
     for name in sorted({*loaded, *failures, *provider_names()}):
         dist, version = _distribution(name)
-        cls = loaded.get(name)
         enforces: tuple[str, ...] = ()
         desc = ""
-        if cls is None or not (isinstance(cls, type) and issubclass(cls, Provider)):
-            exc = failures.get(name)
-            reason = (
-                f"failed to load: {type(exc).__name__}: {exc}" if exc else "not a Provider class"
+        try:
+            claim = _one_claim(name)
+            exts = loaded.get(name, [])
+            if name in failures or not exts:
+                exc = failures.get(name)
+                raise ProviderUnavailableError(
+                    f"failed to load: {type(exc).__name__}: {exc}" if exc else "failed to load",
+                    fix=f"pip install --force-reinstall {dist}",
+                )
+            cls = provider_class(name, exts[0].plugin, f"{claim.dist_name} {claim.dist_version}")
+        except ProviderUnavailableError as exc:
+            out.append(
+                ProviderInfo(
+                    name, dist, version, ProviderStatus.missing(exc.reason, fix=exc.fix), ()
+                )
             )
-            status = ProviderStatus.missing(reason, fix=f"pip install --force-reinstall {dist}")
-        else:
-            desc = cls.description
-            try:
-                prov = cls({})
-                status = prov.probe()
-                caps = prov.enforced() if status.available else cls.capabilities
-                enforces = tuple(sorted(str(c) for c in caps))
-            except Exception as exc:  # a broken probe is reported, not fatal to the listing
-                status = ProviderStatus.missing(f"probe failed: {type(exc).__name__}: {exc}")
+            continue
+        desc = cls.description
+        try:
+            prov = cls({})
+            status = prov.probe()
+            caps = prov.enforced() if status.available else cls.capabilities
+            enforces = tuple(sorted(str(c) for c in caps))
+        except Exception as exc:  # a broken probe is reported, not fatal to the listing
+            status = ProviderStatus.missing(f"probe failed: {type(exc).__name__}: {exc}")
         out.append(ProviderInfo(name, dist, version, status, enforces, desc))
     return out

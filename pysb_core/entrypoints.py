@@ -1,11 +1,13 @@
-"""A small, fast reader of installed entry points.
+"""A small, fast reader of installed entry points, with importlib.metadata's semantics.
 
 ``importlib.metadata`` costs about 20 ms to import here (it pulls in the ``email``
 package), more than a sandboxed ``-c pass`` may cost in total. Entry points are plain
 INI-like files (``*.dist-info/entry_points.txt``, ``*.egg-info/entry_points.txt``) next to
 each distribution's metadata, so ``pysb run`` reads them directly. ``pysb providers``
-still goes through stevedore (which uses importlib.metadata), where its load-failure
-handling matters more than milliseconds.
+goes through stevedore (which uses importlib.metadata), so the two must agree on every
+point (tests/test_entrypoints.py compares them): the same distributions (the first of a
+normalized name on ``sys.path`` wins), the distribution's name and version from its
+METADATA, and values with extras (``module:attr [extra]``) that load the same object.
 """
 
 from __future__ import annotations
@@ -58,35 +60,60 @@ class EntryPoint(tuple):  # a named tuple without typing.NamedTuple's cost
 
     @property
     def module(self) -> str:
-        return self.value.partition(":")[0].strip()
+        return self.value.partition("[")[0].partition(":")[0].strip()
+
+    @property
+    def attr(self) -> str | None:
+        """The object path after ``:`` (None for a module), as importlib.metadata says."""
+        _module, colon, attr = self.value.partition("[")[0].partition(":")
+        return attr.strip() if colon else None
+
+    @property
+    def extras(self) -> list[str]:
+        """``[a, b]`` of ``module:attr [a, b]`` (importlib.metadata's ``extras``)."""
+        inside = self.value.partition("[")[2].rpartition("]")[0]
+        return [e.strip() for e in inside.split(",") if e.strip()]
 
     def load(self) -> Any:
-        module, _, attr = self.value.partition(":")
-        obj = import_module(module.strip())
-        for part in attr.strip().split(".") if attr.strip() else ():
+        """The object named, as importlib.metadata loads it (extras are not checked)."""
+        obj = import_module(self.module)
+        attr = self.attr
+        for part in attr.split(".") if attr else ():
             obj = getattr(obj, part)
         return obj
 
 
+def _stem_name(info_dir: str) -> str:
+    """The distribution name a ``.dist-info`` / ``.egg-info`` directory is named after."""
+    return os.path.basename(info_dir).rsplit(".", 1)[0].partition("-")[0]
+
+
+def normalized(name: str) -> str:
+    """PEP 503 normalization (``Foo.Bar_baz`` -> ``foo-bar-baz``): one distribution, one key."""
+    out = name.lower().replace("_", "-").replace(".", "-")
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out
+
+
 def _dist_of(info_dir: str) -> tuple[str, str]:
-    """Name and version from a ``.dist-info`` / ``.egg-info`` directory name or METADATA."""
+    """Name and version as importlib.metadata gives them: from METADATA (PKG-INFO for an
+    egg), else from the directory's name."""
     base = os.path.basename(info_dir).rsplit(".", 1)[0]
     name, _, version = base.partition("-")
-    if version:
-        return name.replace("_", "-"), version.partition("-")[0]
+    version = version.partition("-")[0]
     for meta in ("METADATA", "PKG-INFO"):
-        try:
-            with open(os.path.join(info_dir, meta), encoding="utf-8") as f:
-                fields = {}
-                for line in f:
-                    if not line.strip():
-                        break
-                    key, _, val = line.partition(":")
-                    fields[key.strip().lower()] = val.strip()
-            return fields.get("name", name), fields.get("version", "?")
-        except OSError:
+        text = _read_text(os.path.join(info_dir, meta))
+        if text is None:
             continue
-    return name, "?"
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            if not line.strip():
+                break
+            key, _, val = line.partition(":")
+            fields.setdefault(key.strip().lower(), val.strip())
+        return fields.get("name", name), fields.get("version", version or "?")
+    return name.replace("_", "-"), version or "?"
 
 
 def _read_text(path: str) -> str | None:
@@ -107,10 +134,14 @@ def _read_text(path: str) -> str | None:
     return b"".join(chunks).decode("utf-8")
 
 
-def _parse(path: str, dist: tuple[str, str]) -> list[EntryPoint]:
+def _parse(path: str, dist: tuple[str, str] | str) -> list[EntryPoint]:
+    """Entry points of one ``entry_points.txt``. ``dist`` is ``(name, version)``, or the
+    ``.dist-info`` directory to read them from (only when the file names entry points)."""
     out: list[EntryPoint] = []
     group = ""
     text = _read_text(path)
+    if text and isinstance(dist, str):
+        dist = _dist_of(dist)
     for raw in text.splitlines() if text else ():
         line = raw.strip()
         if not line or line[0] in "#;":
@@ -120,7 +151,7 @@ def _parse(path: str, dist: tuple[str, str]) -> list[EntryPoint]:
             continue
         name, eq, value = line.partition("=")
         if eq and group:
-            out.append(EntryPoint(name.strip(), value.strip(), group, *dist))
+            out.append(EntryPoint(name.strip(), value.strip(), group, *dist))  # type: ignore[misc]
     return out
 
 
@@ -139,12 +170,11 @@ def all_entry_points() -> tuple[EntryPoint, ...]:
             if not n.endswith((".dist-info", ".egg-info")):
                 continue
             info_dir = os.path.join(entry or ".", n)
-            dist = _dist_of(info_dir)
-            key = dist[0].lower().replace("_", "-")
+            key = normalized(_stem_name(info_dir))
             if key in seen:
                 continue
             seen.add(key)
-            found.extend(_parse(os.path.join(info_dir, "entry_points.txt"), dist))
+            found.extend(_parse(os.path.join(info_dir, "entry_points.txt"), info_dir))
     return tuple(found)
 
 

@@ -42,3 +42,43 @@ def test_parse_reads_groups_comments_and_odd_files(tmp_path: Path) -> None:
     ]
     assert _parse(str(tmp_path / "missing.txt"), ("d", "1")) == []
     assert _parse(str(tmp_path), ("d", "1")) == []  # a directory: nothing readable
+
+
+def _dist(site: Path, stem: str, name: str, version: str, eps: str, kind: str = "dist") -> None:
+    info = site / (f"{stem}-{version}.dist-info" if kind == "dist" else f"{stem}.egg-info")
+    info.mkdir(parents=True)
+    meta = "METADATA" if kind == "dist" else "PKG-INFO"
+    (info / meta).write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody\n")
+    (info / "entry_points.txt").write_text(eps)
+
+
+def test_same_semantics_as_importlib_metadata_on_odd_distributions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Extras, names that normalize alike, a distribution shadowed by an earlier path entry,
+    an egg-info: ``pysb run``'s reader and stevedore's (importlib.metadata) give the same
+    entry points, from the same distributions, that load the same objects."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    group = "pysb.test-semantics"
+    _dist(first, "pysb_extra", "pysb-extra", "1.0", f"[{group}]\nx = json:dumps [speed, c]\n")
+    _dist(first, "foo_bar", "Foo.Bar", "2.0", f"[{group}]\nfb=json.decoder:JSONDecoder\n")
+    _dist(second, "Foo.Bar", "Foo.Bar", "0.1", f"[{group}]\nshadowed = json:loads\n")
+    _dist(second, "pysb_egg", "pysb-egg", "3.0", f"[{group}]\negg = json\n", kind="egg")
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    entrypoints.all_entry_points.cache_clear()
+    try:
+        ours = entrypoints.entry_points(group)
+    finally:
+        entrypoints.all_entry_points.cache_clear()
+    theirs = importlib.metadata.entry_points(group=group)
+
+    def shape(ep, dist_name, dist_version):
+        return (ep.name, ep.value, ep.module, ep.attr, list(ep.extras), dist_name, dist_version)
+
+    mine = sorted(shape(ep, ep.dist_name, ep.dist_version) for ep in ours)
+    assert mine == sorted(shape(ep, ep.dist.name, ep.dist.version) for ep in theirs)
+    assert {ep.name for ep in ours} == {"x", "fb", "egg"}  # the shadowed Foo.Bar is not seen
+    by_name = {ep.name: ep for ep in theirs}
+    for ep in ours:
+        assert ep.load() is by_name[ep.name].load()

@@ -15,15 +15,19 @@ from pysb_core.errors import ExitCode, ProfileError, SandboxError
 
 
 def _provider_notes(policy: Any) -> list[str]:
-    from pysb_core.drivers import provider_names
+    from pysb_core.drivers import first_party_distribution, provider_names
 
     installed = set(provider_names())
-    return [
-        f"options for provider '{name}' are kept and ignored: it is not installed "
-        f"(pip install pysb-{name})"
-        for name in sorted(policy.provider_options)
-        if name not in installed
-    ]
+    notes = []
+    for name in sorted(policy.provider_options):
+        if name in installed:
+            continue
+        package = first_party_distribution(name)
+        where = f" (pip install {package})" if package else ""
+        notes.append(
+            f"options for provider '{name}' are kept and ignored: it is not installed{where}"
+        )
+    return notes
 
 
 def _source_key(source: str) -> tuple[int, str, int]:

@@ -123,3 +123,106 @@ def test_check_of_a_missing_profile_is_125(project: Project) -> None:
     r = project.run("check")
     assert r.returncode == 125, (r.stdout, r.stderr)
     assert "no profile" in r.stderr
+
+
+# -- 5. provider names -------------------------------------------------------------------
+
+
+def test_mistyped_provider_suggests_the_installed_one_and_no_install(project: Project) -> None:
+    project.profile(OPEN)
+    project.file("evil.py", EVIL)
+    for extra in ([], ["--learn"]):
+        r = project.run("run", "--provider", "bwarp", *extra, "evil.py")
+        _refused(project, r, wrote_profile=True)
+        assert "unknown provider 'bwarp'" in r.stderr and "did you mean 'bwrap'" in r.stderr
+        assert "pip install" not in r.stderr  # a typo is not a package name to install
+
+
+def test_unknown_provider_in_a_learning_run_without_profile(project: Project) -> None:
+    project.file("evil.py", EVIL)
+    r = project.run("run", "--learn", "--provider", "nosuchprovider", "evil.py")
+    _refused(project, r)
+    assert "unknown provider 'nosuchprovider'" in r.stderr and "pip install" not in r.stderr
+
+
+def test_install_hint_only_for_first_party_provider_names() -> None:
+    from pysb_core.drivers import unknown_provider
+
+    qemu = unknown_provider("qemu", ["subprocess", "bwrap"])
+    assert qemu.fix == "pip install pysb-qemu"
+    typo = unknown_provider("bwarp", ["subprocess", "bwrap"])
+    assert typo.fix is None and "did you mean 'bwrap'" in str(typo)
+    other = unknown_provider("nsjail", ["subprocess"])
+    assert other.fix is None and "pip install" not in str(other)
+
+
+def _providers_json(project: Project, site: Path) -> dict[str, dict]:
+    import json
+
+    r = project.run("providers", "--json", env={"PYTHONPATH": str(site)})
+    assert r.returncode == 0, r.stderr
+    return {p["name"]: p for p in json.loads(r.stdout)}
+
+
+def test_provider_entry_point_with_extras_runs_and_is_listed(
+    project: Project, tmp_path: Path
+) -> None:
+    from fakedist import FAKE_PROVIDER, fake_dist
+
+    site = fake_dist(
+        tmp_path / "site",
+        "pysb-fake",
+        entry_points={"pysb.providers": {"fake": "pysb_fake:Fake [speed]"}},
+        modules={"pysb_fake.py": FAKE_PROVIDER},
+    )
+    listed = _providers_json(project, site)["fake"]
+    assert listed["available"] and listed["distribution"] == "pysb-fake", listed
+    project.profile(OPEN)
+    r = project.run(
+        "run", "--provider", "fake", "-c", "print(6 * 7)", env={"PYTHONPATH": str(site)}
+    )
+    assert r.returncode == 0 and r.stdout == "42\n", r.stderr
+
+
+def test_provider_registered_under_another_name_is_refused_by_both(
+    project: Project, tmp_path: Path
+) -> None:
+    from fakedist import FAKE_PROVIDER, fake_dist
+
+    site = fake_dist(
+        tmp_path / "site",
+        "pysb-fake",
+        entry_points={"pysb.providers": {"other": "pysb_fake:Fake"}},
+        modules={"pysb_fake.py": FAKE_PROVIDER},
+    )
+    listed = _providers_json(project, site)["other"]
+    assert not listed["available"] and "named 'fake'" in listed["reason"], listed
+    project.profile(OPEN)
+    project.file("evil.py", EVIL)
+    r = project.run("run", "--provider", "other", "evil.py", env={"PYTHONPATH": str(site)})
+    _refused(project, r, wrote_profile=True)
+    assert "named 'fake'" in r.stderr
+
+
+def test_two_distributions_claiming_one_provider_are_both_named(
+    project: Project, tmp_path: Path
+) -> None:
+    from fakedist import FAKE_PROVIDER, fake_dist
+
+    site = tmp_path / "site"
+    for dist in ("pysb-fake", "pysb-shadow"):
+        module = dist.replace("-", "_")
+        fake_dist(
+            site,
+            dist,
+            entry_points={"pysb.providers": {"fake": f"{module}:Fake"}},
+            modules={f"{module}.py": FAKE_PROVIDER},
+        )
+    listed = _providers_json(project, site)["fake"]
+    assert not listed["available"], listed
+    assert "pysb-fake 1.0" in listed["reason"] and "pysb-shadow 1.0" in listed["reason"]
+    project.profile(OPEN)
+    project.file("evil.py", EVIL)
+    r = project.run("run", "--provider", "fake", "evil.py", env={"PYTHONPATH": str(site)})
+    _refused(project, r, wrote_profile=True)
+    assert "pysb-fake 1.0" in r.stderr and "pysb-shadow 1.0" in r.stderr
