@@ -30,9 +30,12 @@ class RuleReport(Record):
 class CheckReport(Record):
     """Collects, family by family, the layers that enforce each rule.
 
-    ``python_guards`` is false under ``--no-python-guards`` (or when the Python layer is
-    not installed): then ``python`` never counts, and a ``files``/``network``/``env``/
-    ``limits`` rule without ``os`` makes the run refuse to start.
+    ``python_guards`` is false under ``--no-python-guards`` (the user's choice): then
+    ``python`` never counts, ``imports``/``api`` rules are given up knowingly, and a
+    ``files``/``network``/``env``/``limits`` rule without ``os`` makes the run refuse to
+    start. When it is true, a Python layer that is not installed is no excuse: a family
+    missing from ``python_families`` enforces nothing, and its rules (the deny-by-default
+    of ``imports`` and ``api`` included) make the run refuse to start.
     """
 
     provider: str

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 
-from pysb_core.check import CheckReport
+from pysb_core.check import PYTHON_ONLY_FAMILIES, CheckReport
 from pysb_core.errors import ExitCode, ProfileError, UnenforceableRuleError
 from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, get_plugin_manager
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO, Any
 
+    from pysb_core.check import RuleReport
     from pysb_core.events import Event
     from pysb_core.plugins import LoadedPlugin
     from pysb_core.policy import Policy
@@ -80,6 +81,32 @@ def _with_state_dirs(policy: Policy, environ: Mapping[str, str]) -> Policy:
     path = state_dir(environ)
     real = ensure(path) if path else None
     return policy.replace(state_dirs=(real,)) if real else policy
+
+
+def unenforced_messages(missing: Sequence[RuleReport], report: CheckReport) -> list[str]:
+    """One line per rule no active layer enforces, then what the user can do about it."""
+    layer = "Python guards off" if not report.python_guards else ""
+    absent = sorted(
+        {r.family for r in missing if r.family not in report.python_families} & PYTHON_ONLY_FAMILIES
+    )
+    if report.python_guards and absent:
+        layer = f"no Python guard for {', '.join(absent)} is installed"
+    where = f"provider '{report.provider}'" + (f", {layer}" if layer else "")
+    lines = [
+        f"{r.source}: '{r.rule}' is not enforced by any active layer ({where})" for r in missing
+    ]
+    if report.python_guards and absent:
+        lines.append(
+            "install the Python layer (pip install pysb-guards), or run without it knowingly "
+            "(--no-python-guards, or python-guards: false in the profile): imports and api "
+            "rules are then not enforced"
+        )
+    if any(r.family not in PYTHON_ONLY_FAMILIES for r in missing):
+        lines.append(
+            "for files, network, env and limits rules: choose a provider that enforces them "
+            "(pysb providers), keep the Python guards on, or remove the rule"
+        )
+    return lines
 
 
 #: How a partial-mode caller starts a learning run (the CLI names its own command).
@@ -194,14 +221,14 @@ class Session:
             load_provider_class(policy.provider)  # an unknown provider is refused here too
             _warn(stderr, _learning_notice(policy, cwd))
             policy = policy.replace(provider="subprocess")
-        if policy.python_guards and not guard_families:
+        # Without the Python layer, its rules (imports, api, and their deny-by-default)
+        # have no enforcer: the check below refuses the run unless the user opted out.
+        if not guard_families and (not policy.python_guards or policy.learn):
             _warn(
                 stderr,
-                "warning: the Python layer (pysb-guards) is not installed: imports, files, "
-                "network and api rules are enforced by the OS provider alone, if at all "
-                "(pip install pysb-guards)",
+                "warning: the Python layer (pysb-guards) is not installed: only the OS "
+                "provider enforces this run (pip install pysb-guards)",
             )
-            policy = policy.replace(python_guards=False)
 
         # Provider options: validated by the provider that owns them.
         options = policy.provider_options.get(policy.provider) or {}
@@ -223,15 +250,9 @@ class Session:
         hooks.check(policy, prov, report)
         missing = report.unenforced()
         if missing and not policy.learn and enforce:
-            raise UnenforceableRuleError(
-                [
-                    f"{r.source}: '{r.rule}' is not enforced by any active layer "
-                    f"(provider '{prov.name}'"
-                    + (", Python guards off" if not policy.python_guards else "")
-                    + "); choose a provider that enforces it (pysb providers) or remove the rule"
-                    for r in missing
-                ]
-            )
+            raise UnenforceableRuleError(unenforced_messages(missing, report))
+        if not guard_families:
+            policy = policy.replace(python_guards=False)  # nothing to install in the child
         session = cls(
             policy, prov, hooks, plugins, report, environ=environ, stderr=stderr, verbose=verbose
         )

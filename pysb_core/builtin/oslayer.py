@@ -82,6 +82,9 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             limits.sources.get(name, "<profile>"),
             key == "wall_time" or C.LIMITS in caps,
         )
+    # imports and api are the Python layer's alone. Their deny-by-default is a rule too
+    # (reported with the text the guards use, so the rows merge when they are installed):
+    # with no guard for the family, nothing enforces it and the run refuses to start.
     if policy.imports is not None:
         add(
             "imports",
@@ -89,5 +92,9 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             policy.imports_source or "<profile>",
             False,
         )
+    else:
+        add("imports", "imports: (none: only the interpreter's own modules)", "<default>", False)
     for api_rule in policy.api:
         add("api", f"api: {api_rule.action}: {api_rule.target}", api_rule.source, False)
+    if not policy.api:
+        add("api", "api: (none: every registered function denied)", "<default>", False)
