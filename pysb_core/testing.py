@@ -89,6 +89,32 @@ def require_binary(name: str) -> str:
     return path
 
 
+def wheelhouse() -> Path:
+    """Where ``make dev`` keeps wheels of pysb's dependencies, for offline installs."""
+    return Path(sys.prefix) / "wheelhouse"
+
+
+def offline_venv(env_dir: Path, *requirements: str) -> Path:
+    """A fresh virtual environment with only ``requirements`` (paths or names) installed,
+    offline, from the wheelhouse: what a user's ``pip install`` gives, with no editable
+    path and no plugin that happens to sit in the repository. Skips without a wheelhouse."""
+    import venv
+
+    if not wheelhouse().is_dir():
+        pytest.skip("no wheelhouse: run `make dev` (it builds one for offline installs)")
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    offline_pip(env_dir, *requirements)
+    return env_dir
+
+
+def offline_pip(env_dir: Path, *requirements: str) -> None:
+    """``pip install`` into ``env_dir``, offline, from the wheelhouse; fails the test on error."""
+    python = str(env_dir / "bin" / "python")
+    cmd = [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse())]
+    r = subprocess.run([*cmd, *requirements], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 @dataclass
 class Project:
     """A temporary project directory with a profile, for end-to-end runs."""

@@ -1,0 +1,68 @@
+"""Security regression corpus: without the Python layer, its rules are not silently dropped.
+
+A virtual environment with only ``pysb-core`` and ``pysb-bwrap`` (built offline from
+wheels, as a user's ``pip install`` would): nothing enforces ``imports`` or ``api`` rules,
+so a profile that has one is refused (125) by ``pysb run`` and ``pysb check``, and runs
+only when the user opts out of the Python layer knowingly (``--no-python-guards``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import offline_venv, require_provider
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def core_and_bwrap_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pysb-core and pysb-bwrap, nothing else: no Python layer."""
+    env_dir = tmp_path_factory.mktemp("core-bwrap") / "venv"
+    return offline_venv(env_dir, str(ROOT), str(ROOT / "plugins" / "pysb-bwrap"))
+
+
+def _pysb(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(env_dir / "bin" / "pysb"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_without_the_python_layer_an_imports_rule_is_refused(
+    core_and_bwrap_env: Path, tmp_path: Path
+) -> None:
+    require_provider("bwrap")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pysb.yaml").write_text("version: 1\nimports: [json]\nfiles:\n  expose-rw: [.]\n")
+    program = "import os; open('RAN', 'w'); print(len(os.listdir('/')))"
+    r = _pysb(core_and_bwrap_env, "run", "--provider", "bwrap", "-c", program, cwd=project)
+    assert r.returncode == 125, r.stderr
+    assert not (project / "RAN").exists()
+    assert ".pysb.yaml:2: 'imports: json' is not enforced" in r.stderr, r.stderr
+    assert "api: (none" in r.stderr  # the deny-by-default of api has no enforcer either
+    assert "Traceback" not in r.stderr
+    r = _pysb(core_and_bwrap_env, "check", "--provider", "bwrap", cwd=project)
+    assert r.returncode == 125, r.stdout + r.stderr
+    assert "imports: json" in r.stdout and "[NONE]" in r.stdout
+    r = _pysb(core_and_bwrap_env, "check", "--provider", "bwrap", "--no-python-guards", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    opted_out = ("run", "--provider", "bwrap", "--no-python-guards", "-c", program)
+    r = _pysb(core_and_bwrap_env, *opted_out, cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert (project / "RAN").exists()  # the exposure is the kernel's: bwrap mounted it rw
+    (project / "RAN").unlink()
+    (project / ".pysb.yaml").write_text(
+        "version: 1\npython-guards: false\nimports: [json]\nfiles:\n  expose-rw: [.]\n"
+    )
+    r = _pysb(core_and_bwrap_env, "run", "--provider", "bwrap", "-c", program, cwd=project)
+    assert r.returncode == 0, r.stderr
