@@ -259,7 +259,6 @@ else:
 """
 
 
-@hole("11")
 def test_spwd_reads_shadow_only_when_exposed(box: Box) -> None:
     box.profile("spwd")
     box.run(SPWD)
@@ -291,7 +290,6 @@ print('control attached')
 """
 
 
-@hole("11")
 def test_sqlite_attach_is_judged_as_a_file_access(box: Box) -> None:
     db = sqlite3.connect(box.outside / "db.sqlite")
     db.execute("CREATE TABLE t (x)")
@@ -303,6 +301,48 @@ def test_sqlite_attach_is_judged_as_a_file_access(box: Box) -> None:
     assert "control attached" in out, out
     assert not (box.outside / "created.sqlite").exists()
     assert not (box.outside / "vacuumed.sqlite").exists()
+
+
+SQLITE_OTHER_CONNECTIONS = """
+import sqlite3
+for label, make in [
+    ('Connection()', lambda: sqlite3.Connection(':memory:')),
+    ('factory with __init__', lambda: sqlite3.connect(':memory:', factory=type('C', (sqlite3.Connection,), {'__init__': lambda self, *a, **k: sqlite3.Connection.__init__(self, *a, **k)}))),
+    ('re-initialised', lambda: sqlite3.Connection.__init__(sqlite3.connect(':memory:'), ':memory:')),
+]:
+    try:
+        con = make()
+    except PermissionError as e:
+        print('refused', label, e)
+        continue
+    try:
+        con.execute("ATTACH DATABASE ? AS o", (OUTSIDE + '/db.sqlite',))
+        print('ESCAPED', label, con.execute('SELECT * FROM o.t').fetchall())
+    except sqlite3.Error as e:
+        print('refused', label, 'at ATTACH', e)
+# a factory without an __init__ of its own is still a plain connection
+con = sqlite3.connect(':memory:', factory=type('D', (sqlite3.Connection,), {}))
+print('control factory', type(con).__name__)
+"""
+
+
+def test_sqlite_connections_made_otherwise_are_refused(box: Box) -> None:
+    box.profile("sqlite3")
+    out = box.run(SQLITE_OTHER_CONNECTIONS)
+    assert refusals(out) == 3, out
+    assert "control factory D" in out, out
+
+
+@hole("11: a program's own set_authorizer(None) lifts the check")
+def test_sqlite_authorizer_cannot_be_removed(box: Box) -> None:
+    db = box.outside / "db.sqlite"
+    sqlite3.connect(db).close()
+    box.profile("sqlite3")
+    box.run(
+        "import sqlite3\ncon = sqlite3.connect(':memory:')\ncon.set_authorizer(None)\n"
+        "try:\n    con.execute('ATTACH DATABASE ? AS o', (OUTSIDE + '/db.sqlite',))\n"
+        "    print('ESCAPED attached')\nexcept sqlite3.Error as e:\n    print('refused', e)\n"
+    )
 
 
 TCL = """
@@ -320,7 +360,6 @@ else:
 """
 
 
-@hole("11")
 def test_tcl_interpreters_are_process_exec(box: Box) -> None:
     box.profile("tkinter")
     out = box.run(TCL)
@@ -342,7 +381,6 @@ except OSError as e:
 """
 
 
-@hole("11")
 def test_posix_shared_memory_is_a_file_access(box: Box) -> None:
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm here")

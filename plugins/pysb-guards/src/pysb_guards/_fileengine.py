@@ -50,6 +50,9 @@ SCANDIR_CLOSE: Any = None  # type: ignore[assignment]  # sealed
 SCANDIR_ITERATOR: Any = None  # type: ignore[assignment]  # sealed
 GUARD: Any = None  # type: ignore[assignment]  # sealed
 ALLOW: Any = None  # type: ignore[assignment]  # sealed
+TYPE_DICT: Any = None  # type: ignore[assignment]  # sealed
+METHOD_DESCRIPTOR: Any = None  # type: ignore[assignment]  # sealed
+SHM_WRITE_FLAGS: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _f_text(p):
@@ -526,12 +529,116 @@ def _f_make_path_patcher(attr, params, prepare):
     return patcher
 
 
+def _f_make_fixed_patcher(attr, path, write):
+    """Patch ``module.<attr>``, a C function that reads or writes one fixed file of its own
+    (``spwd.getspall`` reads ``/etc/shadow``), with a face judging that file."""
+
+    def judge(args, kwargs):
+        verdict = _f_check(path, write, True, None, "write" if write else "read")
+        return verdict if type(verdict) is REFUSAL else None
+
+    def patcher(module):
+        found = RESOLVE(module, attr, True)
+        if found is None or IS_FACE(found[2]):
+            return
+        owner, name, original = found
+        PLACE(owner, name, MAKE_FACE(MAKE_DOOR(original, judge, name=name), original))
+
+    return patcher
+
+
+def _f_make_shm_patcher(attr, prepare):
+    """Patch ``_posixshmem.shm_open(path, flags, mode)`` / ``shm_unlink(path)``: POSIX shared
+    memory objects are the files ``/dev/shm/NAME`` (glibc), judged as such."""
+    unlink = attr == "shm_unlink"
+
+    def judge(args, kwargs):
+        name = args[0] if args else kwargs.get("path")
+        if type(name) is not str:
+            return None  # the original refuses it
+        if unlink:
+            write = True
+        else:
+            flags = args[1] if len(args) > 1 else kwargs.get("flags", 0)
+            write = type(flags) is not int or bool(flags & SHM_WRITE_FLAGS)
+        verdict = _f_check("/dev/shm/" + name.lstrip("/"), write, True, None, "read")
+        return verdict if type(verdict) is REFUSAL else None
+
+    def patcher(module):
+        found = RESOLVE(module, attr, True)
+        if found is None or IS_FACE(found[2]):
+            return
+        owner, name, original = found
+        PLACE(owner, name, MAKE_FACE(MAKE_DOOR(original, judge, name=name), original, prepare))
+
+    return patcher
+
+
+def _f_sqlite_judge_attached(text):
+    """None when SQLite may open ``text`` for ``ATTACH`` / ``VACUUM INTO``, else a Refusal.
+    Both readings of a ``file:`` name are judged (a URI when the connection takes URIs, a
+    file name otherwise): the authorizer cannot tell which the library will use."""
+    if text in ("", ":memory:"):
+        return None  # a private temporary database
+    verdict = _f_check(text, True, True, None, "write")
+    if type(verdict) is REFUSAL or not text.startswith("file:"):
+        return verdict if type(verdict) is REFUSAL else None
+    body, _, query = text[5:].partition("?")
+    if "mode=memory" in query or body in ("", ":memory:"):
+        return None
+    if body.startswith("//"):  # file://host/path: only an empty host or localhost
+        body = body[2:]
+        body = body[body.find("/") :] if "/" in body else ""
+    verdict = _f_check(body, "mode=ro" not in query, True, None, "write")
+    return verdict if type(verdict) is REFUSAL else None
+
+
+def _f_sqlite_authorizer(action, arg1, arg2, database, source):
+    """SQLite's authorizer on every connection: ``ATTACH`` (which ``VACUUM INTO`` also
+    uses) opens a file with C code of its own, judged here as a file access. Anything
+    else is SQLite's business (0 = SQLITE_OK, 1 = SQLITE_DENY)."""
+    if action != 24:
+        return 0
+    if type(arg1) is not str:
+        return 1
+    return 0 if _f_sqlite_judge_attached(arg1) is None else 1
+
+
 def _f_patch_sqlite(module):
-    """``sqlite3.connect`` (and ``_sqlite3``'s): the audit hook judges the event it raises;
-    the face turns path objects into exact str/bytes first."""
+    """``sqlite3.connect`` (and ``_sqlite3``'s): the audit hook judges the path in the event
+    it raises; the face turns path objects into exact str/bytes first, and its door hands
+    the new connection SQLite's authorizer (``_f_sqlite_authorizer``), set with the C
+    type's own ``set_authorizer`` taken as ``_sqlite3`` loads."""
+    if ST["set_authorizer"] is None:
+        found = RESOLVE(module, "Connection")
+        if found is not None and type(found[2]) is type:
+            method = TYPE_DICT(found[2]).get("set_authorizer")
+            if type(method) is METHOD_DESCRIPTOR:
+                ST["set_authorizer"] = method
     found = RESOLVE(module, "connect")
     if found is not None and not IS_FACE(found[2]):
-        PLACE(module, "connect", GUARD(found[2], ALLOW, prepare=ST["prepare_database"]))
+        door = MAKE_DOOR(found[2], None, _f_sqlite_connected, name="connect")
+        ST["sqlite_doors"].add(DOOR_CODE_ID(door))
+        PLACE(module, "connect", MAKE_FACE(door, found[2], ST["prepare_database"]))
+
+
+def _f_sqlite_connected(connection, args, kwargs):
+    """The door's post: the connection ``sqlite3.connect`` made judges ``ATTACH``."""
+    set_authorizer = ST["set_authorizer"]
+    if set_authorizer is None:
+        return REFUSE(ImportError("pysb: sqlite3.Connection.set_authorizer was not found"))
+    try:
+        set_authorizer(connection, _f_sqlite_authorizer)
+    except Exception as e:  # not a connection (a factory of the program's): refused
+        return REFUSE(e)
+    return connection
+
+
+def _f_caller_is_sqlite_door():
+    """The frame that called ``Connection.__init__`` (raising ``sqlite3.connect/handle``)
+    is the door of a ``connect`` face, which gives the connection its authorizer."""
+    f = GETFRAME(4)  # this function, the handler, the dispatcher, the audit hook's door
+    return f is not None and IS_DOOR_FRAME(f) and id(FRAME_CODE(f)) in ST["sqlite_doors"]
 
 
 def _f_dir_of(args, kwargs, key="path"):
@@ -714,7 +821,23 @@ def _f_make_handlers(events):
 
         return handler
 
-    handlers = {"open": on_open, "sqlite3.connect": on_sqlite}
+    def on_sqlite_handle(args):
+        """A connection made (or re-initialised) other than by ``sqlite3.connect`` itself
+        -- ``sqlite3.Connection(path)``, a factory with an ``__init__`` of its own --
+        would get no authorizer: refused."""
+        if _f_caller_is_sqlite_door():
+            return None
+        return PermissionError(
+            "pysb: SQLite connections are made with sqlite3.connect() in the sandbox (its "
+            "authorizer judges ATTACH); a Connection built or re-initialised otherwise, or "
+            "a factory with its own __init__, is refused"
+        )
+
+    handlers = {
+        "open": on_open,
+        "sqlite3.connect": on_sqlite,
+        "sqlite3.connect/handle": on_sqlite_handle,
+    }
     for event, (pairs, write, follow, kind) in events.items():
         handlers[event] = make(event, pairs, write, follow, kind)
     return handlers

@@ -91,6 +91,32 @@ def _e_importer():
     return None, None
 
 
+def _e_by_extension_init():
+    """True when the import is asked by C code initialising an extension module: below the
+    guard's own frames and the import system's, the first frame is a door of
+    ``_imp.create_dynamic`` / ``exec_dynamic`` (or the builtin pair). The name is then the
+    C code's own (``_sqlite3`` imports ``functools``), and the C code is a library file
+    (``_e_judge_dynamic``). A Python frame of anyone's in between (a replaced
+    ``builtins.__import__``) makes it an ordinary import."""
+    f = GETFRAME(2)
+    doors = STATE["extension_doors"]
+    while f is not None:
+        if IS_GUARD_FRAME(f):
+            if id(FRAME_CODE(f)) in doors:
+                return True
+            f = f.f_back
+            continue
+        g = f.f_globals
+        if g is BOOT0 or g is BOOT1 or f.f_builtins is SEALED_BUILTINS:
+            f = f.f_back
+            continue
+        if id(FRAME_CODE(f)) in IMPORT_CODES:
+            f = f.f_back
+            continue
+        return False
+    return False
+
+
 def _e_loaded(name):
     """``sys.modules[name]`` (None if absent), comparing exact ``str`` keys only: the
     program may have put a key of its own there, whose ``__eq__`` a lookup would run."""
@@ -146,6 +172,8 @@ def _e_library_own(name, top, loaded_ok, relative):
     A relative import follows the importing module's ``__package__``, which the program
     can rewrite: it must stay in the package the library file belongs to.
     """
+    if _e_by_extension_init():
+        return True
     f, code = _e_importer()
     if f is None:
         return False

@@ -182,6 +182,15 @@ C_PATH_FUNCTIONS: tuple[tuple[str, str, tuple], ...] = (
     ("ssl", "SSLContext.load_dh_params", (_param(1, "path", None, False, True, "read"),)),
 )
 
+#: (module, function, file, write): C functions that open one file of their own choosing.
+C_FIXED_FILE_FUNCTIONS: tuple[tuple[str, str, str, bool], ...] = (
+    ("spwd", "getspall", "/etc/shadow", False),
+    ("spwd", "getspnam", "/etc/shadow", False),
+)
+
+#: POSIX shared memory (``multiprocessing.shared_memory``): objects are ``/dev/shm/NAME``.
+SHM_FUNCTIONS = ("shm_open", "shm_unlink")
+
 
 # ---------------------------------------------------------------------------------------
 # Install
@@ -271,6 +280,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "learning": bool(recorder.learning),
             "open_doors": set(),
             "prepare_database": _make_prepare(((0, "database"),)),
+            "set_authorizer": None,  # sqlite3.Connection's, taken when _sqlite3 loads
+            "sqlite_doors": set(),  # code ids of the doors of sqlite3.connect's faces
         },
         RECORDER=_seal.private_recorder(recorder),
         FDENIED=FileDeniedError,
@@ -301,6 +312,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
         SCANDIR_CLOSE=scandir_iterator.__dict__["close"],
         DIRENTRY_NAME=posix.DirEntry.__dict__["name"].__get__,
         _ALLOWED=object(),
+        TYPE_DICT=type.__dict__["__dict__"].__get__,
+        METHOD_DESCRIPTOR=type(str.__dict__["join"]),
+        SHM_WRITE_FLAGS=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC,
     )
     ns["ST"]["cwd"] = ns["_f_cwd"]()
 
@@ -347,6 +361,12 @@ def install(policy: Policy, recorder: Recorder) -> None:
     for module_name, attr, params in C_PATH_FUNCTIONS:
         patcher = ns["_f_make_path_patcher"](attr, params, _make_prepare(params))
         imports.on_import(module_name, patcher)
+
+    for module_name, attr, path, write in C_FIXED_FILE_FUNCTIONS:
+        imports.on_import(module_name, ns["_f_make_fixed_patcher"](attr, path, write))
+    for attr in SHM_FUNCTIONS:
+        patcher = ns["_f_make_shm_patcher"](attr, _make_prepare(((0, "path"),)))
+        imports.on_import("_posixshmem", patcher)
 
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():

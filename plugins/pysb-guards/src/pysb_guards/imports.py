@@ -250,6 +250,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "learned": set(),
             "roots": (),
             "fast": fast,
+            "extension_doors": set(),  # code ids of the doors of _imp's four C functions
         },
         RECORDER=_seal.private_recorder(recorder),
         DENIED=ImportDeniedError,
@@ -316,10 +317,12 @@ def install(policy: Policy, recorder: Recorder) -> None:
     ):
         original = getattr(_imp, name)
         door = _seal.make_door(original, ns[judge], ns["_e_post_create"], name=name)
+        state["extension_doors"].add(b["DOOR_CODE_ID"](door))
         setattr(_imp, name, _seal.make_face(door, original, _prepare_create))
     for name in ("exec_builtin", "exec_dynamic"):
         original = getattr(_imp, name)
         door = _seal.make_door(original, ns["_e_judge_exec"], ns["_e_post_exec"], name=name)
+        state["extension_doors"].add(b["DOOR_CODE_ID"](door))
         setattr(_imp, name, _seal.make_face(door, original))
 
     # Take framework modules aside (they come back, unchanged, when an import allows it).

@@ -190,6 +190,9 @@ _add("process-exec", "_posixsubprocess.fork_exec", platform="posix")
 _add("process-exec", "pty.spawn pty.fork", platform="posix")
 _add("process-exec", "multiprocessing.process:BaseProcess.start")
 _add("process-exec", "multiprocessing:Process.start=multiprocessing.process.BaseProcess.start")
+# A Tcl interpreter (tkinter.Tcl(), tkinter.Tk()) runs Tcl code that opens files and
+# sockets and starts programs (``exec``) with C code of its own: starting one is process-exec.
+_add("process-exec", "_tkinter.create")
 _add("process-exec", "_interpreters.create", since=(3, 13))
 _add("process-exec", "_xxsubinterpreters.create", until=(3, 13))
 _add(
