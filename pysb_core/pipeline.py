@@ -315,6 +315,14 @@ class Session:
             script = os.path.realpath(program.path)
             if os.path.isfile(script):
                 exposures.append(Exposure(script, script, False, "<program>", True))
+        from pysb_core.tmpdir import make_private_tmp
+
+        tmp = make_private_tmp(self.provider, self.environ)
+        env["TMPDIR"] = tmp.inside
+        if tmp.provider_sees_it:
+            exposures.append(tmp.exposure)
+        # The guard allows the temporary directory in both shapes (pysb_core.tmpdir).
+        child_exposures = exposures if tmp.provider_sees_it else [*exposures, tmp.exposure]
         plan = LaunchPlan(
             policy=policy,
             python=python,
@@ -327,10 +335,11 @@ class Session:
             interactive=interactive,
             popen_kwargs=dict(popen_kwargs or {}),
         )
+        plan.add_cleanup(tmp.cleanup())
         plan.payload_fd = payload_fd
         plan.payload = {
             # The child's policy names every exposure, implicit ones included.
-            "policy": policy.replace(exposures=tuple(exposures)).to_dict(),
+            "policy": policy.replace(exposures=tuple(child_exposures)).to_dict(),
             "program": program.payload(),
             "guards": self.hooks.child_modules() if policy.python_guards else [],
             "report_fd": report_w,

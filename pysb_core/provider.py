@@ -123,6 +123,11 @@ class Provider(ABC):
     own_processes: ClassVar[int] = 0
     #: True when the provider enforces ``limits: processes`` itself (its own cgroup).
     manages_process_limit: ClassVar[bool] = False
+    #: Where the provider mounts a fresh, empty, writable tmpfs of its own (``"/tmp"``
+    #: under a mount namespace), given to the program as ``TMPDIR``; None: pysb makes a
+    #: private host directory and the provider exposes it like any exposure
+    #: (:mod:`pysb_core.tmpdir`).
+    private_tmp: ClassVar[str | None] = None
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

@@ -62,7 +62,8 @@ def test_environment_is_only_the_whitelist(project: Project) -> None:
     r = project.run("run", "-c", "import os; print(sorted(os.environ))", env=host_env)
     assert r.returncode == 0, r.stderr
     # LC_CTYPE may be set by the interpreter itself (PEP 538 locale coercion), never the host.
-    assert set(eval(r.stdout)) - {"LC_CTYPE"} == {"GREETING", "TERM"}
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    assert set(eval(r.stdout)) - {"LC_CTYPE"} == {"GREETING", "TERM", "TMPDIR"}
     # The kernel's view, read without the Python layer: nothing else was ever there.
     project.profile("env:\n  GREETING: hello\n  TERM: ${TERM}\n", name="env-only.yaml")
     code = "print(open('/proc/self/environ').read())"
@@ -71,7 +72,7 @@ def test_environment_is_only_the_whitelist(project: Project) -> None:
     )
     assert r.returncode == 0, r.stderr
     names = {kv.split("=", 1)[0] for kv in r.stdout.rstrip("\n").split("\0") if kv}
-    assert names == {"GREETING", "TERM"}
+    assert names == {"GREETING", "TERM", "TMPDIR"}
     assert "s3cr3t" not in r.stdout
 
 

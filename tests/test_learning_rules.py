@@ -6,6 +6,7 @@ back for tightness and run unchanged under every provider available here.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -170,3 +171,72 @@ def test_learning_never_writes_the_root(tmp_path: Path) -> None:
         ]
     )
     assert rows == [("expose-rw", "/etc"), ("expose-ro", "/tmp")]
+
+
+# -- the private temporary directory (SPEC §4 "temporary files") ---------------------------
+
+USES_TMP = """
+import json, os, sys, tempfile
+tmp = os.environ["TMPDIR"]
+report = {"tmpdir": tmp, "empty": os.listdir(tmp) == [], "gettempdir": tempfile.gettempdir()}
+with tempfile.NamedTemporaryFile(dir=None) as f:
+    f.write(b"x")
+    report["named"] = os.path.dirname(f.name)
+with tempfile.TemporaryDirectory() as d:
+    open(os.path.join(d, "f"), "w").write("x")
+    os.makedirs(os.path.join(d, "a", "b"))
+open(os.path.join(tmp, "left-behind"), "w").write("x")
+if sys.argv[1:] == ["slash-tmp"]:
+    open("/tmp/also", "w").write("x")  # /tmp itself, the same private directory
+    report["slash-tmp"] = sorted(os.listdir("/tmp"))
+print(json.dumps(report))
+"""
+
+
+def _tmp_report(r) -> dict:
+    import json
+
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_every_provider_gives_a_private_temporary_directory(
+    project: Project, provider: str
+) -> None:
+    """Private, empty, writable, removed at the end, needing no rule: the profile exposes
+    nothing at all, and the host's own temporary directory is never what the program gets."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project.file("app.py", USES_TMP)
+    project.profile("imports: [json, os, sys, tempfile]\n")
+    namespace = provider in ("bwrap", "unshare", "qemu")
+    args = ["slash-tmp"] if namespace else []
+    r = project.run("run", "--provider", provider, "app.py", *args, timeout=240)
+    report = _tmp_report(r)
+    assert report["empty"], report
+    assert report["named"] == report["tmpdir"] == report["gettempdir"], report
+    if namespace:  # a mount namespace: /tmp itself is the private directory
+        assert report["tmpdir"] == "/tmp", report
+        assert report["slash-tmp"] == ["also", "left-behind"], report
+    else:
+        assert report["tmpdir"] not in ("/tmp", "/var/tmp"), report
+        assert not os.path.exists(report["tmpdir"]), "the private directory outlived the run"
+
+
+def test_learning_never_writes_a_rule_for_the_temporary_directory(project: Project) -> None:
+    project.file("app.py", USES_TMP)
+    profile = learned(project, "app.py")
+    assert exposures(profile) == {"expose-ro": set(), "expose-rw": set()}, profile
+    assert "TMPDIR" not in (profile.get("env") or {}), profile
+
+
+def test_a_variable_unset_while_learning_is_not_forwarded(project: Project) -> None:
+    project.file(
+        "app.py",
+        "import os\n"
+        "print(os.environ.get('SSLKEYLOGFILE'), os.getenv('PYSB_LEARN_SET'))\n"
+        "print('PYSB_LEARN_UNSET' in os.environ, os.environ.get('PYSB_LEARN_EMPTY'))\n",
+    )
+    profile = learned(project, "app.py", env={"PYSB_LEARN_SET": "1", "PYSB_LEARN_EMPTY": ""})
+    assert set(profile.get("env") or {}) == {"PYSB_LEARN_SET", "PYSB_LEARN_EMPTY"}, profile

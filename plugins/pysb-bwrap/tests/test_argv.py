@@ -101,12 +101,17 @@ def test_exposures_shallowest_first_rw_and_rename():
     ]
 
 
-def test_private_tmp_unless_exposed_and_tmp_before_exposures_under_it():
+def test_private_tmp_always_and_before_exposures_under_it():
+    """/tmp is the program's private temporary directory (pysb_core.tmpdir): a fresh tmpfs
+    even when exposures live below it (bound onto it), or when /tmp itself is exposed
+    (bound over it, as the profile asks)."""
     argv = build_argv(plan(E("/tmp/work", rw=True), cwd="/tmp/work"), MERGED).argv
     assert argv.index("/tmp") < argv.index("/tmp/work")
     assert argv[argv.index("--tmpfs") - 1] == "1777"
     argv = build_argv(plan(E("/tmp", rw=True)), MERGED).argv
-    assert "--tmpfs" not in argv
+    tmpfs = argv.index("--tmpfs")
+    assert argv[tmpfs + 1] == "/tmp"
+    assert ("/tmp", "/tmp") in pairs(argv[tmpfs:], "--bind")
 
 
 def test_hidden_paths_masked_after_exposures():

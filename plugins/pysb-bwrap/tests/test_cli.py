@@ -63,7 +63,8 @@ def test_environment_is_the_whitelist(project):
     root, _ = project
     code = "import subprocess; subprocess.run(['/usr/bin/env'])"  # not via sh: it adds PWD
     res = run_pysb(*RUN, "-c", code, cwd=root, env={"PYSB_HOST_ONLY": "leak"})
-    assert sorted(res.stdout.splitlines()) == ["FOO=bar", "LANG=C.UTF-8"], res.stderr
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    assert sorted(res.stdout.splitlines()) == ["FOO=bar", "LANG=C.UTF-8", "TMPDIR=/tmp"], res.stderr
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,8 @@ def test_environment_is_exactly_the_whitelist(project: Project) -> None:
     seen = dict(line.split("=", 1) for line in res.stdout.splitlines())
     # firejail's own additions (container, PROMPT_COMMAND, FIREJAIL_QUIET...) are gone and
     # the values it overrides (SHELL) are the profile's again.
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    assert seen.pop("TMPDIR").startswith(tempfile.gettempdir() + "/pysb-tmp-")
     assert seen == {"LANG": "C.UTF-8", "GREETING": "hello", "SHELL": "/bin/zsh"}
 
 

@@ -31,7 +31,9 @@ print(open("/etc/hostname").read() if os.path.exists("/etc/hostname") else "")
 def _render(
     records: list[Event], project: Path
 ) -> list[tuple[str, str | None, object, str | None]]:
-    profile = LearnedProfile(cwd=str(project), environ={"HOME": "/nonexistent-home"})
+    # the environment the learning run had (a variable it did not hold is never forwarded)
+    environ = {"HOME": "/nonexistent-home", "PYSB_TEST_VAR": "v", "PYSB_TEST_OTHER": "w"}
+    profile = LearnedProfile(cwd=str(project), environ=environ)
     for family in (files, imports, api, env):
         family.pysb_learned(records=records, profile=profile)
     return [(r.section, r.key, r.value, r.group) for r in profile]

@@ -282,9 +282,10 @@ def build_argv(
     # run a program of the sandbox's choosing as root on the host. Read-only, as in runc.
     for knob in PROC_READ_ONLY:
         argv += ["--ro-bind-try", knob, knob]
-    if not any(is_below("/tmp", e.target) for e in exposures):
-        argv += ["--perms", "1777", "--tmpfs", "/tmp"]
-        mounts.append(("/tmp", False))
+    # The program's private temporary directory (pysb_core.tmpdir): always a fresh tmpfs;
+    # exposures below /tmp are bound onto it below.
+    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    mounts.append(("/tmp", False))
 
     # -- exposures: shallowest first; read-write after read-only at equal target -------
     bound: list[str] = [*SYSTEM_RO, *(e.target for e in root_exposed)]

@@ -58,6 +58,7 @@ class BwrapProvider(Provider):
     install_hint = INSTALL_FIX
     #: bwrap itself and its init (PID 1 of the sandbox) are counted by the pids cgroup.
     own_processes = 2
+    private_tmp = "/tmp"  # a tmpfs of its own (pysb_bwrap.argv)
 
     # -- configuration --------------------------------------------------------------
 

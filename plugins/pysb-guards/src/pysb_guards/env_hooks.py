@@ -40,11 +40,28 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 
 @hookimpl
 def pysb_learned(records: Sequence[Event], profile: Any) -> None:
-    """``env: NAME: ${NAME}`` for each variable the program read."""
-    for name in learned_env(records):
+    """``env: NAME: ${NAME}`` for each variable the program read that was set."""
+    environ = getattr(profile, "environ", None)
+    for name in learned_env(records, environ):
         profile.add("env", None, (name, "${" + name + "}"))
 
 
-def learned_env(records: Sequence[Event]) -> list[str]:
+#: Set by pysb for every sandbox (the private temporary directory, :mod:`pysb_core.tmpdir`):
+#: never a rule.
+NEVER_LEARNED = frozenset({"TMPDIR"})
+
+
+def learned_env(records: Sequence[Event], environ: Any = None) -> list[str]:
+    """The variables to forward: read by the program, and set in the environment the
+    learning run gave it (``environ``, the host's). A lookup of an unset variable
+    (``SSLKEYLOGFILE``, ``PYTHONBREAKPOINT``...) forwards nothing: the next run would
+    hand the program whatever the host happens to hold then."""
     names = {r.target for r in records if r.guard == GUARD and r.action == "learn"}
-    return sorted(n for n in names if n and all(c.isalnum() or c == "_" for c in n))
+    return sorted(
+        n
+        for n in names
+        if n
+        and all(c.isalnum() or c == "_" for c in n)
+        and n not in NEVER_LEARNED
+        and (environ is None or n in environ)
+    )

@@ -47,6 +47,7 @@ class QemuProvider(Provider):
     )
     install_hint = assets_mod.APT_FIX
     manages_process_limit = True  # a pids cgroup inside the guest
+    private_tmp = "/tmp"  # the guest's own tmpfs (guest_init.sh)
 
     # -- configuration -----------------------------------------------------------------
 

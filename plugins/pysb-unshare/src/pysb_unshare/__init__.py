@@ -101,6 +101,7 @@ class UnshareProvider(Provider):
     )
     install_hint = "apt-get install util-linux slirp4netns nftables"
     manages_process_limit = True  # a pids cgroup of its own (pysb_unshare.cgroup)
+    private_tmp = "/tmp"  # a tmpfs of its own (pysb_unshare.rootfs)
 
     _probe_cache: dict[str, ProviderStatus] = {}
 
