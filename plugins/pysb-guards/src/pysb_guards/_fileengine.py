@@ -51,6 +51,7 @@ SCANDIR_ITERATOR: Any = None  # type: ignore[assignment]  # sealed
 GUARD: Any = None  # type: ignore[assignment]  # sealed
 ALLOW: Any = None  # type: ignore[assignment]  # sealed
 TYPE_DICT: Any = None  # type: ignore[assignment]  # sealed
+THREAD_COUNT: Any = None  # type: ignore[assignment]  # sealed
 METHOD_DESCRIPTOR: Any = None  # type: ignore[assignment]  # sealed
 SHM_WRITE_FLAGS: Any = None  # type: ignore[assignment]  # sealed
 
@@ -750,6 +751,19 @@ def _f_caller_is_door():
     return f is not None and IS_DOOR_FRAME(f) and id(FRAME_CODE(f)) in ST["open_doors"]
 
 
+def _f_chdir_with_threads():
+    """The refusal of ``os.chdir`` / ``os.fchdir`` while other threads run. A relative path
+    is judged against the working directory and then opened by the kernel against the
+    working directory of that moment: another thread's ``chdir`` in between would make
+    the path opened another than the path judged. With one thread nothing runs between."""
+    RECORDER.deny("files", "os.chdir", "chdir", "")
+    return PermissionError(
+        "pysb: os.chdir while other threads run is refused by the sandbox: the file guard "
+        "judges relative paths against the working directory, which must not change "
+        "between a thread's judgment and its open; change directory before starting threads"
+    )
+
+
 def _f_make_handlers(events):
     """Audit-hook handlers: each returns the exception to raise, or None."""
 
@@ -792,6 +806,8 @@ def _f_make_handlers(events):
             if event in ("os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link"):
                 ST["cache"].clear()
             if event == "os.chdir":
+                if THREAD_COUNT() and not ST["learning"]:
+                    return _f_chdir_with_threads()
                 ST["cwd"] = None
                 ST["cache"].clear()
             for index, dfd_index in pairs:

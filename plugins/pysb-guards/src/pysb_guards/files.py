@@ -201,6 +201,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     if _installed:
         return
     _installed.append(True)
+    import _thread
     import errno
     import io
     import os
@@ -313,6 +314,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         DIRENTRY_NAME=posix.DirEntry.__dict__["name"].__get__,
         _ALLOWED=object(),
         TYPE_DICT=type.__dict__["__dict__"].__get__,
+        THREAD_COUNT=_thread._count,  # threads started through _thread (threading's too)
         METHOD_DESCRIPTOR=type(str.__dict__["join"]),
         SHM_WRITE_FLAGS=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC,
     )
