@@ -43,6 +43,11 @@ CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+SYS_SHMGET, SYS_SHMAT, SYS_SHMCTL, SYS_SHMDT = 29, 30, 31, 67
+SYS_SEMGET, SYS_SEMCTL, SYS_MSGGET, SYS_MSGCTL = 64, 66, 68, 71
+SYS_PROCESS_VM_READV = 310
+MSG_FASTOPEN = 0x20000000
+TCP_FASTOPEN_CONNECT = 30
 
 
 def _errname(code: int) -> str:
@@ -379,6 +384,122 @@ def unix_connect(path: str) -> str:
 
 def interfaces() -> str:
     return "ok:" + ",".join(sorted(name for _, name in socket.if_nameindex()))
+
+
+def socket_family(family: int, kind: int = socket.SOCK_STREAM, proto: int = 0) -> str:
+    """Only create a socket of ``family`` (AF_VSOCK, AF_PACKET...): never connect or send."""
+    socket.socket(family, kind, proto).close()
+    return "ok"
+
+
+def tfo_sendto(host: str, port: int, how: str = "sendto") -> str:
+    """TCP Fast Open: a connection made by ``sendto``/``sendmsg`` with ``MSG_FASTOPEN``, or by
+    the ``TCP_FASTOPEN_CONNECT`` option and a first write, instead of ``connect``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        if how == "sendto":
+            s.sendto(b"x", MSG_FASTOPEN, (host, port))
+        elif how == "sendmsg":
+            s.sendmsg([b"x"], [], MSG_FASTOPEN, (host, port))
+        else:
+            s.setsockopt(socket.IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+            s.connect((host, port))
+            s.send(b"x")
+        return "ok:" + s.recv(16).decode(errors="replace").strip()
+
+
+def sysv_shm_read(key: int, size: int = 64) -> str:
+    """Attach a SysV shared memory segment by key (``shmget`` + ``shmat``) and read it."""
+    shmid = LIBC.syscall(SYS_SHMGET, ctypes.c_long(key), ctypes.c_size_t(0), ctypes.c_int(0))
+    if shmid == -1:
+        return _errname(ctypes.get_errno())
+    addr = LIBC.syscall(SYS_SHMAT, ctypes.c_long(shmid), None, ctypes.c_int(0o10000))  # RDONLY
+    if addr in (-1, 0xFFFFFFFFFFFFFFFF):
+        return _errname(ctypes.get_errno())
+    data = ctypes.string_at(addr, size)
+    LIBC.syscall(SYS_SHMDT, ctypes.c_void_p(addr))
+    return "ok:" + data.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def sysv_get(kind: str) -> str:
+    """Create a private SysV object (``msgget``/``semget``/``shmget`` with ``IPC_PRIVATE``)."""
+    number, args = {
+        "msg": (SYS_MSGGET, (ctypes.c_long(0), ctypes.c_int(0o1600))),
+        "sem": (SYS_SEMGET, (ctypes.c_long(0), ctypes.c_int(1), ctypes.c_int(0o1600))),
+        "shm": (SYS_SHMGET, (ctypes.c_long(0), ctypes.c_size_t(4096), ctypes.c_int(0o1600))),
+    }[kind]
+    result = _syscall(number, *args)
+    if result.startswith("ok:"):  # remove it again (IPC_RMID)
+        ident = int(result[3:])
+        ctl = {"msg": SYS_MSGCTL, "sem": SYS_SEMCTL, "shm": SYS_SHMCTL}[kind]
+        LIBC.syscall(ctl, ctypes.c_int(ident), *([ctypes.c_int(0)] if kind == "sem" else []),
+                     ctypes.c_int(0), None)  # fmt: skip
+        return "ok"
+    return result
+
+
+def set_xattr(path: str, name: str = "user.pysb", how: str = "path") -> str:
+    """Set (or, with ``how="remove"``, remove) an extended attribute on ``path``."""
+    if how == "path":
+        os.setxattr(path, name, b"PWNED")
+    elif how == "fd":
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.setxattr(fd, name, b"PWNED")
+        finally:
+            os.close(fd)
+    else:
+        os.removexattr(path, name)
+    return "ok"
+
+
+def ptrace_child() -> str:
+    """PTRACE_ATTACH to a child of our own (a debugger's first step), then detach."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(10)
+        os._exit(0)
+    try:
+        result = _syscall(SYS_PTRACE, ctypes.c_long(PTRACE_ATTACH), ctypes.c_long(pid), None, None)
+        if result.startswith("ok"):
+            os.waitpid(pid, 0)
+            _syscall(SYS_PTRACE, ctypes.c_long(PTRACE_DETACH), ctypes.c_long(pid), None, None)
+        return result
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def ptrace_stop(pid: int) -> str:
+    """PTRACE_ATTACH to ``pid`` and never detach: when this process exits, ``pid`` stays
+    stopped (the sandbox's PID 1 under bwrap: the run would hang)."""
+    return _syscall(SYS_PTRACE, ctypes.c_long(PTRACE_ATTACH), ctypes.c_long(pid), None, None)
+
+
+def process_vm_read_child() -> str:
+    """``process_vm_readv`` of a forked child's memory (the same address in both)."""
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    theirs = ctypes.create_string_buffer(b"PARENT", 8)
+    mine = ctypes.create_string_buffer(8)
+    pid = os.fork()
+    if pid == 0:
+        theirs.value = b"CHILD"
+        time.sleep(10)
+        os._exit(0)
+    try:
+        time.sleep(0.2)
+        local = IoVec(ctypes.addressof(mine), 8)
+        remote = IoVec(ctypes.addressof(theirs), 8)
+        result = _syscall(SYS_PROCESS_VM_READV, ctypes.c_int(pid), ctypes.byref(local),
+                          ctypes.c_ulong(1), ctypes.byref(remote), ctypes.c_ulong(1),
+                          ctypes.c_ulong(0))  # fmt: skip
+        return result if result.startswith("err") else "ok:" + mine.value.decode()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 # -- resources -------------------------------------------------------------------------------

@@ -209,14 +209,17 @@ def test_describe_lists_the_ruleset(provider_with_abi):
     assert "udp" in text and "chmod" in text
 
 
-def test_options_only_unix_sockets():
+def test_options_unix_sockets_and_sysv_ipc():
     assert LandlockProvider.validate_options({}) == []
-    assert LandlockProvider.validate_options({"unix-sockets": True}) == []
+    assert LandlockProvider.validate_options({"unix-sockets": True, "sysv-ipc": False}) == []
     assert LandlockProvider.validate_options({"unix-sockets": "yes"}) == [
         "'unix-sockets' must be true or false"
     ]
+    assert LandlockProvider.validate_options({"sysv-ipc": 1}) == [
+        "'sysv-ipc' must be true or false"
+    ]
     assert LandlockProvider.validate_options({"x": 1}) == [
-        "unknown option 'x' (known: unix-sockets)"
+        "unknown option 'x' (known: unix-sockets, sysv-ipc)"
     ]
 
 

@@ -219,7 +219,7 @@ def build_argv(
         # setsid(): no controlling terminal, so no TIOCSTI injection into the user's shell.
         argv.append("--new-session")
     if seccomp_fd is not None:
-        # No TIOCSTI/TIOCLINUX (pysb_core.ttyfilter); also sets PR_SET_NO_NEW_PRIVS.
+        # pysb_core.seccomp (ptrace, vsock, TIOCSTI...); also sets PR_SET_NO_NEW_PRIVS.
         argv += ["--seccomp", str(seccomp_fd)]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]

@@ -27,7 +27,7 @@ from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
-from pysb_core.ttyfilter import filter_bytes
+from pysb_core.seccomp import filter_bytes
 from pysb_core.wrapper_process import adopt
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start

@@ -9,9 +9,11 @@ Two things firejail does that a plain ``python`` start would not:
   or pass it on (``os.environ`` edits call ``setenv``/``unsetenv``: native code and child
   processes agree);
 - it keeps the program in the caller's session, where ``ioctl(TIOCSTI)`` could type into
-  the user's shell: a seccomp filter refusing it is loaded here (``tty_filter``), together
-  with the refusal of new namespaces (``namespaces``) that firejail's
-  ``--restrict-namespaces`` would otherwise add at the cost of two helper processes;
+  the user's shell: pysb's own seccomp filter (:mod:`pysb_core.seccomp`: terminal
+  injection, ptrace, vsock and other socket families, TCP Fast Open, io_uring) is loaded
+  here (``tty_filter``), together with the refusal of new namespaces (``namespaces``) that
+  firejail's ``--restrict-namespaces`` would otherwise add at the cost of two helper
+  processes;
 - it keeps the program in the terminal's foreground process group together with firejail
   itself, and firejail answers a Ctrl-C by shutting the sandbox down. When a standard
   stream is a terminal, the program moves into a process group of its own and makes it
@@ -52,14 +54,14 @@ def setup(
     tty_filter: bool = False,
     namespaces: bool = False,
 ) -> None:
-    """Make ``os.environ`` exactly ``env``; load the terminal-injection filter
-    (:mod:`pysb_core.ttyfilter`), with the namespace refusals if asked (the command then
+    """Make ``os.environ`` exactly ``env``; load pysb's seccomp filter
+    (:mod:`pysb_core.seccomp`), with the namespace refusals if asked (the command then
     has no ``--restrict-namespaces``: failing to load them fails the start), and take the
     terminal's foreground if asked."""
     if tty_filter or namespaces:
-        from pysb_core import ttyfilter
+        from pysb_core import seccomp
 
-        if not ttyfilter.install(namespaces=namespaces) and namespaces:
+        if not seccomp.install(seccomp.Rules(namespaces=not namespaces)) and namespaces:
             raise OSError(f"no namespace seccomp filter for {os.uname().machine}")
     if env is not None:
         for name in [n for n in os.environ if n not in env]:

@@ -13,7 +13,7 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping
 
-from pysb_core import ttyfilter
+from pysb_core import seccomp
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
@@ -246,7 +246,7 @@ class FirejailProvider(Provider):
                     "tty_filter": True,
                     # Refused by the child's filter, not by firejail's --restrict-namespaces
                     # (whose filter firejail 0.9.72 compiles at every start, ~3 ms).
-                    "namespaces": ttyfilter.covers(),
+                    "namespaces": seccomp.covers(),
                 },
             )
         )

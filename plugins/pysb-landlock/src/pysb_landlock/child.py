@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
+from pysb_core import seccomp as _seccomp
 from pysb_core.errors import SandboxError
 from pysb_landlock import caps as _caps
 from pysb_landlock import ruleset as ll
-from pysb_landlock import seccomp as _seccomp
 
 # Bound before the guards patch ``os`` (see _libc.py); none of these raises an audit event.
 _stat = os.stat
@@ -73,6 +73,7 @@ def restrict(
     keep_caps: Sequence[int] = (_caps.CAP_DAC_OVERRIDE, _caps.CAP_DAC_READ_SEARCH),
     udp: bool = False,
     unix: bool = False,
+    sysv_ipc: bool = False,
 ) -> int:
     """Restrict this process with Landlock; return the kernel's ABI version.
 
@@ -83,8 +84,10 @@ def restrict(
     operation unrestricted (a rule allowed every port). ``scope`` confines signals and
     abstract Unix sockets to the sandbox (ABI >= 6). Every capability but ``keep_caps``
     is dropped first (see caps.py: root's capabilities would go around Landlock), and a
-    seccomp filter refuses non-TCP IP sockets (UDP too unless ``udp``), io_uring and
-    terminal injection (see seccomp.py).
+    seccomp filter (:mod:`pysb_core.seccomp`) refuses non-TCP IP sockets (UDP too unless
+    ``udp``), Unix sockets unless ``unix``, SysV IPC unless ``sysv_ipc``, setting extended
+    attributes, and what it refuses under every provider (ptrace, TCP Fast Open, io_uring,
+    vsock and other socket families, terminal injection).
     """
     try:
         kernel_abi = ll.abi_version()
@@ -125,7 +128,11 @@ def restrict(
                     rs.add_port(port, ll.NET_BIND_TCP)
             _caps.drop_all_but(frozenset(keep_caps))
             ll.no_new_privs()  # required by both seccomp and landlock_restrict_self
-            _seccomp.install(allow_udp=udp, allow_unix=unix)
+            _seccomp.install(
+                _seccomp.Rules(
+                    ip="tcp+udp" if udp else "tcp", unix=unix, sysv_ipc=sysv_ipc, xattr=False
+                )
+            )
         except BaseException:
             rs.close()
             raise

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from pysb_core import seccomp
+
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -142,6 +144,8 @@ class Compiled:
         self.udp = False
         #: Whether AF_UNIX sockets may be created (provider option ``unix-sockets``).
         self.unix = False
+        #: Whether SysV IPC is allowed (provider option ``sysv-ipc``): the host's objects.
+        self.sysv_ipc = False
         #: Whether this machine has a seccomp table (x86_64, aarch64).
         self.seccomp = True
         #: Rules the OS layer does not enforce; ``pysb check`` already sees them through
@@ -164,6 +168,7 @@ class Compiled:
             "keep_caps": self.keep_caps,
             "udp": self.udp,
             "unix": self.unix,
+            "sysv_ipc": self.sysv_ipc,
         }
 
     def describe(self) -> list[str]:
@@ -183,7 +188,16 @@ class Compiled:
         else:
             lines.append("  udp, sctp, mptcp, icmp sockets: refused (seccomp)")
         if self.seccomp:
-            lines.append("  io_uring, TIOCSTI/TIOCLINUX terminal injection: refused (seccomp)")
+            lines.append(
+                "  io_uring, ptrace, TCP Fast Open, vsock/packet/other socket families, "
+                "setting extended attributes, TIOCSTI/TIOCLINUX: refused (seccomp)"
+            )
+            lines.append(
+                "  sysv ipc: allowed (sysv-ipc: true): the host's segments, queues and "
+                "semaphores reachable"
+                if self.sysv_ipc
+                else "  sysv ipc: refused (seccomp; no IPC namespace under landlock)"
+            )
             lines.append(
                 "  new unix sockets: allowed (unix-sockets: true): named host sockets reachable"
                 if self.unix
@@ -300,7 +314,7 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
         c.bind = _tcp_ports(rules, ("in", "any"))
     c.gaps += _network_gaps(rules)
     c.udp = any(r.action == "allow" and "udp" in r.protocols for r in rules)
-    c.seccomp = os.uname().machine in ("x86_64", "aarch64")
+    c.seccomp = seccomp.covers()
     if c.bind is None or (c.bind and c.bind[0][0] < 1024):
         c.keep_caps.append(10)  # CAP_NET_BIND_SERVICE: a bind rule allows a port < 1024
     return c

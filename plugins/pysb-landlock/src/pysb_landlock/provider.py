@@ -104,19 +104,23 @@ class LandlockProvider(Provider):
             )
         compiled = compile_plan(plan, abi, framework_dirs=_framework_dirs())
         compiled.unix = bool(self.options.get("unix-sockets", False))
+        compiled.sysv_ipc = bool(self.options.get("sysv-ipc", False))
         return compiled
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> list[str]:
         """``unix-sockets: true`` lets the program create Unix sockets. Landlock does not
         mediate connect() to a named socket, so that opens every host socket the user may
-        reach (docker.sock, D-Bus): off by default."""
+        reach (docker.sock, D-Bus): off by default. ``sysv-ipc: true`` lets it use SysV
+        message queues, semaphores and shared memory: there is no IPC namespace under
+        Landlock, so that opens the host's segments (by key or id) too: off by default."""
+        known = ("unix-sockets", "sysv-ipc")
         problems = []
         for key, value in options.items():
-            if key != "unix-sockets":
-                problems.append(unknown_option(key, ("unix-sockets",)))
+            if key not in known:
+                problems.append(unknown_option(key, known))
             elif not isinstance(value, bool):
-                problems.append("'unix-sockets' must be true or false")
+                problems.append(f"'{key}' must be true or false")
         return problems
 
     def describe(self, plan: LaunchPlan) -> list[str]:

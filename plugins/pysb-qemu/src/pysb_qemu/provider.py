@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from pysb_core import seccomp
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import LaunchPlan, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
@@ -213,6 +214,9 @@ class QemuProvider(Provider):
         lifeline's read end. Nothing is written to disk; the lifeline's write end stays
         here until the plan's clean-ups.
         """
+        filter_setup = seccomp.child_setup()  # inside the guest: its own kernel's vsock...
+        if filter_setup is not None:
+            plan.add_child_setup(filter_setup)
         plan.seal()
         spec, archive = self.build(plan)
         qemu = assets_mod.find_qemu()

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+from pysb_core import seccomp
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import LaunchPlan, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
@@ -234,6 +235,9 @@ class UnshareProvider(Provider):
             raise ProviderUnavailableError(
                 "unshare is not installed", fix="apt-get install util-linux"
             )
+        filter_setup = seccomp.child_setup()  # ptrace, vsock, TCP Fast Open... (own IPC ns)
+        if filter_setup is not None:
+            plan.add_child_setup(filter_setup)
         argv = [
             unshare,
             "--user",
