@@ -6,6 +6,12 @@ terminal reaches the program directly (the parent does not forward what the kern
 already delivered to the whole foreground process group -- unless the provider put the
 program in a session of its own and says so with ``proc.pysb_own_session``), and a death
 by signal N becomes exit status 128+N.
+
+A request to end (``SIGTERM`` or ``SIGHUP``, or ``SIGINT``/``SIGQUIT`` sent with ``kill``)
+is forwarded, and if the sandbox still runs :data:`TERM_GRACE` seconds later -- the program
+ignores it, or the sandbox is wedged (a stopped PID 1, a zombie program) -- it is killed,
+as ``timeout -k`` would; a second such request kills at once. pysb never outlives a
+request to end because of what the sandbox does.
 """
 
 from __future__ import annotations
@@ -31,6 +37,12 @@ FORWARDED = (
     signal.SIGCONT,
 )
 _SI_USER = 0  # si_code of a signal sent by kill(); terminal-generated ones are SI_KERNEL
+#: Seconds a sandbox has to end after pysb was asked to end, before it is killed.
+TERM_GRACE = 5.0
+#: Always requests to end; SIGINT and SIGQUIT only when sent with kill() (a Ctrl-C the
+#: program handles, as a REPL does, is not one).
+_ENDING = (signal.SIGTERM, signal.SIGHUP)
+_ENDING_IF_SENT = (signal.SIGINT, signal.SIGQUIT)
 
 
 @contextlib.contextmanager
@@ -73,6 +85,13 @@ def wait(
     deadline = None if wall_time is None else time.monotonic() + wall_time
     pending = pending if pending is not None else []
     forwarded = 0
+    kill_at: float | None = None  # set by a request to end
+
+    def ending(signo: int) -> None:
+        nonlocal kill_at
+        now = time.monotonic()
+        kill_at = now if kill_at is not None else now + TERM_GRACE
+
     try:
         while True:
             # Signals held while the sandbox started; read on every turn, because the
@@ -82,10 +101,19 @@ def wait(
                 forwarded += 1
                 if proc.poll() is None:
                     proc.send_signal(signo)
+                    if signo in _ENDING or signo in _ENDING_IF_SENT:
+                        ending(signo)
             if proc.poll() is not None:
                 return status_of(proc.returncode)
-            timeout = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if kill_at is not None and now >= kill_at:
+                proc.kill()
+                proc.wait()
+                return status_of(proc.returncode)
+            timeout = 0.5 if kill_at is None else max(0.0, min(0.5, kill_at - now))
+            if deadline is not None:
+                timeout = max(0.0, min(timeout, deadline - now))
+            if deadline is not None and now >= deadline:
                 if on_wall_time is not None:
                     on_wall_time()
                 proc.kill()
@@ -104,5 +132,9 @@ def wait(
                 # send_signal, not os.kill(proc.pid): a provider whose host process is a
                 # wrapper (bwrap) routes the signal to the program inside.
                 proc.send_signal(info.si_signo)
+                if info.si_signo in _ENDING or (
+                    info.si_signo in _ENDING_IF_SENT and info.si_code == _SI_USER
+                ):
+                    ending(info.si_signo)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

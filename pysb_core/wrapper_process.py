@@ -47,6 +47,8 @@ class WrapperProcess(subprocess.Popen[bytes]):
         if self.poll() is not None:
             return
         target = None if sig in (signal.SIGKILL, signal.SIGSTOP) else self.program_pid()
+        if target is not None and not running(target):
+            target = None  # a zombie the sandbox's PID 1 does not reap: the wrapper's turn
         if target is None:
             super().send_signal(sig)
             return
