@@ -41,7 +41,8 @@ def _claims(name: str) -> list[EntryPoint]:
     return [ep for ep in entry_points(GROUP) if ep.name == name]
 
 
-def _distribution(name: str) -> tuple[str, str]:
+def provider_distribution(name: str) -> tuple[str, str]:
+    """``(distribution, version)`` that registers provider ``name`` (``?`` when none)."""
     for ep in _claims(name):
         return ep.dist_name, ep.dist_version
     return "?", "?"
@@ -126,7 +127,7 @@ def load_provider(name: str, options: Mapping[str, Any] | None = None) -> Provid
         provider = cls(options)
         status = provider.probe()
     except Exception as exc:  # a provider's own bug: fail closed, name who to blame
-        dist, version = _distribution(name)
+        dist, version = provider_distribution(name)
         raise ProviderUnavailableError(
             f"provider '{name}' ({dist} {version}) failed while checking this machine: "
             f"{type(exc).__name__}: {exc}",
@@ -160,7 +161,7 @@ def describe_providers() -> list[ProviderInfo]:
         loaded.setdefault(ext.name, []).append(ext)
     out = []
     for name in sorted({*loaded, *failures, *provider_names()}):
-        dist, version = _distribution(name)
+        dist, version = provider_distribution(name)
         enforces: tuple[str, ...] = ()
         desc = ""
         try:

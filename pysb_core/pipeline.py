@@ -14,9 +14,9 @@ import sys
 import threading
 
 from pysb_core.check import PYTHON_ONLY_FAMILIES, CheckReport
-from pysb_core.errors import ExitCode, ProfileError, UnenforceableRuleError
+from pysb_core.errors import ExitCode, ProfileError, SandboxError, UnenforceableRuleError
 from pysb_core.plan import LaunchPlan
-from pysb_core.plugins import Hooks, get_plugin_manager
+from pysb_core.plugins import Hooks, get_plugin_manager, plugin_failure
 from pysb_core.policy import Exposure
 from pysb_core.records import Record, field, mutable_record
 
@@ -54,6 +54,13 @@ class Program(Record):
 
     def payload(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if v is not None}
+
+
+def _provider_id(provider: Provider) -> tuple[str, str, str, str]:
+    """``(name, module, distribution, version)``: who to name when the provider fails."""
+    from pysb_core.drivers import provider_distribution
+
+    return (provider.name, type(provider).__module__, *provider_distribution(provider.name))
 
 
 def _warn(stream: IO[str] | None, message: str) -> None:
@@ -194,76 +201,90 @@ class Session:
         environ = dict(os.environ if environ is None else environ)
         cwd = os.path.realpath(cwd or os.getcwd())
         pm, plugins = get_plugin_manager(extra_plugins=extra_plugins, light=True)
-        hooks = Hooks(pm)
-        guard_families = frozenset(p.name for p in plugins if p.kind == "guard")
-        if events:
-            from pysb_core.builtin.events import JsonlEventSink
+        provider_id: list[tuple[str, str, str, str]] = []
+        try:
+            hooks = Hooks(pm)
+            guard_families = frozenset(p.name for p in plugins if p.kind == "guard")
+            if events:
+                from pysb_core.builtin.events import JsonlEventSink
 
-            hooks.register(JsonlEventSink(events), name="pysb-events-file")
+                hooks.register(JsonlEventSink(events), name="pysb-events-file")
 
-        schema = ProfileSchema()
-        hooks.add_profile_keys(schema)
-        choice = choose_profile(profile, script=script, module=module, cwd=cwd, environ=environ)
-        choice.require(learning=bool(learn), learn_hint=learn_hint or API_LEARN_HINT, cwd=cwd)
-        if provider is None:
-            provider = environ.get("PYSB_PROVIDER") or None
-        policy = load_policy(
-            choice.path,
-            cwd=cwd,
-            environ=environ,
-            cli=cli,
-            provider=provider,
-            python_guards=python_guards,
-            learn=learn,
-            schema=schema,
-        )
-        if policy.learn:
-            load_provider_class(policy.provider)  # an unknown provider is refused here too
-            _warn(stderr, _learning_notice(policy, cwd))
-            policy = policy.replace(provider="subprocess")
-        # Without the Python layer, its rules (imports, api, and their deny-by-default)
-        # have no enforcer: the check below refuses the run unless the user opted out.
-        if not guard_families and (not policy.python_guards or policy.learn):
-            _warn(
-                stderr,
-                "warning: the Python layer (pysb-guards) is not installed: only the OS "
-                "provider enforces this run (pip install pysb-guards)",
+            schema = ProfileSchema()
+            hooks.add_profile_keys(schema)
+            choice = choose_profile(profile, script=script, module=module, cwd=cwd, environ=environ)
+            choice.require(learning=bool(learn), learn_hint=learn_hint or API_LEARN_HINT, cwd=cwd)
+            if provider is None:
+                provider = environ.get("PYSB_PROVIDER") or None
+            policy = load_policy(
+                choice.path,
+                cwd=cwd,
+                environ=environ,
+                cli=cli,
+                provider=provider,
+                python_guards=python_guards,
+                learn=learn,
+                schema=schema,
             )
+            if policy.learn:
+                load_provider_class(policy.provider)  # an unknown provider is refused here too
+                _warn(stderr, _learning_notice(policy, cwd))
+                policy = policy.replace(provider="subprocess")
+            # Without the Python layer, its rules (imports, api, and their deny-by-default)
+            # have no enforcer: the check below refuses the run unless the user opted out.
+            if not guard_families and (not policy.python_guards or policy.learn):
+                _warn(
+                    stderr,
+                    "warning: the Python layer (pysb-guards) is not installed: only the OS "
+                    "provider enforces this run (pip install pysb-guards)",
+                )
 
-        # Provider options: validated by the provider that owns them.
-        options = policy.provider_options.get(policy.provider) or {}
-        provider_cls = load_provider_class(policy.provider)
-        problems = provider_cls.validate_options(options)
-        if problems:
-            raise ProfileError([f"providers: {policy.provider}: {p}" for p in problems])
-        prov = load_provider(policy.provider, options)
-        hooks.register(prov, name=f"provider:{prov.name}")
+            # Provider options: validated by the provider that owns them.
+            options = policy.provider_options.get(policy.provider) or {}
+            provider_cls = load_provider_class(policy.provider)
+            problems = provider_cls.validate_options(options)
+            if problems:
+                raise ProfileError([f"providers: {policy.provider}: {p}" for p in problems])
+            prov = load_provider(policy.provider, options)
+            provider_id.append(_provider_id(prov))
+            hooks.register(prov, name=f"provider:{prov.name}")
 
-        policy = cls._pin(policy, hooks, stderr)
-        policy = _with_state_dirs(policy, environ)
-        hooks.configure(policy)
-        report = CheckReport(
-            prov.name,
-            python_guards=policy.python_guards,
-            python_families=guard_families if policy.python_guards else frozenset(),
-        )
-        hooks.check(policy, prov, report)
-        missing = report.unenforced()
-        if missing and not policy.learn and enforce:
-            raise UnenforceableRuleError(unenforced_messages(missing, report))
-        if not guard_families:
-            policy = policy.replace(python_guards=False)  # nothing to install in the child
-        session = cls(
-            policy, prov, hooks, plugins, report, environ=environ, stderr=stderr, verbose=verbose
-        )
-        if verbose:
-            _warn(
-                stderr,
-                f"provider {prov.name}; profile {policy.profile_path or '(none)'}; "
-                f"python guards {', '.join(sorted(report.python_families)) or 'off'}"
-                + ("; learning" if policy.learn else ""),
+            policy = cls._pin(policy, hooks, stderr)
+            policy = _with_state_dirs(policy, environ)
+            hooks.configure(policy)
+            report = CheckReport(
+                prov.name,
+                python_guards=policy.python_guards,
+                python_families=guard_families if policy.python_guards else frozenset(),
             )
-        return session
+            hooks.check(policy, prov, report)
+            missing = report.unenforced()
+            if missing and not policy.learn and enforce:
+                raise UnenforceableRuleError(unenforced_messages(missing, report))
+            if not guard_families:
+                policy = policy.replace(python_guards=False)  # nothing to install in the child
+            session = cls(
+                policy,
+                prov,
+                hooks,
+                plugins,
+                report,
+                environ=environ,
+                stderr=stderr,
+                verbose=verbose,
+            )
+            if verbose:
+                _warn(
+                    stderr,
+                    f"provider {prov.name}; profile {policy.profile_path or '(none)'}; "
+                    f"python guards {', '.join(sorted(report.python_families)) or 'off'}"
+                    + ("; learning" if policy.learn else ""),
+                )
+            return session
+        except SandboxError:
+            raise
+        except Exception as exc:  # a plugin's or provider's own bug: one paragraph, 125
+            raise plugin_failure(exc, plugins, *provider_id) from exc
 
     @staticmethod
     def _pin(policy: Policy, hooks: Hooks, stderr: IO[str] | None) -> Policy:
@@ -375,11 +396,22 @@ class Session:
                     pass
 
             plan.add_cleanup(remove_hosts_file)
-        self.hooks.contribute(policy, plan)
-        if policy.pins:
-            self.hooks.dns_pinned(policy.pins, plan)
+        try:
+            self.hooks.contribute(policy, plan)
+            if policy.pins:
+                self.hooks.dns_pinned(policy.pins, plan)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            self._close_plan_fds(plan, parent_ends_only=False)
+            self._cleanup(plan)
+            raise self._failure(exc, "while preparing the launch") from exc
         plan.report_read_fd, plan.report_write_fd = report_r, report_w
         return plan
+
+    def _failure(self, exc: Exception, doing: str) -> SandboxError:
+        """An exception of plugin or provider code, as one paragraph naming who raised it."""
+        return plugin_failure(exc, self.plugins, _provider_id(self.provider), doing=doing)
 
     def spawn(self, program: Program, **kwargs: Any) -> Any:
         """Start the sandboxed interpreter for ``program``; return the host process."""
@@ -389,9 +421,11 @@ class Session:
         plan = self.plan(program, popen_kwargs=popen_kwargs, **kwargs)
         try:
             proc = self.hooks.launch(plan, self.provider)
-        except BaseException:
+        except BaseException as exc:
             self._close_plan_fds(plan, parent_ends_only=False)
             self._cleanup(plan)
+            if isinstance(exc, Exception) and not isinstance(exc, (SandboxError, OSError)):
+                raise self._failure(exc, "to launch the sandbox") from exc
             raise
         self._close_plan_fds(plan, parent_ends_only=True)
         report_r = plan.report_read_fd
@@ -492,7 +526,10 @@ class Session:
             _warn(self.stderr, "the program did not start: no profile written")
             return None
         profile = LearnedProfile(cwd=self.policy.cwd, environ=self.environ)
-        self.hooks.learned(self.learned, profile)
+        try:
+            self.hooks.learned(self.learned, profile)
+        except Exception as exc:
+            raise self._failure(exc, "while writing the learned profile") from exc
         path = self.policy.learn_path or os.path.join(self.policy.cwd, ".pysb.yaml")
         summary = merge_learned(path, profile)
         _warn(self.stderr, summary)

@@ -45,7 +45,66 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 
 
 class PluginLoadError(SandboxError):
-    """A guard or plugin could not be loaded: the run must not start."""
+    """A guard, plugin or provider could not be loaded, or failed: the run must not start.
+
+    The message is one paragraph naming the distribution and version to blame; the
+    original exception is the ``__cause__`` (``--debug`` prints its traceback).
+    """
+
+
+def _label(p: LoadedPlugin) -> str:
+    version = f" {p.version}" if p.version else ""
+    return f"{p.kind} '{p.name}' ({p.distribution}{version})"
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (pluggy's messages span several)."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"{type(exc).__name__}: {text}"
+
+
+def _top(module: str) -> str:
+    return module.partition(":")[0].strip().partition(".")[0]
+
+
+def plugin_failure(
+    exc: BaseException,
+    plugins: Sequence[LoadedPlugin],
+    provider: tuple[str, str, str, str] | None = None,
+    *,
+    doing: str = "",
+) -> PluginLoadError:
+    """The error for an exception raised by plugin code, naming who raised it.
+
+    The innermost traceback frame that belongs to a plugin's (or the provider's) package
+    decides; ``provider`` is ``(name, module, distribution, version)``. Code of
+    pysb-core's own built-in plugins is an internal error of pysb.
+    """
+    owners: dict[str, str] = {}
+    for p in plugins:
+        if p.kind != "builtin":
+            owners.setdefault(_top(p.module), _label(p))
+    if provider is not None:
+        name, module, dist, version = provider
+        if _top(module) != "pysb_core":
+            owners[_top(module)] = f"provider '{name}' ({dist} {version})"
+    culprit = None
+    tb = exc.__traceback__
+    while tb is not None:
+        top = _top(str(tb.tb_frame.f_globals.get("__name__", "")))
+        culprit = owners.get(top, culprit)
+        tb = tb.tb_next
+    what = _one_line(exc)
+    during = f" {doing}" if doing else ""
+    if culprit is None:
+        return PluginLoadError(
+            f"internal error{during}: {what} (a bug in pysb: run with --debug for the "
+            "traceback and report it)"
+        )
+    return PluginLoadError(
+        f"{culprit} failed{during}: {what}\n  fix: report it to that distribution's "
+        "maintainers, or uninstall it; --debug shows the traceback"
+    )
 
 
 @record
@@ -106,26 +165,63 @@ def get_plugin_manager(
     groups = ([(GUARDS_GROUP, "guard")] if guards else []) + (
         [(PLUGINS_GROUP, "plugin")] if autoload else []
     )
+    by_object: dict[int, LoadedPlugin] = {}
     for group, kind in groups:
-        for ep in _entry_points(group):
+        eps = _entry_points(group)
+        _refuse_shared_names(eps, kind)
+        for ep in eps:
             dist, version = ep.dist_name, ep.dist_version
+            entry = LoadedPlugin(ep.name, kind, ep.value, dist, version)
             try:
                 plugin = ep.load()
             except Exception as exc:  # fail closed: a guard that does not load stops the run
                 raise PluginLoadError(
                     f"{kind} '{ep.name}' from {dist} {version} failed to load: "
-                    f"{type(exc).__name__}: {exc}\n  fix: reinstall it "
+                    f"{_one_line(exc)}\n  fix: reinstall it "
                     f"(pip install --force-reinstall "
                     f"{dist}) or uninstall it (pip uninstall {dist})"
                 ) from exc
             if pm.is_registered(plugin):
                 continue
-            pm.register(plugin, name=f"{kind}:{ep.name}")
-            loaded.append(LoadedPlugin(ep.name, kind, ep.value, dist, version))
+            try:
+                pm.register(plugin, name=f"{kind}:{ep.name}")
+            except Exception as exc:  # pluggy's validation: a hook pysb does not have, ...
+                raise PluginLoadError(
+                    f"{_label(entry)} is not a valid pysb plugin: {_one_line(exc)}"
+                    f"\n  fix: upgrade or uninstall it (pip uninstall {dist})"
+                ) from exc
+            by_object[id(plugin)] = entry
+            loaded.append(entry)
     for plugin in extra_plugins:
         pm.register(plugin)
-    pm.check_pending()
+    try:
+        pm.check_pending()
+    except Exception as exc:  # an implementation of a hook that does not exist
+        entry = by_object.get(id(getattr(exc, "plugin", None)))
+        who = _label(entry) if entry else "a plugin"
+        raise PluginLoadError(
+            f"{who} implements a hook pysb does not have: {_one_line(exc)}"
+            + (
+                f"\n  fix: upgrade or uninstall it (pip uninstall {entry.distribution})"
+                if entry
+                else ""
+            )
+        ) from exc
     return pm, loaded
+
+
+def _refuse_shared_names(eps: Sequence[EntryPoint], kind: str) -> None:
+    """Two distributions registering one name: pysb will not pick one (both named)."""
+    seen: dict[str, EntryPoint] = {}
+    for ep in eps:
+        first = seen.setdefault(ep.name, ep)
+        if first is not ep and first.dist_name != ep.dist_name:
+            raise PluginLoadError(
+                f"{kind} '{ep.name}' is registered by two distributions: "
+                f"{first.dist_name} {first.dist_version} ({first.value}) and "
+                f"{ep.dist_name} {ep.dist_version} ({ep.value}); pysb will not guess which "
+                f"one to trust\n  fix: uninstall the one you did not mean to install"
+            )
 
 
 class Hooks:

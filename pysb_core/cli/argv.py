@@ -38,6 +38,7 @@ PYSB_OPTIONS: dict[str, tuple[bool, bool, bool]] = {
     "verbose": (False, False, False),
     "quiet": (False, False, False),
     "help": (False, False, False),
+    "debug": (False, False, False),
 }
 
 

@@ -89,12 +89,18 @@ def run_check(
         notes = [*report.notes, *_provider_notes(policy)]
         if policy.learn:
             notes.append("learn: this profile asks for a learning run (no sandbox)")
-        plan = session.plan(Program("code", argv=["-c"], code="pass"))
         try:
-            details = session.provider.describe(plan)
-        finally:
-            session._close_plan_fds(plan, parent_ends_only=False)
-            session._cleanup(plan)
+            plan = session.plan(Program("code", argv=["-c"], code="pass"))
+        except SandboxError as exc:  # a plugin's failure: one paragraph, 125
+            errors.extend(str(exc).splitlines())
+        else:
+            try:
+                details = session.provider.describe(plan)
+            except Exception as exc:  # the provider's own bug
+                errors.extend(str(session._failure(exc, "to describe its launch")).splitlines())
+            finally:
+                session._close_plan_fds(plan, parent_ends_only=False)
+                session._cleanup(plan)
     valid = not errors
     if as_json:
         print(

@@ -6,7 +6,9 @@ Domain errors never import click; they are mapped to exit codes here, in one pla
 from __future__ import annotations
 
 import json
+import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -148,7 +150,10 @@ def plugins(as_json: bool, verbose: bool, quiet: bool) -> None:
     from pysb_core.cli.plugins import list_plugins
 
     verbosity = level(verbose, quiet)
-    rows = list_plugins()
+    try:
+        rows = list_plugins()
+    except SandboxError as exc:  # a plugin that does not load: one paragraph, 125
+        fail(exc)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -175,7 +180,12 @@ def import_profile(path: str, output: str | None, verbose: bool, quiet: bool) ->
     sys.exit(convert(path, output, verbosity=level(verbose, quiet)))
 
 
-def fail(exc: SandboxError) -> None:
+def fail(exc: SandboxError) -> NoReturn:
+    """Exit 125 with one ``pysb: error:`` paragraph (and the traceback under PYSB_DEBUG)."""
+    if os.environ.get("PYSB_DEBUG"):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
     errors = exc.errors if isinstance(exc, ProfileError) else str(exc).splitlines()
     for line in errors:
         prefix = paint("pysb: error:", "red", stream=sys.stderr, bold=True)

@@ -6,6 +6,7 @@ argument splitting is not click's job anyway. ``pysb run --help`` goes through c
 
 from __future__ import annotations
 
+import os
 import sys
 
 from pysb_core.cli.argv import RunArgs, UsageError, split_run_args
@@ -39,6 +40,7 @@ PYSB OPTIONS:
   --allow-api NAME      allow a sensitive function or category
   --env NAME=VALUE      set an environment variable inside
   --verbose / --quiet   more or less of pysb's own messages
+  --debug               with an error, the traceback behind it (env PYSB_DEBUG=1)
   -h, --help            this text; CPython's own options: pysb run -- -h
 
 Exit status: the program's; 128+N if killed by signal N; 124 when wall-time expires;
@@ -51,6 +53,19 @@ def _fail(message: str) -> int:
         sys.stderr.write(f"pysb: error: {line}\n" if not _located(line) else f"{line}\n")
     sys.stderr.flush()
     return ExitCode.SETUP_FAILED
+
+
+#: ``--debug`` (or ``PYSB_DEBUG``): an error also prints the traceback behind it.
+_debug: list[bool] = []
+
+
+def _fail_with(exc: BaseException, message: str | None = None) -> int:
+    """``_fail`` for an exception; under ``--debug`` its traceback (and its cause's) first."""
+    if _debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    return _fail(str(exc) if message is None else message)
 
 
 def _located(line: str) -> bool:
@@ -130,6 +145,8 @@ def run_main(argv: list[str]) -> int:
     if args.mode == "python-info":
         return _python_info(args)
     learn = args.get("learn")
+    if args.get("debug") or os.environ.get("PYSB_DEBUG"):
+        _debug.append(True)
     from pysb_core.pipeline import Session
     from pysb_core.profile.discovery import ProfileNotFoundError
 
@@ -149,9 +166,9 @@ def run_main(argv: list[str]) -> int:
     except ProfileNotFoundError as exc:
         return _fail("\n".join(exc.with_hint(learn_command(argv)).errors))
     except ProfileError as exc:
-        return _fail("\n".join(exc.errors))
+        return _fail_with(exc, "\n".join(exc.errors))
     except SandboxError as exc:
-        return _fail(str(exc))
+        return _fail_with(exc)
     except KeyboardInterrupt:
         return 130
     return _run(session, args)
@@ -275,9 +292,9 @@ def _run(session, args: RunArgs) -> int:
                     **(relay.popen_kwargs if relay is not None else {}),
                 )
             except SandboxError as exc:
-                return _fail(str(exc))
+                return _fail_with(exc)
             except OSError as exc:
-                return _fail(f"could not start the sandbox: {exc}")
+                return _fail_with(exc, f"could not start the sandbox: {exc}")
             except KeyboardInterrupt:
                 status = 130
                 return status
@@ -297,9 +314,9 @@ def _run(session, args: RunArgs) -> int:
         try:
             session.finish(status)
         except SandboxError as exc:
-            _fail(str(exc))
+            _fail_with(exc)
         except OSError as exc:
-            _fail(f"could not write the learned profile: {exc}")
+            _fail_with(exc, f"could not write the learned profile: {exc}")
         if quick_exit_safe(session):
             _quick_exit.append(True)
 

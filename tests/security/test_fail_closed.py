@@ -226,3 +226,82 @@ def test_two_distributions_claiming_one_provider_are_both_named(
     r = project.run("run", "--provider", "fake", "evil.py", env={"PYTHONPATH": str(site)})
     _refused(project, r, wrote_profile=True)
     assert "pysb-fake 1.0" in r.stderr and "pysb-shadow 1.0" in r.stderr
+
+
+# -- 4. plugin failures: one paragraph naming the distribution, 125, no traceback ---------
+
+BROKEN_PLUGINS = {
+    "import error": "import nosuchmodule_xyz\n",
+    "unknown hook": (
+        "from pysb_core import hookimpl\n@hookimpl\ndef pysb_nosuch_hook(policy):\n    pass\n"
+    ),
+    "wrong argument": (
+        "from pysb_core import hookimpl\n@hookimpl\ndef pysb_configure(policy, bogus):\n    pass\n"
+    ),
+    "hook raises": (
+        "from pysb_core import hookimpl\n@hookimpl\n"
+        "def pysb_contribute(policy, plan):\n    raise RuntimeError('plugin bug')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_PLUGINS))
+def test_a_broken_plugin_is_one_paragraph_naming_its_distribution(
+    case: str, project: Project, tmp_path: Path
+) -> None:
+    from fakedist import fake_dist
+
+    site = fake_dist(
+        tmp_path / "site",
+        "pysb-broken",
+        "2.3",
+        entry_points={"pysb.plugins": {"broken": "pysb_broken"}},
+        modules={"pysb_broken.py": BROKEN_PLUGINS[case]},
+    )
+    env = {"PYTHONPATH": str(site)}
+    project.profile(OPEN)
+    project.file("evil.py", EVIL)
+    r = project.run("run", "evil.py", env=env)
+    _refused(project, r, wrote_profile=True)
+    assert "pysb-broken 2.3" in r.stderr, r.stderr
+    r = project.run("run", "--debug", "evil.py", env=env)
+    assert r.returncode == 125 and "Traceback" in r.stderr and "pysb-broken 2.3" in r.stderr
+    assert not (project.root / "RAN").exists()
+    for command in (["check"], ["plugins"]):
+        r = project.run(*command, env=env)
+        if case == "hook raises" and command == ["plugins"]:
+            assert r.returncode == 0, r.stderr  # listing it calls no hook
+            continue
+        assert r.returncode == 125, (command, r.stdout, r.stderr)
+        assert "pysb-broken 2.3" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def _fake_provider_site(tmp_path: Path, body: str) -> Path:
+    from fakedist import FAKE_PROVIDER, fake_dist
+
+    return fake_dist(
+        tmp_path / "site",
+        "pysb-fake",
+        "0.9",
+        entry_points={"pysb.providers": {"fake": "pysb_fake:Fake"}},
+        modules={"pysb_fake.py": FAKE_PROVIDER + body},
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    def probe(self):\n        raise OSError('probe bug')\n",
+        "    def prepare(self, plan):\n        raise KeyError('prepare bug')\n",
+    ],
+    ids=["probe", "launch"],
+)
+def test_a_provider_that_raises_is_one_paragraph_naming_its_distribution(
+    body: str, project: Project, tmp_path: Path
+) -> None:
+    env = {"PYTHONPATH": str(_fake_provider_site(tmp_path, body))}
+    project.profile(OPEN)
+    project.file("evil.py", EVIL)
+    r = project.run("run", "--provider", "fake", "evil.py", env=env)
+    _refused(project, r, wrote_profile=True)
+    assert "provider 'fake' (pysb-fake 0.9)" in r.stderr and "bug" in r.stderr, r.stderr
