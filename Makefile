@@ -4,14 +4,20 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PLUGINS = $(wildcard plugins/pysb-*)
 
-.PHONY: dev system-deps demo test lint bench clean
+.PHONY: dev system-deps demo test lint bench docs clean
+
+# `name==lower-bound` of each runtime dependency of pysb-core.
+export OLDEST_PINS = import re, tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(" ".join(re.sub(r">=([^,]+),.*", r"==\1", d) for d in deps))
 
 $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
-	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2"
+	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" \
+	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5"
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling
+	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)
+	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse $$($(BIN)/python -c "$$OLDEST_PINS")
 	touch $@
 
 dev: $(BIN)/.installed

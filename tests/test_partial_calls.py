@@ -28,7 +28,7 @@ from pysb_core import (
     sandbox,
     sandboxes,
 )
-from pysb_core.remote.testkit import profile_text, wait_for_file, write_module
+from pysb_core.testing.partial import profile_text, wait_for_file, write_module
 
 FUNCTIONS = """
 import asyncio, os, sys, time

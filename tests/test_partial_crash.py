@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from pysb_core import SandboxProtocolError, sandboxes
-from pysb_core.remote.testkit import (
+from pysb_core.testing import require_provider
+from pysb_core.testing.partial import (
     is_descendant,
     profile_text,
     wait_for_file,
     worker_host_pid,
     write_module,
 )
-from pysb_core.testing import require_provider
 
 PROVIDERS = [
     "subprocess",

@@ -21,7 +21,7 @@ from pysb_core import (
     sandbox_denials,
     sandboxes,
 )
-from pysb_core.remote.testkit import write_module
+from pysb_core.testing.partial import write_module
 
 
 def _guards_or_skip() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pysb_core import sandboxes
-from pysb_core.remote.testkit import write_module
+from pysb_core.testing.partial import write_module
 
 FUNCTIONS = """
 from pysb_core import sandbox
@@ -37,7 +37,7 @@ def test_sigterm_stops_the_worker_writes_learned_rules_and_dies_by_the_signal(tm
     import subprocess
     import sys
 
-    from pysb_core.remote.testkit import descendants, wait_for_file
+    from pysb_core.testing.partial import descendants, wait_for_file
 
     write_module(tmp_path, FUNCTIONS, prefix="sigmod")
     mod_name = next(p.stem for p in tmp_path.glob("sigmod_*.py"))

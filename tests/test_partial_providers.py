@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pysb_core import sandboxes
-from pysb_core.remote.testkit import profile_text, write_module
 from pysb_core.testing import require_provider
+from pysb_core.testing.partial import profile_text, write_module
 
 PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail", "qemu"]
 OS_PROVIDERS = PROVIDERS[1:]
@@ -92,7 +92,7 @@ def test_async_calls(setup):
 
 def test_a_timeout_kills_the_worker_itself_and_restarts_it(setup, provider):
     from pysb_core import SandboxTimeoutError
-    from pysb_core.remote.testkit import worker_host_pid
+    from pysb_core.testing.partial import worker_host_pid
 
     mod, _, kwargs = setup
     with sandboxes(**kwargs) as box:

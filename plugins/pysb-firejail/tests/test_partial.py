@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pysb_core import sandboxes
-from pysb_core.remote.testkit import write_module
 from pysb_core.testing import LoopbackServer, require_provider
+from pysb_core.testing.partial import write_module
 
 FUNCTIONS = """
 import os, socket, subprocess

@@ -8,8 +8,8 @@ import pytest
 from pysb_qemu import assets
 
 from pysb_core import sandboxes
-from pysb_core.remote.testkit import profile_text, write_module
 from pysb_core.testing import require_provider
+from pysb_core.testing.partial import profile_text, write_module
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,8 @@
-"""Test helpers for pysb and for plugin authors.
+"""Test helpers for pysb and for plugin authors: a pytest plugin.
 
-Opt in with ``pytest_plugins = ["pysb_core.testing"]``.
+Install with ``pip install 'pysb-core[testing]'`` (it needs pytest, which pysb itself does
+not) and opt in with ``pytest_plugins = ["pysb_core.testing"]``. Partial-mode helpers
+(modules written on the fly, worker PIDs) are in :mod:`pysb_core.testing.partial`.
 
 Tests that claim enforcement run real programs under real providers. A provider that is
 not available here is a skip -- unless its name is in ``PYSB_REQUIRE_PROVIDERS`` (CI sets
@@ -19,7 +21,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "pysb_core.testing is pysb's pytest plugin and needs pytest: "
+        "pip install 'pysb-core[testing]'"
+    ) from exc
 
 #: Environment a test's pysb starts with: enough to run, nothing secret.
 BASE_ENV = {

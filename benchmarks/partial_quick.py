@@ -1,4 +1,4 @@
-"""Partial-mode benchmark: ``python -m pysb_core.remote.bench [--provider NAME] [--json]``.
+"""Partial-mode benchmark: ``python benchmarks/partial_quick.py [--provider NAME] [--json]``.
 
 Measures what the performance budget names: ``with sandboxes()`` start and stop, a
 trivial call's p50/p99, calls per second from 1 and 8 threads, and a 10 MiB argument and
@@ -46,7 +46,7 @@ def measure(
     provider: str = "subprocess", calls: int = 5000, python_guards: bool | None = None
 ) -> dict[str, Any]:
     from pysb_core import sandboxes
-    from pysb_core.remote.testkit import profile_text, write_module
+    from pysb_core.testing.partial import profile_text, write_module
 
     with tempfile.TemporaryDirectory(prefix="pysb-bench-") as tmp:
         root = Path(tmp)
