@@ -9,7 +9,7 @@ providers use this package. API (everything a provider needs)::
 
     net = NetnsNetwork(plan.policy.network, plan.policy.pins)   # or NetnsNetwork.from_plan(plan)
     net.enabled          # False: no allow rule -> keep the namespace loopback-only, nothing to do
-    net.problems()       # [(reason, fix)] for probe()/check: helper, nft or nsenter missing
+    net.problems()       # [(reason, fix)] for probe()/check: helper or nft missing
     net.check()          # raises ProviderUnavailableError (-> exit 125) with the fix
     net.describe()       # list[str] for Provider.describe(): helper, forwards, DNS, ruleset
     net.hosts_text()     # /etc/hosts from the pins (loopback names + one line per address)
@@ -18,7 +18,7 @@ providers use this package. API (everything a provider needs)::
     # at launch -- the sandbox process must be in its new user+net namespaces and BLOCKED
     # before the program (unshare: our init waits on a pipe; bwrap: --info-fd gives the
     # child PID, --block-fd holds it):
-    net.attach(child_pid) # 1. nft ruleset loaded into the namespace (nsenter -U -n; fails
+    net.attach(child_pid) # 1. nft ruleset loaded into the namespace (netns.enter; fails
                           #    closed: SandboxError, nothing left running)
                           # 2. slirp4netns/pasta attached by PID (tap0 appears already filtered)
                           # 3. inbound forwards (host 127.0.0.1:P -> sandbox port P)

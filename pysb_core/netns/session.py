@@ -3,7 +3,9 @@
 Order matters and is what makes it fail closed::
 
     sandbox process created in its own user+net namespace, blocked before the program
-    -> attach(pid):  1. nft ruleset loaded INTO that namespace (nsenter), checked by exit status
+    -> attach(pid):  1. nft ruleset loaded INTO that namespace (nft started in its user and
+                        network namespaces with CAP_NET_ADMIN ambient: netns.enter), checked
+                        by exit status
                      2. user-mode helper started; tap0 appears only now, already filtered
                      3. inbound ports forwarded
     -> caller releases the sandbox (the program starts)
@@ -23,6 +25,7 @@ from pysb_core.errors import ProviderUnavailableError, SandboxError
 TYPE_CHECKING = False  # no typing import: this module is on every unshare run
 if TYPE_CHECKING:
     from pysb_core.netns import nft
+    from pysb_core.netns.enter import SandboxNamespaces
     from pysb_core.netns.usernet import UserNet
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import NetworkRule
@@ -107,10 +110,6 @@ class NetnsNetwork:
                     "apt-get install slirp4netns nftables",
                 )
             )
-        if _which("nsenter") is None:
-            out.append(
-                ("network rules need nsenter to load the filter", "apt-get install util-linux")
-            )
         return out
 
     def check(self) -> None:
@@ -170,7 +169,19 @@ class NetnsNetwork:
             return
         if not checked:
             self.check()
-        self.load_filter(pid, route_localnet_set=route_localnet_set)
+        from pysb_core.netns.enter import SandboxNamespaces
+
+        try:
+            namespaces = SandboxNamespaces(pid)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot open the sandbox's network namespace (the program was not started): {exc}"
+            ) from exc
+        with namespaces:
+            self.load_filter(pid, route_localnet_set=route_localnet_set, namespaces=namespaces)
+            self._start_helper(pid, namespaces)
+
+    def _start_helper(self, pid: int, namespaces: SandboxNamespaces) -> None:
         from pysb_core.netns.usernet import Pasta
 
         c = self.compiled
@@ -183,7 +194,7 @@ class NetnsNetwork:
                     ports[proto] += [str(p) for p in rng if str(p) != "*"]
             kwargs["loopback_ports"] = ports
         helper = cls(dns=c.dns, host_loopback=bool(c.host_loopback), inbound=c.inbound, **kwargs)  # type: ignore[arg-type]
-        helper.start(pid)
+        helper.start(pid, namespaces)
         self.helper = helper
 
     @property
@@ -211,19 +222,24 @@ class NetnsNetwork:
         c = self.compiled
         return bool(self.layout.host_loopback_nat and (c.host_loopback or c.inbound))
 
-    def load_filter(self, pid: int, *, route_localnet_set: bool = False) -> None:
+    def load_filter(
+        self,
+        pid: int,
+        *,
+        route_localnet_set: bool = False,
+        namespaces: SandboxNamespaces | None = None,
+    ) -> None:
         """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not.
 
-        ``nft`` is run through ``nsenter`` alone when nothing else is needed; a shell only
-        when ``route_localnet`` must be set first (``route_localnet_set`` false) or for the
-        two iptables-restore commands."""
+        ``nft`` is started alone in the sandbox's namespaces (:mod:`pysb_core.netns.enter`)
+        when nothing else is needed; a shell only when ``route_localnet`` must be set first
+        (``route_localnet_set`` false) or for the two iptables-restore commands."""
         c = self.compiled
         backend = self.backend
-        nsenter = _which("nsenter")
-        if nsenter is None or backend is None:
+        if backend is None:
             raise SandboxError(
-                "cannot load the network filter: nsenter, or both nft and iptables-restore, "
-                "are missing (apt-get install nftables)"
+                "cannot load the network filter: both nft and iptables-restore are missing "
+                "(apt-get install nftables)"
             )
         prefix = ""
         if self.needs_route_localnet and not route_localnet_set:
@@ -238,7 +254,7 @@ class NetnsNetwork:
             if prefix:
                 script = prefix + 'exec "$0" -f -'
             else:
-                script = None  # nsenter execs nft itself
+                script = None  # nft alone
                 args += ["-f", "-"]
         else:
             import tempfile
@@ -255,25 +271,48 @@ class NetnsNetwork:
                 files.append(path)
             script = prefix + '"$0" "$2" && exec "$1" "$3"'
             args = [str(_which("iptables-restore")), str(_which("ip6tables-restore")), *files]
-        argv = [nsenter, f"--target={pid}", "--user", "--net", "--"]
-        if script is not None:
-            argv += ["/bin/sh", "-c", script]
+        argv = ["/bin/sh", "-c", script] if script is not None else []
+        from pysb_core.netns.enter import SandboxNamespaces
+
+        owned = namespaces is None
         try:
-            done = subprocess.run(
-                [*argv, *args], input=stdin, capture_output=True, timeout=20, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SandboxError(f"cannot load the network filter: {exc}") from exc
+            if namespaces is None:
+                namespaces = SandboxNamespaces(pid)
+            enter = namespaces.entering()
+            try:
+                proc = subprocess.Popen(
+                    [*argv, *args],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    preexec_fn=enter,
+                )
+            finally:
+                enter.parent_done()  # type: ignore[attr-defined]
+                namespaces.read_maps()
+            try:
+                _, stderr = proc.communicate(stdin, timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # our own child, by PID
+                proc.wait()
+                raise
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxError(
+                "the network filter could not be loaded into the sandbox (the program was not "
+                f"started): {exc}"
+            ) from exc
         finally:
+            if owned and namespaces is not None:
+                namespaces.close()
             if tmpdir is not None:
                 import shutil
 
                 shutil.rmtree(tmpdir, ignore_errors=True)
-        if done.returncode != 0:
-            err = done.stderr.decode(errors="replace").strip()
+        if proc.returncode != 0:
+            err = stderr.decode(errors="replace").strip()
             raise SandboxError(
                 f"the network filter could not be loaded into the sandbox (the program was not "
-                f"started): {err or f'exit {done.returncode}'}"
+                f"started): {err or f'exit {proc.returncode}'}"
             )
 
     def close(self) -> None:

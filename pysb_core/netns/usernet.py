@@ -22,10 +22,14 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.netns.nft import SLIRP4NETNS, Forward, UserNetLayout
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pysb_core.netns.enter import SandboxNamespaces
 
 INSTALL_HINT = "apt-get install slirp4netns nftables"
 READY_TIMEOUT = 10.0
@@ -76,8 +80,12 @@ class UserNet(ABC):
         return which(cls.name, ":/usr/sbin:/usr/bin")
 
     @abstractmethod
-    def start(self, pid: int) -> None:
+    def start(self, pid: int, namespaces: SandboxNamespaces | None = None) -> None:
         """Attach to the network namespace of ``pid`` and return once ``tap0`` is up.
+
+        ``namespaces``: that namespace and its owning user namespace, held open (the helper
+        joins them by descriptor: the sandbox process may have moved to a nested user
+        namespace meanwhile, :mod:`pysb_core.netns.enter`); opened here when ``None``.
 
         Raises :class:`SandboxError` (and leaves nothing running) when it cannot.
         """
@@ -126,27 +134,39 @@ class Slirp4netns(UserNet):
     package = "slirp4netns"
     layout = SLIRP4NETNS
 
-    def start(self, pid: int) -> None:
+    def start(self, pid: int, namespaces: SandboxNamespaces | None = None) -> None:
         exe = self.binary()
         if exe is None:
             raise ProviderUnavailableError("slirp4netns is not installed", fix=INSTALL_HINT)
-        lifeline_r = self._lifeline()
-        ready_r, ready_w = os.pipe()
-        argv = [
-            exe,
-            "--configure",
-            "--mtu=65520",
-            f"--ready-fd={ready_w}",
-            f"--exit-fd={lifeline_r}",
-            f"--userns-path=/proc/{pid}/ns/user",
-            "--netns-type=path",
-            "--enable-sandbox",
-            "--enable-seccomp",
-        ]
+        if namespaces is None:
+            with _opened(pid) as ns:
+                return self.start(pid, ns)
+        argv = [exe, "--configure", "--mtu=65520", "--enable-seccomp"]
+        if namespaces.user_fd is not None:
+            argv.append(f"--userns-path={namespaces.path(namespaces.user_fd)}")
+        # Its own mount namespace with only /etc and /run of the host. A normal user's
+        # slirp4netns makes it as uid 0 of the namespace owning the network (it joins
+        # /proc/PID/ns/user and calls setegid(0)): the owner must map 0 to the user (bwrap
+        # and unshare do), and PID must be in it -- an unprivileged bwrap's sandbox process
+        # has moved on to a nested namespace, so a process of pysb's own stands in.
+        sandbox = os.geteuid() == 0 or namespaces.owner_root_is(os.geteuid(), os.getegid())
+        if sandbox:
+            argv.append("--enable-sandbox")
         if not self.dns:
             argv.append("--disable-dns")
         if not self.host_loopback:
             argv.append("--disable-host-loopback")
+        if sandbox and not namespaces.pid_in_owner():
+            with namespaces.holder() as target:
+                self._run(argv, target, namespaces)
+        else:
+            self._run(argv, pid, namespaces)
+
+    def _run(self, argv: list[str], target: int, namespaces: SandboxNamespaces) -> None:
+        """Start slirp4netns on the network namespace of ``target`` and wait until it is up."""
+        lifeline_r = self._lifeline()
+        ready_r, ready_w = os.pipe()
+        argv = [*argv, f"--ready-fd={ready_w}", f"--exit-fd={lifeline_r}"]
         api = None
         if self.inbound:
             import tempfile  # only for inbound forwards (the API socket's directory)
@@ -154,14 +174,17 @@ class Slirp4netns(UserNet):
             self._tmpdir = tempfile.mkdtemp(prefix="pysb-slirp-")
             api = os.path.join(self._tmpdir, "api.sock")
             argv.append(f"--api-socket={api}")
-        argv += [f"/proc/{pid}/ns/net", "tap0"]
+        # By PID: its network namespace never changes (the user namespace is the held one).
+        # With --netns-type=path, a normal user's slirp4netns does not join the user
+        # namespace before its sandbox step, which then fails ("setegid(0)").
+        argv += [str(target), "tap0"]
         try:
             self.proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(ready_w, lifeline_r),
+                pass_fds=(ready_w, lifeline_r, *namespaces.fds),
                 start_new_session=True,  # a Ctrl-C meant for the program must not stop it
             )
         except OSError as exc:
@@ -245,10 +268,13 @@ class Pasta(UserNet):
         super().__init__(dns=dns, host_loopback=host_loopback, inbound=inbound)
         self.loopback_ports = loopback_ports or {}
 
-    def start(self, pid: int) -> None:
+    def start(self, pid: int, namespaces: SandboxNamespaces | None = None) -> None:
         exe = self.binary()
         if exe is None:
             raise ProviderUnavailableError("pasta is not installed", fix="apt-get install passt")
+        if namespaces is None:
+            with _opened(pid) as ns:
+                return self.start(pid, ns)
         lay = self.layout
         argv = [
             exe,
@@ -265,11 +291,11 @@ class Pasta(UserNet):
             "--no-map-gw",
             "-I",
             "tap0",
-            "--userns",
-            f"/proc/{pid}/ns/user",
             "--netns",
-            f"/proc/{pid}/ns/net",
+            namespaces.path(namespaces.net_fd),
         ]
+        if namespaces.user_fd is not None:
+            argv += ["--userns", namespaces.path(namespaces.user_fd)]
         if os.geteuid() == 0:
             argv += ["--runas", "0:0"]
         if self.dns:
@@ -283,11 +309,13 @@ class Pasta(UserNet):
         # pasta has no --exit-fd: a small shell supervises it, and a reader in that shell
         # kills pasta (by the PID the shell itself started) once the lifeline reaches EOF.
         lifeline_r = self._lifeline()
-        # The lifeline arrives as the shell's stdin (fd numbers above 9 are not portable sh).
+        # The lifeline arrives as the shell's stdin, and is moved to a spare descriptor
+        # below 10 (higher numbers are not portable sh) that is not one of the namespaces'.
+        fd = min(set(range(3, 10)) - set(namespaces.fds))
         script = (
-            'exec 3<&0 </dev/null; "$@" 3<&- & p=$!; '
-            "{ while read -r _; do :; done; kill $p 2>/dev/null; } <&3 & w=$!; "
-            "exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s"
+            f'exec {fd}<&0 </dev/null; "$@" {fd}<&- & p=$!; '
+            f"{{ while read -r _; do :; done; kill $p 2>/dev/null; }} <&{fd} & w=$!; "
+            f"exec {fd}<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s"
         )
         try:
             self.proc = subprocess.Popen(
@@ -295,6 +323,7 @@ class Pasta(UserNet):
                 stdin=lifeline_r,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
+                pass_fds=namespaces.fds,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -308,6 +337,18 @@ class Pasta(UserNet):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise self._fail("did not bring the namespace's network up")
             time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def _opened(pid: int) -> Iterator[SandboxNamespaces]:
+    from pysb_core.netns.enter import SandboxNamespaces
+
+    try:
+        namespaces = SandboxNamespaces(pid)
+    except OSError as exc:
+        raise SandboxError(f"cannot open the sandbox's network namespace: {exc}") from exc
+    with namespaces:
+        yield namespaces
 
 
 def _remove_tree(path: str | None) -> None:

@@ -264,9 +264,20 @@ def test_unexposed_cwd_exists_empty(run_plan, mkplan, workdir):
     assert res.stdout.splitlines() == [str(workdir)]
 
 
-def test_no_capabilities_no_nested_userns(run_plan, mkplan):
-    res = run_plan(mkplan(["/bin/sh", "-c", "grep CapEff /proc/self/status; unshare -U true"]))
-    assert "CapEff:\t0000000000000000" in res.stdout
+@pytest.mark.parametrize("with_network", [False, True])
+def test_no_capabilities_no_nested_userns(run_plan, mkplan, mkrule, with_network):
+    """Also with a filtered network: the filter loader finds the user namespace owning the
+    network namespace itself (pysb_core.netns.enter), so bwrap's --disable-userns stays."""
+    if with_network:
+        from pysb_bwrap import netlayer
+
+        if not netlayer.layer_usable():
+            pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
+    script = "grep CapEff /proc/self/status; unshare -U true && echo NESTED"
+    network = (mkrule(port=9),) if with_network else ()
+    res = run_plan(mkplan(["/bin/sh", "-c", script], network=network))
+    assert "CapEff:\t0000000000000000" in res.stdout, res.stderr
+    assert "NESTED" not in res.stdout
     assert res.returncode != 0
 
 

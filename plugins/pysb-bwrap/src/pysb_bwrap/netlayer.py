@@ -67,7 +67,7 @@ def layer_usable() -> frozenset[Capability]:
     from pysb_core.probecache import which
 
     have = lambda name: which(name, ":/usr/sbin:/sbin:/usr/bin:/bin") is not None  # noqa: E731
-    if have("nft") and have("nsenter") and (have("slirp4netns") or have("pasta")):
+    if have("nft") and (have("slirp4netns") or have("pasta")):
         return NETWORK_CAPABILITIES
     return frozenset()
 
@@ -82,7 +82,7 @@ def network_for(plan: LaunchPlan) -> Any:
 
     Raises :class:`SandboxError` when the layer is not installed and
     :class:`~pysb_core.errors.ProviderUnavailableError` (with the fix) when a helper it needs
-    (slirp4netns/pasta, nft, nsenter) is missing.
+    (slirp4netns/pasta, nft) is missing.
     """
     mod = netns_module()
     if mod is None:

@@ -162,9 +162,6 @@ class BwrapProvider(Provider):
                     "info_fd": netlaunch.info_w,
                     "block_fd": netlaunch.block_r,
                     "resolv_file": res.memfile(net.resolv_text().encode()),
-                    # A nested user namespace would hide the network namespace's owner
-                    # from nsenter; the filter could not be loaded (docs: residual risks).
-                    "disable_userns": False,
                 }
                 if plan.hosts_file is None:
                     extra["hosts_file"] = res.memfile(net.hosts_text().encode())
