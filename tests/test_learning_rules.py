@@ -240,3 +240,38 @@ def test_a_variable_unset_while_learning_is_not_forwarded(project: Project) -> N
     )
     profile = learned(project, "app.py", env={"PYSB_LEARN_SET": "1", "PYSB_LEARN_EMPTY": ""})
     assert set(profile.get("env") or {}) == {"PYSB_LEARN_SET", "PYSB_LEARN_EMPTY"}, profile
+
+
+def test_a_category_collapses_when_every_function_is_used_whatever_the_spelling(
+    project: Project,
+) -> None:
+    """Every deserialization function, some through their C aliases (``_pickle.loads`` is
+    ``pickle.loads``): one ``deserialization`` line, not one line per spelling."""
+    project.file(
+        "app.py",
+        "import io, pickle, _pickle, fractions\n"
+        "data = pickle.dumps(fractions.Fraction(1, 3))  # a class: find_class runs\n"
+        "_pickle.loads(data); _pickle.load(io.BytesIO(data))\n"
+        "pickle._loads(data); pickle._load(io.BytesIO(data))\n"
+        "pickle._Unpickler(io.BytesIO(data)).load()\n"
+        "_pickle.Unpickler(io.BytesIO(data)).load()\n",
+    )
+    profile = learned(project, "app.py")
+    assert (profile.get("api") or {}).get("allow") == ["deserialization"], profile
+
+
+def test_every_category_collapses_from_any_spelling_of_its_functions() -> None:
+    from pysb_guards import api_hooks, registry
+
+    from pysb_core.events import Event
+
+    for category in registry.CATEGORIES:
+        entries = [e for e in registry.applicable() if e.category == category]
+        for spelled in (lambda e: e.qualname, lambda e: e.group):
+            records = [Event("python", "api", "learn", spelled(e), category) for e in entries]
+            assert [v for v, _ in api_hooks.learned_api(records)] == [category]
+        one_short = [Event("python", "api", "learn", e.qualname, category) for e in entries]
+        missing = entries[-1].group
+        one_short = [r for r in one_short if registry.BY_NAME[r.target].group != missing]
+        rows = [v for v, _ in api_hooks.learned_api(one_short)]
+        assert category not in rows and len(rows) == len(set(rows)), (category, rows)
