@@ -136,6 +136,35 @@ def _learning_notice(policy: Policy, cwd: str) -> str:
     )
 
 
+def renamed_by_mounts(policy: Policy) -> Policy:
+    """``policy`` as the sandbox sees it when the provider mounts each renamed exposure
+    (``SRC:DEST``) at its target: the exposure is ``DEST`` (renamed no more), and a
+    profile file or state directory below ``SRC`` is named below ``DEST``."""
+    renames = sorted(
+        (
+            (e.path.rstrip("/") or "/", e.target.rstrip("/") or "/")
+            for e in policy.exposures
+            if e.renamed
+        ),
+        key=lambda pair: -len(pair[0]),
+    )
+    if not renames:
+        return policy
+
+    def inside(path: str) -> str:
+        for host, target in renames:
+            if path == host or path.startswith(host.rstrip("/") + "/"):
+                rest = path[len(host) :].lstrip("/")
+                return target.rstrip("/") + "/" + rest if rest else target
+        return path
+
+    return policy.replace(
+        exposures=tuple(e.replace(path=e.target) if e.renamed else e for e in policy.exposures),
+        profile_files=tuple(inside(p) for p in policy.profile_files),
+        state_dirs=tuple(inside(d) for d in policy.state_dirs),
+    )
+
+
 class Session:
     """A loaded policy and provider, ready to start sandboxed interpreters."""
 
@@ -358,9 +387,16 @@ class Session:
         )
         plan.add_cleanup(tmp.cleanup())
         plan.payload_fd = payload_fd
+        child_policy = policy.replace(exposures=tuple(child_exposures))
+        from pysb_core.provider import Capability
+
+        if Capability.RENAME in self.provider.enforced():
+            # The provider's mounts do the renaming: the guards judge the paths as the
+            # program sees them and translate nothing (each layer translates what it owns).
+            child_policy = renamed_by_mounts(child_policy)
         plan.payload = {
             # The child's policy names every exposure, implicit ones included.
-            "policy": policy.replace(exposures=tuple(child_exposures)).to_dict(),
+            "policy": child_policy.to_dict(),
             "program": program.payload(),
             "guards": self.hooks.child_modules() if policy.python_guards else [],
             "report_fd": report_w,
@@ -368,7 +404,6 @@ class Session:
             "memory_text": _memory_text(policy),
         }
         from pysb_core.plan import ChildSetup
-        from pysb_core.provider import Capability
 
         if Capability.FILES in self.provider.enforced():
             # A confining provider must not leave the caller's keys readable (keyctl).

@@ -461,8 +461,8 @@ except OSError as e:
     [
         "subprocess",
         *(
-            pytest.param(p, marks=[pytest.mark.provider(p), hole("15")], id=p)
-            for p in ("bwrap", "unshare")
+            pytest.param(p, marks=pytest.mark.provider(p), id=p)
+            for p in ("bwrap", "unshare", "qemu")
         ),
     ],
     indirect=True,
@@ -497,3 +497,26 @@ def test_corpus_helpers_are_consistent() -> None:
     ):
         compile(code, "<attack>", "exec")
     assert json.dumps(sys.version_info[:2])
+
+
+def test_mount_renamed_policy_names_everything_as_seen_inside() -> None:
+    """Under a provider whose mounts rename, the child's policy has no renamed exposure
+    left, and a profile file below a renamed exposure is protected under its new name."""
+    from pysb_core.pipeline import renamed_by_mounts
+    from pysb_core.policy import Exposure, Policy
+
+    policy = Policy(
+        exposures=(
+            Exposure("/srv/p", "/srv/p", False),
+            Exposure("/srv/p/data", "/data", True),
+        ),
+        profile_files=("/srv/p/data/.pysb.yaml", "/srv/p/.pysb.yaml"),
+        state_dirs=("/srv/p/datax",),
+    )
+    inside = renamed_by_mounts(policy)
+    assert [(e.path, e.target, e.writable) for e in inside.exposures] == [
+        ("/srv/p", "/srv/p", False),
+        ("/data", "/data", True),
+    ]
+    assert inside.profile_files == ("/data/.pysb.yaml", "/srv/p/.pysb.yaml")
+    assert inside.state_dirs == ("/srv/p/datax",)
