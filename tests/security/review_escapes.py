@@ -1,0 +1,331 @@
+# ruff: noqa: E501  (attack programs read better with long lines)
+"""The attack programs of an outside review's Python-layer escapes (issue 22, items 3, 7-11,
+15), and the profile each runs under.
+
+Each program prints ``ESCAPED ...`` when the forbidden thing happened and one
+``refused ...`` line per attempt the guards stopped; the runner appends ``print('held')``
+and prepends ``SECRET``, ``OUTSIDE`` and ``PROJECT`` (paths of the layout below). Used by
+tests/security/test_review_escapes.py (``pysb run``, under subprocess and the OS providers)
+and plugins/pysb-guards/tests/test_review_seal.py (every interpreter).
+
+Layout::
+
+    outside/secret.txt      a secret no exposure covers
+    project/                the working directory
+    project/secret.txt      a secret next to the exposures (not exposed)
+    project/pub/            ``expose-ro`` (holds the attack program)
+    project/rw/             ``expose-rw``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PROC_FD_REPOINTED = """
+import os
+sub = os.open(PROJECT + '/pub/sub', os.O_RDONLY)
+pub = os.open(PROJECT + '/pub', os.O_RDONLY)
+os.dup2(sub, 77)
+for path in ('/proc/self/fd/77/../secret.txt', '/dev/fd/77/../secret.txt', '/proc/thread-self/fd/77/../secret.txt'):
+    os.dup2(sub, 77)
+    try:
+        open(path).read()
+    except OSError as e:
+        print('first', type(e).__name__)
+    os.dup2(pub, 77)
+    try:
+        print('ESCAPED', path, open(path).read())
+    except OSError as e:
+        print('refused', type(e).__name__)
+# a link the program made (allowed: it resolves inside while fd 77 points inside)
+os.dup2(sub, 77)
+os.symlink('/proc/self/fd/77', 'rw/L')
+try:
+    open('rw/L/../secret.txt').read()
+except OSError as e:
+    print('first', type(e).__name__)
+os.dup2(pub, 77)
+try:
+    print('ESCAPED through a link', open('rw/L/../secret.txt').read())
+except OSError as e:
+    print('refused', type(e).__name__)
+"""
+
+
+EXTENSION_HELPERS = """
+import os, sys, _imp
+from importlib.machinery import ModuleSpec
+DYNLOAD = os.path.join(os.path.dirname(os.__file__), 'lib-dynload')
+def ext(stem):
+    for name in os.listdir(DYNLOAD):
+        if name.split('.')[0] == stem:
+            return os.path.join(DYNLOAD, name)
+    return None
+def create(name, origin):
+    try:
+        module = _imp.create_dynamic(ModuleSpec(name, None, origin=origin))
+        return module
+    except ImportError as e:
+        print('refused', name, type(e).__name__, e)
+        return None
+"""
+
+
+NATIVE_FROM_MEMORY = (
+    EXTENSION_HELPERS
+    + """
+data = open(ext('_bisect'), 'rb').read()
+fd = os.memfd_create('x')
+os.write(fd, data)
+if create('_bisect', f'/proc/self/fd/{fd}') is not None:
+    print('ESCAPED: an extension module loaded from memory')
+# a library's file copied into a writable exposure
+with open('rw/_bisect.so', 'wb') as f:
+    f.write(data)
+if create('_bisect', os.path.abspath('rw/_bisect.so')) is not None:
+    print('ESCAPED: an extension module loaded from a writable exposure')
+# a known module's name over another file: dlopen itself runs the file's constructors
+try:
+    _imp.create_dynamic(ModuleSpec('json', None, origin=f'/proc/self/fd/{fd}'))
+    print('ESCAPED: json created from memory')
+except ImportError as e:
+    if 'refused by the sandbox' not in str(e):
+        print('ESCAPED: the file was loaded (dlopen ran) before the name failed:', e)
+# control: the library's own file, under its own name, still loads
+print('control', create('_bisect', ext('_bisect')) is not None)
+"""
+)
+
+RENAMED_C_MODULES = (
+    EXTENSION_HELPERS
+    + """
+m = create('json.readline', ext('readline'))
+if m is not None:
+    try:
+        m.read_history_file(SECRET)
+        print('ESCAPED readline under another name read', m.get_history_item(1))
+    except OSError as e:
+        print('refused readline call', type(e).__name__)
+if ext('spwd') is not None:
+    m = create('json.spwd', ext('spwd'))
+    if m is not None:
+        print('ESCAPED spwd under another name:', len(m.getspall()), 'entries')
+else:
+    print('refused json.spwd (no spwd here)')
+m = create('json._posixsubprocess', ext('_posixsubprocess'))
+if m is not None:
+    print('ESCAPED _posixsubprocess under another name:', m.fork_exec)
+"""
+)
+
+CTYPES_FROM_ADDRESS = """
+import ctypes
+items = [4242]
+for label, attempt in [
+    ('py_object.from_address', lambda: ctypes.py_object.from_address(ctypes.c_void_p.from_address(id(items) + 24).value).value),
+    ('c_ssize_t.from_address', lambda: ctypes.c_ssize_t.from_address(id(items)).value),
+    ('from_buffer_copy pointer', lambda: ctypes.POINTER(ctypes.c_ssize_t).from_buffer_copy(id(items).to_bytes(8, 'little'))[0]),
+]:
+    try:
+        print('ESCAPED', label, attempt())
+    except Exception as e:
+        print('refused', label, type(e).__name__)
+"""
+
+
+SPWD = """
+try:
+    import spwd
+except ImportError as e:
+    print('refused (no spwd)', type(e).__name__)
+else:
+    try:
+        print('ESCAPED spwd', len(spwd.getspall()), spwd.getspnam('root')[0])
+    except Exception as e:
+        print('refused', type(e).__name__, e)
+"""
+
+
+SQLITE = """
+import sqlite3
+con = sqlite3.connect(':memory:')
+for sql, args in [
+    ("ATTACH DATABASE ? AS o", (OUTSIDE + '/db.sqlite',)),
+    ("ATTACH DATABASE ? AS o", ('file:' + OUTSIDE + '/db.sqlite?mode=ro',)),
+    ("ATTACH DATABASE ? AS o", (OUTSIDE + '/created.sqlite',)),
+    ("VACUUM INTO ?", (OUTSIDE + '/vacuumed.sqlite',)),
+]:
+    try:
+        con.execute(sql, args)
+        rows = con.execute("SELECT * FROM o.t").fetchall() if 'ATTACH' in sql and 'created' not in args[0] else ''
+        print('ESCAPED', sql, args[0], rows)
+    except sqlite3.Error as e:
+        print('refused', sql, type(e).__name__, e)
+    try:
+        con.execute('DETACH DATABASE o')
+    except sqlite3.Error:
+        pass
+# control: attaching a database inside a writable exposure works
+con.execute("ATTACH DATABASE 'rw/inside.sqlite' AS i")
+con.execute("CREATE TABLE i.t (x)")
+print('control attached')
+"""
+
+
+SQLITE_OTHER_CONNECTIONS = """
+import sqlite3
+for label, make in [
+    ('Connection()', lambda: sqlite3.Connection(':memory:')),
+    ('factory with __init__', lambda: sqlite3.connect(':memory:', factory=type('C', (sqlite3.Connection,), {'__init__': lambda self, *a, **k: sqlite3.Connection.__init__(self, *a, **k)}))),
+    ('re-initialised', lambda: sqlite3.Connection.__init__(sqlite3.connect(':memory:'), ':memory:')),
+]:
+    try:
+        con = make()
+    except PermissionError as e:
+        print('refused', label, e)
+        continue
+    try:
+        con.execute("ATTACH DATABASE ? AS o", (OUTSIDE + '/db.sqlite',))
+        print('ESCAPED', label, con.execute('SELECT * FROM o.t').fetchall())
+    except sqlite3.Error as e:
+        print('refused', label, 'at ATTACH', e)
+# a factory without an __init__ of its own is still a plain connection
+con = sqlite3.connect(':memory:', factory=type('D', (sqlite3.Connection,), {}))
+print('control factory', type(con).__name__)
+"""
+
+
+TCL = """
+try:
+    import tkinter
+    t = tkinter.Tcl()
+except Exception as e:
+    print('refused', type(e).__name__, e)
+else:
+    for script in ['set f [open {%s}]; read $f' % SECRET, 'exec /bin/echo ESCAPED-exec']:
+        try:
+            print('ESCAPED tcl', t.eval(script))
+        except Exception as e:
+            print('refused', type(e).__name__)
+"""
+
+
+SHM = """
+import os, _posixshmem
+try:
+    fd = _posixshmem.shm_open(NAME, os.O_RDONLY)
+    print('ESCAPED shm', os.read(fd, 100))
+except OSError as e:
+    print('refused', type(e).__name__)
+try:
+    fd = _posixshmem.shm_open(NAME + '-new', os.O_RDWR | os.O_CREAT, 0o600)
+    print('ESCAPED shm created')
+except OSError as e:
+    print('refused', type(e).__name__)
+"""
+
+
+CWD_RACE = """
+import os, threading, time
+os.makedirs('rw/a/b', exist_ok=True)
+A, B = os.path.abspath('rw/a'), os.path.abspath('rw/a/b')
+REL = '../../../outside/secret.txt'   # from rw/a/b: PROJECT/outside (inside); from rw/a: the secret
+os.chdir(B)
+stop = time.monotonic() + 3
+refusals = []
+def flip():
+    while time.monotonic() < stop:
+        for d in (A, B):
+            try:
+                os.chdir(d)
+            except OSError as e:
+                refusals.append(type(e).__name__)
+                return
+t = threading.Thread(target=flip)
+t.start()
+n = 0
+while time.monotonic() < stop and n < 200000:
+    n += 1
+    try:
+        print('ESCAPED', open(REL).read())
+        break
+    except OSError:
+        pass
+t.join()
+print('chdir refusals', refusals[:1])
+os.chdir(A)  # alone again: allowed
+print('control chdir', os.getcwd() == A)
+"""
+
+
+RENAMED = """
+import os
+print('read', open('/data/x.txt').read().strip())
+print('listed', sorted(os.listdir('/data')))
+with open('/data/new.txt', 'w') as f:
+    f.write('written')
+print('stat', os.stat('/data/new.txt').st_size)
+try:
+    open(SECRET).read()
+    print('ESCAPED secret')
+except OSError as e:
+    print('refused', type(e).__name__)
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One attack: its program, what the profile grants, and what a held run prints."""
+
+    code: str
+    imports: tuple[str, ...]
+    api: tuple[str, ...] = ()
+    #: expose the whole project read-only (else only ``pub/``)
+    project_ro: bool = False
+    #: how many ``refused`` lines a held run prints (None: any)
+    refused: int | None = None
+    #: lines a held run prints (controls: what stays allowed still works)
+    controls: tuple[str, ...] = field(default=())
+
+
+#: The attacks that need nothing but the layout (the runner's own checks: "held", no
+#: ``ESCAPED``, no secret in the output).
+CASES: dict[str, Case] = {
+    "proc-fd-repointed": Case(PROC_FD_REPOINTED, ("os",), refused=4),
+    "native-from-memory": Case(
+        NATIVE_FROM_MEMORY,
+        ("os", "sys", "_imp", "importlib", "_bisect", "json"),
+        refused=2,
+        controls=("control True",),
+    ),
+    "renamed-c-modules": Case(
+        RENAMED_C_MODULES, ("os", "sys", "_imp", "importlib", "json"), refused=3
+    ),
+    "ctypes-raw-memory": Case(CTYPES_FROM_ADDRESS, ("ctypes",), refused=3),
+    "spwd": Case(SPWD, ("spwd",)),
+    "sqlite-other-connections": Case(
+        SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=3, controls=("control factory D",)
+    ),
+    "tcl": Case(TCL, ("tkinter",)),
+    "chdir-race": Case(
+        CWD_RACE,
+        ("os", "threading", "time"),
+        api=("threads",),
+        project_ro=True,
+        controls=("chdir refusals ['PermissionError']", "control chdir True"),
+    ),
+}
+
+
+def program(code: str, secret: str, outside: str, project: str) -> str:
+    """The attack as it runs: the layout's paths first, ``held`` last."""
+    return (
+        f"SECRET = {secret!r}\nOUTSIDE = {outside!r}\nPROJECT = {project!r}\n"
+        + code
+        + "\nprint('held')\n"
+    )
+
+
+def refusals(out: str) -> int:
+    """How many attempts of a run were refused (one ``refused ...`` line each)."""
+    return sum(line.startswith("refused") for line in out.splitlines())
