@@ -34,8 +34,13 @@ test: system-deps dev
 lint: dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
+# The documentation site (mkdocs-material) into site/; --strict: a page missing from the
+# nav, a broken link or anchor is an error. Generated parts: scripts/mkdocs_hooks.py.
+docs: dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 bench: system-deps dev
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site
