@@ -38,6 +38,8 @@ def test_every_provider_method_is_documented() -> None:
 #
 #   <!-- doc-test: file NAME -->                  write the block as NAME
 #   <!-- doc-test: run NAME [requires=PROVIDER] --> write it as NAME and run `python NAME`
+#   <!-- doc-test: console [requires=PROVIDER] --> run each `$ command` with bash; what
+#                                                 follows it is its exact output
 #   <!-- doc-test: skip REASON -->                a fragment, not meant to run
 #
 # The files and runs of one page share one project directory, in page order. Every
@@ -54,7 +56,7 @@ from pysb_core.testing import BASE_ENV, require_provider  # noqa: E402
 
 ROOT = DOCS.parent
 PAGES = sorted([*DOCS.glob("*.md"), ROOT / "README.md"])
-MARKER = re.compile(r"<!-- doc-test: (file|run|skip) ?(.*?) -->")
+MARKER = re.compile(r"<!-- doc-test: (file|run|console|skip) ?(.*?) -->")
 
 
 @dataclass
@@ -108,23 +110,28 @@ def test_every_python_block_is_run_or_says_why_not(page: Path) -> None:
             assert block.argument, f"{page.name}:{block.line}: say why the block does not run"
 
 
-RUNNABLE = [p for p in PAGES if any(b.action == "run" for b in blocks(p))]
+RUNNABLE = [p for p in PAGES if any(b.action in ("run", "console") for b in blocks(p))]
 
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: p.name)
 def test_the_examples_of_the_page_run(page: Path, tmp_path: Path) -> None:
     ran = 0
     for block in blocks(page):
-        if block.action not in ("file", "run"):
+        if block.action not in ("file", "run", "console"):
             continue
-        name, *options = block.argument.split()
-        (tmp_path / name).write_text(block.code)
-        if block.action == "file":
-            continue
-        for option in options:
+        words = block.argument.split()
+        name = words[0] if block.action != "console" else ""
+        for option in words[1:] if name else words:
             key, _, value = option.partition("=")
             if key == "requires":
                 require_provider(value)
+        if block.action == "console":
+            _run_console(block, tmp_path)
+            ran += 1
+            continue
+        (tmp_path / name).write_text(block.code)
+        if block.action == "file":
+            continue
         env = {**BASE_ENV, "PYTHONPATH": str(tmp_path)}
         r = subprocess.run(
             [sys.executable, name],
@@ -139,6 +146,31 @@ def test_the_examples_of_the_page_run(page: Path, tmp_path: Path) -> None:
         assert "Traceback" not in r.stderr, f"{where}: {r.stderr}"
         ran += 1
     assert ran
+
+
+def _run_console(block: Block, cwd: Path) -> None:
+    """Each ``$ command`` of the block, run with bash; its output must be the lines that
+    follow it in the block."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.code.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+    assert steps, f"{block.page.name}:{block.line}: a console block without a $ command"
+    env = {**BASE_ENV, "PATH": f"{Path(sys.executable).parent}:{BASE_ENV['PATH']}"}
+    for command, expected in steps:
+        r = subprocess.run(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        where = f"{block.page.name}:{block.line}: $ {command}"
+        assert r.returncode == 0, f"{where}: exit {r.returncode}\n{r.stdout}{r.stderr}"
+        assert (r.stdout + r.stderr).splitlines() == expected, f"{where}\n{r.stdout}{r.stderr}"
 
 
 def test_the_readme_example_fails_clearly_when_pasted_into_one_script(tmp_path: Path) -> None:
