@@ -57,6 +57,13 @@ class CheckReport(Record):
             if layer not in kept:
                 kept.append(layer)
 
+    def python_only_from(self, families: frozenset[str]) -> None:
+        """Keep ``python`` only for rules of ``families`` (those with a guard that arms
+        something in the sandbox): a guard's report does not enforce a family by itself."""
+        for (family, _rule, _source), layers in self._rules.items():
+            if family and family not in families and "python" in layers:
+                layers.remove("python")
+
     def note(self, message: str) -> None:
         self.notes.append(message)
 

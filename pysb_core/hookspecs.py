@@ -131,7 +131,7 @@ def pysb_launch(plan: LaunchPlan, provider: Provider) -> Any:
 
 
 @hookspec
-def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
+def pysb_child_install(policy: Policy, recorder: Recorder) -> str | Sequence[str] | None:
     """Patch what this family guards, inside the sandboxed interpreter.
 
     Runs before the program and before the API guard is armed. ``recorder`` reports
@@ -142,15 +142,22 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
     ``PYSB_CHILD_MODULE = "pkg.module"`` has that module imported instead, so that the
     host (which only needs the family's other hooks) never imports the guard itself.
 
+    :return: the guard family (or families) this call put in force, None for none. A
+        guard is trusted by what it arms, not by the name of its entry point: when a
+        family the profile relies on the Python layer for was armed by no guard (or by
+        two), the program is not started (exit 125).
+
     .. versionadded:: 0.1
     """
 
 
 @hookspec
-def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
+def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | Sequence[str] | None:
     """Arm the guards that must not see the framework's own start-up (the API guard).
 
     Called last, right before user code.
+
+    :return: the guard family (or families) put in force, as for ``pysb_child_install``.
 
     .. versionadded:: 0.1
     """

@@ -233,7 +233,10 @@ class Session:
         provider_id: list[tuple[str, str, str, str]] = []
         try:
             hooks = Hooks(pm)
-            guard_families = frozenset(p.name for p in plugins if p.kind == "guard")
+            # A family counts when its guard has something to arm inside the sandbox (what
+            # it is named proves nothing); the child then says what it armed (bootstrap).
+            guard_children = hooks.guard_children()
+            guard_families = frozenset(guard_children)
             if events:
                 from pysb_core.builtin.events import JsonlEventSink
 
@@ -287,6 +290,7 @@ class Session:
                 python_families=guard_families if policy.python_guards else frozenset(),
             )
             hooks.check(policy, prov, report)
+            report.python_only_from(report.python_families)
             missing = report.unenforced()
             if missing and not policy.learn and enforce:
                 raise UnenforceableRuleError(unenforced_messages(missing, report))
@@ -399,6 +403,7 @@ class Session:
             "policy": child_policy.to_dict(),
             "program": program.payload(),
             "guards": self.hooks.child_modules() if policy.python_guards else [],
+            **self._armed_contract(),
             "report_fd": report_w,
             "sys_path": boot_paths,
             "memory_text": _memory_text(policy),
@@ -443,6 +448,32 @@ class Session:
             raise self._failure(exc, "while preparing the launch") from exc
         plan.report_read_fd, plan.report_write_fd = report_r, report_w
         return plan
+
+    def _armed_contract(self) -> dict[str, Any]:
+        """What the child must arm before the program runs (``pysb_core.child.bootstrap``).
+
+        ``guard_owners``: guard module -> ``family (distribution version)``, to name who
+        armed what; ``needed_families``: every family some rule relies on the Python layer
+        for. The child refuses to run the program (125) when one of them was not armed, or
+        was armed by two modules.
+        """
+        if not self.policy.python_guards:
+            return {}
+        owners = {
+            p.name: f"{p.distribution} {p.version}".strip()
+            for p in self.plugins
+            if p.kind == "guard"
+        }
+        children = self.hooks.guard_children()
+        needed = sorted({r.family for r in self.report.rules if "python" in r.layers})
+        return {
+            "guard_owners": {
+                module: f"{family} ({owners.get(family, '?')})"
+                for family, module in children.items()
+            },
+            "needed_families": {f: owners.get(f, "?") for f in needed},
+            "report_armed": self.verbose,
+        }
 
     def _failure(self, exc: Exception, doing: str) -> SandboxError:
         """An exception of plugin or provider code, as one paragraph naming who raised it."""

@@ -266,23 +266,28 @@ class Hooks:
         return [impl.plugin_name for impl in caller.get_hookimpls()]
 
     def child_modules(self) -> list[str]:
-        """Modules the sandboxed interpreter must import to install the guards.
+        """Modules the sandboxed interpreter must import to install the guards."""
+        return list(self.guard_children().values())
+
+    def guard_children(self) -> dict[str, str]:
+        """Guard family -> the module the sandboxed interpreter imports to arm it.
 
         A guard family may keep its host-side hooks and its in-sandbox guard apart (the
         host then never imports the guard): its entry-point module names the in-sandbox
         module in ``PYSB_CHILD_MODULE``. Otherwise the module itself is sent when it has
-        ``pysb_child_install`` or ``pysb_child_arm``.
+        ``pysb_child_install`` or ``pysb_child_arm``. A guard with neither has nothing to
+        arm: it is left out, and its family counts as not installed (a name is not a guard).
         """
-        out = []
+        out: dict[str, str] = {}
         for name, plugin in self.pm.list_name_plugin():
             if not name.startswith("guard:"):
                 continue
             child = getattr(plugin, "PYSB_CHILD_MODULE", None)
             if isinstance(child, str) and child:
-                out.append(child)
+                out[name.partition(":")[2]] = child
                 continue
             modname = getattr(plugin, "__name__", None)
             has = hasattr(plugin, "pysb_child_install") or hasattr(plugin, "pysb_child_arm")
             if modname and has:
-                out.append(modname)
+                out[name.partition(":")[2]] = modname
         return out

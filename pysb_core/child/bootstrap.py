@@ -221,6 +221,51 @@ def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:
     raise SystemExit(1)
 
 
+def _note_armed(armed: dict[str, list[str]], guard, families) -> None:
+    """Record what a guard says it armed: ``pysb_child_install`` / ``pysb_child_arm``
+    return the family name(s) they put in force (None: nothing)."""
+    if families is None:
+        return
+    if isinstance(families, str):
+        families = (families,)
+    name = getattr(guard, "__name__", "?")
+    for family in families:
+        modules = armed.setdefault(str(family), [])
+        if name not in modules:
+            modules.append(name)
+
+
+def _require_armed(payload: dict, armed: dict[str, list[str]]) -> None:
+    """Refuse to run the program (exit 125) unless every family the profile relies on
+    the Python layer for was armed, each by one guard. Guards are trusted by what they
+    did here, not by the name their entry point was registered under."""
+    owners = payload.get("guard_owners", {})
+    needed = payload.get("needed_families", {})
+    problems = []
+    for family, modules in sorted(armed.items()):
+        if len(modules) > 1:
+            who = " and ".join(f"{m} ({owners.get(m, '?')})" for m in modules)
+            problems.append(f"guard family '{family}' was armed twice, by {who}")
+    for family, dist in sorted(needed.items()):
+        if family not in armed:
+            problems.append(
+                f"the Python guard for '{family}' ({dist}) was not armed in the sandbox: "
+                "the profile's rules for it would be enforced by no one"
+            )
+    if payload.get("report_armed"):
+        done = ", ".join(
+            f"{f} ({owners.get(m[0], '?').partition('(')[2].rstrip(')')})"
+            for f, m in sorted(armed.items())
+        )
+        sys.stderr.write(f"pysb: armed: {done or 'no Python guard'}\n")
+    if problems:
+        for line in problems:
+            sys.stderr.write(f"pysb: error: {line}\n")
+        sys.stderr.write("pysb: error: the program was not started\n")
+        sys.stderr.flush()
+        os._exit(125)
+
+
 def _run_program(program: dict, runpy) -> None:
     mode = program["mode"]
     sys.argv[:] = program["argv"]
@@ -335,6 +380,7 @@ def main(fd: str) -> None:
     memory_limit = payload.get("memory_text")
 
     guards: list = []
+    armed: dict[str, list[str]] = {}  # family -> guard modules that armed it
     recorder = policy = None
     try:
         if payload.get("guards") or payload.get("child_setups"):
@@ -375,7 +421,7 @@ def main(fd: str) -> None:
             for g in guards:
                 install = getattr(g, "pysb_child_install", None)
                 if install is not None:
-                    install(policy=policy, recorder=recorder)
+                    _note_armed(armed, g, install(policy=policy, recorder=recorder))
             for fn, kwargs in setups:
                 fn(**kwargs)
     except Exception as exc:  # fail closed: the program never runs half-guarded
@@ -389,7 +435,8 @@ def main(fd: str) -> None:
         for g in guards:
             hook = getattr(g, "pysb_child_arm", None)
             if hook is not None:
-                hook(policy=policy, recorder=recorder)
+                _note_armed(armed, g, hook(policy=policy, recorder=recorder))
+        _require_armed(payload, armed)
 
     if entry_fn is not None:
         entry_fn(program.get("args", {}), arm)

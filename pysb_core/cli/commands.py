@@ -161,6 +161,13 @@ def plugins(as_json: bool, verbose: bool, quiet: bool) -> None:
         click.echo(f"{r['kind']:<8} {r['name']:<10} {r['distribution']} {r['version']}")
         if verbosity == QUIET:
             continue
+        if r.get("family"):
+            arms = (
+                f"armed in the sandbox by {r['arms']}"
+                if r.get("arms")
+                else "NOTHING to arm: it enforces nothing"
+            )
+            click.echo(f"    family {r['family']}: {r['distribution']} {r['version']} ({arms})")
         if verbosity == VERBOSE:
             click.echo(f"    module: {r['module']}")
         click.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")

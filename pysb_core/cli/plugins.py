@@ -29,20 +29,27 @@ def _hooks_of(obj: Any) -> list[str]:
 def list_plugins() -> list[dict[str, Any]]:
     from importlib.metadata import entry_points
 
+    from pysb_core.plugins import Hooks
+
     pm, loaded = get_plugin_manager()
+    children = Hooks(pm).guard_children()
     rows: list[dict[str, Any]] = []
     for p in loaded:
         plugin = pm.get_plugin(f"{p.kind}:{p.name}") or pm.get_plugin(p.module)
-        rows.append(
-            {
-                "name": p.name,
-                "kind": "plugin" if p.kind == "builtin" else p.kind,
-                "distribution": p.distribution,
-                "version": p.version or _core_version(),
-                "hooks": _hooks_of(plugin) if plugin is not None else [],
-                "module": p.module,
-            }
-        )
+        row = {
+            "name": p.name,
+            "kind": "plugin" if p.kind == "builtin" else p.kind,
+            "distribution": p.distribution,
+            "version": p.version or _core_version(),
+            "hooks": _hooks_of(plugin) if plugin is not None else [],
+            "module": p.module,
+        }
+        if p.kind == "guard":
+            # The family this distribution provides, and the module that arms it in the
+            # sandbox (None: nothing to arm, so the family counts as not installed).
+            row["family"] = p.name
+            row["arms"] = children.get(p.name)
+        rows.append(row)
     names = set(provider_names())
     for ep in sorted(entry_points(group="pysb.providers"), key=lambda e: e.name):
         if ep.name not in names:

@@ -305,3 +305,41 @@ def test_a_provider_that_raises_is_one_paragraph_naming_its_distribution(
     r = project.run("run", "--provider", "fake", "evil.py", env=env)
     _refused(project, r, wrote_profile=True)
     assert "provider 'fake' (pysb-fake 0.9)" in r.stderr and "bug" in r.stderr, r.stderr
+
+
+# -- 3. one family, one distribution --------------------------------------------------------
+
+
+def test_two_distributions_claiming_one_guard_family_are_both_named(
+    project: Project, tmp_path: Path
+) -> None:
+    from fakedist import fake_dist
+
+    site = fake_dist(
+        tmp_path / "site",
+        "pysb-shadow",
+        "0.2",
+        entry_points={"pysb.guards": {"imports": "pysb_shadow"}},
+        modules={"pysb_shadow.py": ""},
+    )
+    project.profile(OPEN)
+    project.file("evil.py", EVIL)
+    for command in (["run", "evil.py"], ["check"], ["plugins"]):
+        r = project.run(*command, env={"PYTHONPATH": str(site)})
+        assert r.returncode == 125, (command, r.stdout, r.stderr)
+        assert "pysb-shadow 0.2" in r.stderr and "pysb-guards" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (project.root / "RAN").exists()
+
+
+def test_plugins_names_the_distribution_of_each_guard_family(project: Project) -> None:
+    import json
+
+    r = project.run("plugins", "--json")
+    assert r.returncode == 0, r.stderr
+    families = {
+        row["family"]: row["distribution"] for row in json.loads(r.stdout) if row.get("family")
+    }
+    assert families == dict.fromkeys(["api", "env", "files", "imports", "network"], "pysb-guards")
+    r = project.run("plugins")
+    assert "family imports: pysb-guards" in r.stdout, r.stdout

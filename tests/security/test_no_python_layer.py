@@ -25,13 +25,15 @@ def core_and_bwrap_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return offline_venv(env_dir, str(ROOT), str(ROOT / "plugins" / "pysb-bwrap"))
 
 
-def _pysb(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _pysb(
+    env_dir: Path, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(env_dir / "bin" / "pysb"), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {})},
         timeout=60,
         check=False,
     )
@@ -66,3 +68,72 @@ def test_without_the_python_layer_an_imports_rule_is_refused(
     )
     r = _pysb(core_and_bwrap_env, "run", "--provider", "bwrap", "-c", program, cwd=project)
     assert r.returncode == 0, r.stderr
+
+
+# -- guards are trusted by what they do, not by their name --------------------------------
+
+#: Under the subprocess provider nothing but the Python layer would stop the program's
+#: write of RAN: the marker shows whether it ran.
+PROFILE = "version: 1\nimports: [json]\n"
+
+
+def _fake_guards(site: Path, modules: dict[str, str]) -> Path:
+    """A distribution ``pysb-lazy`` whose guard entry points are ``modules``' names."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakedist import fake_dist
+
+    return fake_dist(
+        site,
+        "pysb-lazy",
+        "1.0",
+        entry_points={"pysb.guards": {name: f"pysb_lazy_{name}" for name in modules}},
+        modules={f"pysb_lazy_{name}.py": text for name, text in modules.items()},
+    )
+
+
+def test_a_guard_named_imports_that_does_nothing_enforces_nothing(
+    core_and_bwrap_env: Path, tmp_path: Path
+) -> None:
+    site = _fake_guards(tmp_path / "site", {"imports": "", "api": ""})
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pysb.yaml").write_text(PROFILE)
+    env = {"PYTHONPATH": str(site)}
+    r = _pysb(core_and_bwrap_env, "check", cwd=project, env=env)
+    assert r.returncode == 125, r.stdout + r.stderr
+    assert "[NONE]" in r.stdout and "imports: json" in r.stdout
+    r = _pysb(core_and_bwrap_env, "run", "-c", "open('RAN', 'w')", cwd=project, env=env)
+    assert r.returncode == 125, r.stderr
+    assert not (project / "RAN").exists()
+
+
+ARMS = (
+    "from pysb_core import hookimpl\n"
+    "@hookimpl\n"
+    "def pysb_child_install(policy, recorder):\n"
+    "    return {families!r}\n"
+)
+
+
+def test_a_family_the_profile_needs_that_the_child_did_not_arm_refuses_the_run(
+    core_and_bwrap_env: Path, tmp_path: Path
+) -> None:
+    """Both guards have a child side (so the host counts them), but the api one arms
+    nothing: the child refuses before the program, naming the family and distribution."""
+    site = _fake_guards(
+        tmp_path / "site",
+        {"imports": ARMS.format(families=("imports",)), "api": ARMS.format(families=())},
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pysb.yaml").write_text(PROFILE)
+    env = {"PYTHONPATH": str(site)}
+    r = _pysb(core_and_bwrap_env, "run", "-c", "open('RAN', 'w')", cwd=project, env=env)
+    assert r.returncode == 125, r.stderr
+    assert not (project / "RAN").exists()
+    assert "'api'" in r.stderr and "pysb-lazy 1.0" in r.stderr and "not armed" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _pysb(core_and_bwrap_env, "run", "--verbose", "-c", "pass", cwd=project, env=env)
+    assert "armed: imports (pysb-lazy 1.0)" in r.stderr, r.stderr

@@ -61,10 +61,14 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
 
 
 @hookimpl
-def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
-    """Arm: from now on the rules decide. Called last, right before user code."""
+def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | None:
+    """Arm: from now on the rules decide. Called last, right before user code.
+
+    Returns the family put in force (None when nothing was installed to arm)."""
     if _runtime:
         _runtime[0]()
+        return GUARD
+    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -34,10 +34,13 @@ _state: dict[str, Any] = {}
 
 
 @hookimpl
-def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
-    """In a learning run, start watching reads of the environment."""
+def pysb_child_install(policy: Policy, recorder: Recorder) -> str:
+    """In a learning run, start watching reads of the environment. The variables
+    themselves are enforced by construction (the child gets only the whitelist), so the
+    family is in force either way: it is returned."""
     if recorder.learning:
         install(recorder)
+    return GUARD
 
 
 @hookimpl

@@ -62,9 +62,10 @@ _installed: list[bool] = []
 
 
 @hookimpl
-def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
-    """Install the file guard in this interpreter."""
+def pysb_child_install(policy: Policy, recorder: Recorder) -> str:
+    """Install the file guard in this interpreter; returns the family put in force."""
     install(policy, recorder)
+    return GUARD
 
 
 def _param(pos, kw, dir_fd=None, write=False, follow=True, kind="read", default=None):

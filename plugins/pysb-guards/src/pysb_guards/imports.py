@@ -176,9 +176,13 @@ def ensure_installed(policy: Policy, recorder: Recorder) -> None:
 
 
 @hookimpl
-def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
-    """Install the finder and the ``__import__`` checks; take framework modules aside."""
+def pysb_child_install(policy: Policy, recorder: Recorder) -> str:
+    """Install the finder and the ``__import__`` checks; take framework modules aside.
+
+    Returns the family put in force (the bootstrap refuses to run a program whose profile
+    needs a family no guard armed)."""
     install(policy, recorder)
+    return GUARD
 
 
 @hookimpl

@@ -88,9 +88,11 @@ _ADDRESS_AT = {"connect": 1, "connect_ex": 1, "bind": 1, "sendto": -1, "sendmsg"
 
 
 @hookimpl
-def pysb_child_install(policy: Policy, recorder: Recorder) -> None:
-    """Patch sockets and resolvers of this interpreter according to ``policy``."""
+def pysb_child_install(policy: Policy, recorder: Recorder) -> str:
+    """Patch sockets and resolvers of this interpreter according to ``policy``; returns
+    the family put in force."""
     install(policy, recorder)
+    return GUARD
 
 
 def pin_resolver(pins: dict[str, list[str]]) -> None:
