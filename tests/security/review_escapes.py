@@ -272,6 +272,26 @@ except OSError as e:
     print('refused', type(e).__name__)
 """
 
+CWD_STALE = """
+import os
+# chdir judged its own path against the working directory before the call, and kept that
+# old directory: the next relative path was judged against it, opened against the new one
+os.chdir('pub/sub')
+os.chdir('..')
+for path in ('../secret.txt', '../../outside/secret.txt'):
+    try:
+        print('ESCAPED', open(path).read())
+    except OSError as e:
+        print('refused', type(e).__name__)
+os.chdir(PROJECT + '/pub/sub')
+os.chdir(os.open('..', os.O_RDONLY))  # by descriptor
+try:
+    print('ESCAPED', open('../secret.txt').read())
+except OSError as e:
+    print('refused', type(e).__name__)
+print('control listed', 'sub' in os.listdir('.'))
+"""
+
 
 @dataclass(frozen=True)
 class Case:
@@ -307,6 +327,7 @@ CASES: dict[str, Case] = {
         SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=3, controls=("control factory D",)
     ),
     "tcl": Case(TCL, ("tkinter",)),
+    "chdir-stale": Case(CWD_STALE, ("os",), refused=3, controls=("control listed True",)),
     "chdir-race": Case(
         CWD_RACE,
         ("os", "threading", "time"),

@@ -508,6 +508,8 @@ def _f_make_face(original, params, options, prepare, name="door"):
         post = _f_post_readlink
     elif post_kind == "getcwd":
         post = _f_post_getcwd
+    elif post_kind == "chdir":
+        post = _f_post_chdir
     door = MAKE_DOOR(original, judge, post, name=name)
     if name == "open" and not is_io:  # os.open: the audit event it raises was judged here
         ST["open_doors"].add(DOOR_CODE_ID(door))
@@ -726,6 +728,14 @@ def _f_post_readlink(result, args, kwargs):
             "readlink",
             ENOENT,
         )
+    return result
+
+
+def _f_post_chdir(result, args, kwargs):
+    """After the working directory changed: judging ``chdir``'s own (relative) path read the
+    old one into ``ST["cwd"]``, which the next relative path must not be judged against."""
+    ST["cwd"] = None
+    ST["cache"].clear()
     return result
 
 
