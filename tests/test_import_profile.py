@@ -146,6 +146,7 @@ def test_converted_profile_is_valid_for_pysb(tmp_path: Path, converted: str) -> 
         ("include more.py-sandboxes\n", ":1:", "double-quoted"),
         ("learn=true\n", ":1:", "a file name or false"),
         ("expose-ro=./a,./b\n", ":1:", "one path per line"),
+        ("py-sandbox=yes\n", ":1:", "py-sandbox is true or false"),
     ],
 )
 def test_a_file_pysandboxes_refuses_is_exit_125_with_file_and_line(

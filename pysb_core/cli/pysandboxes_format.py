@@ -38,8 +38,9 @@ EVAL_KEYS = frozenset(
 )  # fmt: skip
 #: The placeholder a new pysandboxes profile gets from its template (landlock or subprocess).
 DEFAULT_PROVIDER_PLACEHOLDER = "@DEFAULT_OS_SANDBOX@"
-_FALSE = {"false", "0", "none", "no", "off"}
-_TRUE = {"true", "1", "", "yes", "on"}
+#: How pysandboxes spells the two values of ``py-sandbox=`` (case-insensitive).
+_TRUE = {"true", "1", ""}
+_FALSE = {"false", "0", "none"}
 
 
 @dataclass(frozen=True)
@@ -361,7 +362,7 @@ def _python_guards(line: Line, out: Converted) -> None:
     bare = line.value.lower()
     if bare in _TRUE:
         out.scalars["python-guards"] = ("true", line.where)
-    elif bare in ("false", "0", "none"):
+    elif bare in _FALSE:
         out.scalars["python-guards"] = ("false", line.where)
     else:
         out.error(line, f"Invalid rule '{line.text}': py-sandbox is true or false")
@@ -391,7 +392,7 @@ def _provider_option(line: Line, out: Converted) -> None:
         mapped = ("bridge", value)
     elif provider == "qemu" and key == "memory":
         mapped = ("memory", value + "M" if value.isdigit() else value)
-    elif provider == "qemu" and key == "use_kvm" and value.lower() in _FALSE:
+    elif provider == "qemu" and key == "use_kvm" and value.lower() in (*_FALSE, "no", "off"):
         mapped = ("accel", "tcg")
     elif provider == "qemu" and key == "use_kvm":
         mapped = ("accel", "auto")
