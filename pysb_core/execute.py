@@ -74,11 +74,13 @@ def wait(
     wall_time: float | None = None,
     on_wall_time: Callable[[], None] | None = None,
     pending: list[int] | None = None,
+    on_child: Callable[[], None] | None = None,
 ) -> int:
     """Wait for ``proc``, forwarding signals; return its exit status (124 on wall-time).
 
     ``proc`` is our own child, so signalling it by PID is safe until it is reaped, which
-    only this function does.
+    only this function does. ``on_child`` runs on every SIGCHLD (pysb as subreaper reaps
+    the sandbox's adopted orphans there: pysb_core.proctree).
     """
     watched = {*FORWARDED, signal.SIGCHLD}
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
@@ -120,6 +122,8 @@ def wait(
                 proc.wait()
                 return 124
             info = signal.sigtimedwait(watched, timeout)
+            if info is not None and info.si_signo == signal.SIGCHLD and on_child is not None:
+                on_child()
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
             if (

@@ -268,6 +268,7 @@ def _stdio_relay(session):
 
 
 def _run(session, args: RunArgs) -> int:
+    from pysb_core import proctree
     from pysb_core.execute import held_signals, wait
 
     program, interactive = _program(args, session)
@@ -282,6 +283,9 @@ def _run(session, args: RunArgs) -> int:
         )
 
     relay = _stdio_relay(session)
+    # The run's orphans (a double-forked daemon) become our children, to be ended with it.
+    subreaper = proctree.become_subreaper()
+    known: set[int] = set()
     try:
         with held_signals() as pending:
             try:
@@ -298,11 +302,16 @@ def _run(session, args: RunArgs) -> int:
             except KeyboardInterrupt:
                 status = 130
                 return status
+            known.update(proctree.children(os.getpid()))  # the sandbox and pysb's helpers
             if relay is not None:
                 relay.start()
             _resume_gc()
             status = wait(
-                proc, wall_time=policy.limits.wall_time, on_wall_time=wall_time_hit, pending=pending
+                proc,
+                wall_time=policy.limits.wall_time,
+                on_wall_time=wall_time_hit,
+                pending=pending,
+                on_child=(lambda: proctree.reap_adopted(known)) if subreaper else None,
             )
         if status == 128 + 24 and policy.limits.cpu_time is not None:  # SIGXCPU
             src = policy.limits.sources.get("cpu-time", "the profile")
@@ -317,6 +326,8 @@ def _run(session, args: RunArgs) -> int:
             _fail_with(exc)
         except OSError as exc:
             _fail_with(exc, f"could not write the learned profile: {exc}")
+        if subreaper:
+            proctree.end_adopted(known)
         if quick_exit_safe(session):
             _quick_exit.append(True)
 

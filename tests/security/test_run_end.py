@@ -8,6 +8,8 @@ descendant): it is a ``sleep 30`` that ends by itself.
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import subprocess
 import time
@@ -101,3 +103,72 @@ def test_a_second_sigterm_kills_at_once(provider: str, tmp_path: Path) -> None:
             proc.wait()
     assert proc.returncode == 128 + signal.SIGKILL
     assert elapsed < 3, elapsed
+
+
+def _processes_with(token: str) -> list[int]:
+    """PIDs whose command line holds ``token`` (only this test's programs carry it)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+DAEMON = """\
+import os, sys, time
+token = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)  # a daemon lets go of the run's streams
+        code = "import time; time.sleep(30)"
+        os.execv(sys.executable, [sys.executable, "-c", code, token])  # orphaned, own session
+    os._exit(0)
+os.wait()
+time.sleep(0.3)
+print("DAEMONIZED", flush=True)
+if sys.argv[2] == "hang":
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("provider", [_param(p) for p in PROVIDERS])
+@pytest.mark.parametrize("ending", ["exit", "wall-time"])
+def test_no_descendant_outlives_the_run(provider: str, ending: str, tmp_path: Path) -> None:
+    """A double-forked ``setsid`` grandchild is killed when the run ends: when the program
+    exits (without waiting for it: firejail waited 20 s) and on the wall-time kill."""
+    token = f"pysb-daemon-{secrets.token_hex(6)}"
+    extra = "limits: {wall-time: 4s}\n" if ending == "wall-time" else ""
+    project = _project(tmp_path, DAEMON, extra, files=provider != "subprocess")
+    proc = _start(provider, project, token, "hang" if ending == "wall-time" else "exit")
+    try:
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=25)
+        elapsed = time.monotonic() - started
+        left = [pid for pid in _processes_with(token) if os.path.exists(f"/proc/{pid}")]
+        time.sleep(0.2)
+        left = [pid for pid in left if _alive(pid)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "DAEMONIZED" in out, err
+    assert proc.returncode == (124 if ending == "wall-time" else 0), err
+    assert left == [], f"left running after the run: {left}"
+    assert elapsed < 15, elapsed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -173,6 +173,9 @@ def build_argv(
         "--ipc-namespace",
         # firejail's status is the program's (not that of the last process to exit).
         "--deterministic-exit-code",
+        # The sandbox ends with the program: orphans (a double-forked daemon) are killed
+        # instead of being waited for.
+        "--deterministic-shutdown",
         # firejail's default tmpfs on /var/tmp would hide a project, venv or working
         # directory there (whitelisted paths below it vanish): the profile says what of
         # /var is visible (blacklisted, whitelisted or exposed), not firejail's defaults.
