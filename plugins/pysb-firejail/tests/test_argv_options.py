@@ -200,6 +200,22 @@ def test_network_allow_rule_is_refused_with_the_host_setting() -> None:
     assert not network.needs_network(plan([], network=[deny]).policy)
 
 
+def test_without_a_bridge_network_rules_are_the_namespace_layers(monkeypatch) -> None:
+    """No bridge: root gets the shared layer's filtered namespace (network capabilities
+    when nft and a user-mode helper are installed), a normal user a refusal with the fix."""
+    from pysb_firejail import FirejailProvider, nsnet, provider
+
+    monkeypatch.setattr(nsnet, "layer_usable", lambda: True)
+    monkeypatch.setattr(provider, "uid_is_root", lambda: True)
+    assert FirejailProvider({}).enforced() >= network.NETWORK_CAPABILITIES
+    monkeypatch.setattr(provider, "uid_is_root", lambda: False)
+    assert not network.NETWORK_CAPABILITIES & FirejailProvider({}).enforced()
+    rule = NetworkRule("allow", ("tcp",), "127.0.0.1", (PortRange(80, 80),), "out", "p:4")
+    with pytest.raises(ProviderUnavailableError) as err:
+        FirejailProvider({})._namespace_network(plan([], network=[rule]))
+    assert "p:4" in str(err.value) and "bwrap or unshare" in (err.value.fix or "")
+
+
 def test_netfilter_rulesets() -> None:
     rules = [
         NetworkRule("allow", ("tcp",), "api.example.com", (PortRange(443, 443),), "out", "a"),

@@ -133,15 +133,34 @@ def test_no_network_without_a_rule(project: Project, loopback_server: LoopbackSe
     assert res.stdout.strip() == "[(1, 'lo')]", res.stderr
 
 
-def test_network_allow_rule_is_refused_not_run_unfiltered(
+def test_network_allow_rule_is_filtered_or_refused_never_run_unfiltered(
     project: Project, loopback_server: LoopbackServer
 ) -> None:
-    _profile(project, "network:", f"  - allow tcp 127.0.0.1 {loopback_server.port} out")
-    res = project.run("run", "--provider", "firejail", "-c", "print('ran')")
-    assert res.returncode == 125
-    assert "ran" not in res.stdout
-    assert "firejail" in res.stderr and "bridge" in res.stderr
-    assert loopback_server.accepted == 0
+    """Without a bridge: as root, the namespace pysb builds and filters (pysb_firejail.nsnet)
+    lets the allowed port through and nothing else; as a normal user the run is refused
+    with pysb's reason and fix (only root can configure firejail's namespace)."""
+    other = LoopbackServer()
+    try:
+        _profile(project, "network:", f"  - allow tcp 127.0.0.1 {loopback_server.port} out")
+        code = (
+            "import socket\n"
+            f"for port in ({loopback_server.port}, {other.port}):\n"
+            "    s = socket.socket(); s.settimeout(5)\n"
+            "    print(port, s.connect_ex(('127.0.0.1', port)))\n"
+        )
+        res = project.run(*RUN, "-c", code)
+        if os.getuid() == 0:
+            assert res.returncode == 0, res.stderr
+            assert res.stdout.split() == [str(loopback_server.port), "0", str(other.port), "111"]
+            assert loopback_server.accepted == 1
+        else:
+            assert res.returncode == 125
+            assert res.stdout == ""
+            assert "firejail" in res.stderr and "bwrap or unshare" in res.stderr, res.stderr
+            assert loopback_server.accepted == 0
+        assert other.accepted == 0
+    finally:
+        other.close()
 
 
 def test_memory_limit_stops_an_allocation_bomb(project: Project) -> None:

@@ -7,6 +7,7 @@ cross as under any provider.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,10 @@ def test_worker_sees_only_the_profiles_files_and_environment(box, tmp_path: Path
             mod.fail()
     assert (project / "out" / "x.txt").read_text() == "written"
     assert not (project / "y.txt").exists()
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    assert env.pop("TMPDIR").startswith(tempfile.gettempdir() + "/pysb-tmp-")
     assert env == {"GREETING": "hi"}
-    assert native.splitlines() == ["GREETING=hi"]
+    assert [ln for ln in native.splitlines() if not ln.startswith("TMPDIR=")] == ["GREETING=hi"]
 
 
 def test_worker_has_no_network(box) -> None:

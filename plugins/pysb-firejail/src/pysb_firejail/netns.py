@@ -113,3 +113,21 @@ def check_started(proc: subprocess.Popen[bytes]) -> None:
             "firejail was started in pysb's own network namespace without --net=none: "
             "refusing to run the program with the host's network"
         )
+
+
+def setns_function(fd: int, nstype: int = CLONE_NEWNET) -> Callable[[], None]:
+    """``setns(fd, nstype)``, resolved in the parent (no imports after ``fork``)."""
+    setns = getattr(os, "setns", None)  # Python 3.12+
+    if setns is not None:
+        return lambda: setns(fd, nstype)
+    from pysb_core import cfuncs
+
+    libc_setns = cfuncs.function("setns")
+    get_errno = cfuncs.get_errno
+
+    def call() -> None:
+        if libc_setns(fd, nstype) != 0:
+            err = get_errno()
+            raise OSError(err, f"setns({fd}, {nstype:#x}): {os.strerror(err)}")
+
+    return call

@@ -20,7 +20,7 @@ from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.wrapper_process import adopt
-from pysb_firejail import mountns, netns, network, options
+from pysb_firejail import mountns, netns, network, nsnet, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.limits import PidsCgroup, processes_problem
@@ -57,6 +57,11 @@ class FirejailProvider(Provider):
     install_hint = INSTALL_FIX
     manages_process_limit = True  # its own pids cgroup (pysb_firejail.limits)
 
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        #: Filtered namespaces launch() made, by plan, for prepare() to take.
+        self._started: dict[int, nsnet.NamespaceNetwork] = {}
+
     # -- configuration --------------------------------------------------------------
 
     @classmethod
@@ -69,8 +74,14 @@ class FirejailProvider(Provider):
         return probe_firejail()
 
     def enforced(self) -> frozenset[Capability]:
-        """The network capabilities only when the configured bridge is usable here."""
-        return BASE_CAPABILITIES | network.usable(self.bridge, as_root=uid_is_root())
+        """The network capabilities when the configured bridge is usable here, or, without
+        a bridge, when pysb runs as root and the shared layer's helpers are present
+        (:mod:`pysb_firejail.nsnet`)."""
+        if self.bridge:
+            return BASE_CAPABILITIES | network.usable(self.bridge, as_root=uid_is_root())
+        if uid_is_root() and nsnet.layer_usable():
+            return BASE_CAPABILITIES | network.NETWORK_CAPABILITIES
+        return BASE_CAPABILITIES
 
     @property
     def bridge(self) -> str | None:
@@ -87,6 +98,20 @@ class FirejailProvider(Provider):
                 else "--net=none"
             )
             lines.append(f"network: own namespace, loopback only ({how})")
+        elif not self.bridge:
+            try:
+                nsn = self._namespace_network(plan)
+            except ProviderUnavailableError as exc:
+                lines.append(f"network: REFUSED: {exc.reason}")
+            else:
+                try:
+                    lines.append("network: a namespace made and filtered by pysb, firejail in it")
+                    lines += [f"  {line}" for line in nsn.describe()]
+                    net_options = [
+                        o.split("=", 1)[0] + "=FILE" if "=/" in o else o for o in nsn.options
+                    ]
+                finally:
+                    nsn.close()
         else:
             refused = network.refusal(plan.policy, self.bridge, as_root=uid_is_root())
             if refused is not None:
@@ -113,6 +138,16 @@ class FirejailProvider(Provider):
         return lines
 
     # -- launch ---------------------------------------------------------------------
+
+    def _namespace_network(self, plan: LaunchPlan) -> nsnet.NamespaceNetwork:
+        """The checked (not started) network of a plan with allow rules and no bridge;
+        refused for a normal user (ProviderUnavailableError with the fix)."""
+        if not uid_is_root():
+            rules = ", ".join(
+                f"'{r}' ({r.source})" for r in plan.policy.network if r.action == "allow"
+            )
+            raise nsnet.refusal_for_user(rules)
+        return nsnet.NamespaceNetwork.checked(plan)
 
     @staticmethod
     def _own_netns(plan: LaunchPlan) -> bool:
@@ -141,13 +176,23 @@ class FirejailProvider(Provider):
         if not status.available:
             raise ProviderUnavailableError(f"firejail: {status.reason}", fix=status.fix)
         net: network.BridgedNetwork | None = None
-        if network.needs_network(plan.policy):
+        net_options: list[str] | None = None
+        namespace_net = self._started.pop(id(plan), None)
+        if network.needs_network(plan.policy) and self.bridge:
             refused = network.refusal(plan.policy, self.bridge, as_root=uid_is_root())
             if refused is not None:
                 raise refused
             net = network.BridgedNetwork.create(plan, str(self.bridge))
+            net_options = net.options
+        elif network.needs_network(plan.policy):
+            if namespace_net is None:  # only launch() makes the namespace firejail joins
+                raise SandboxError(
+                    "firejail: the filtered network namespace was not made before firejail "
+                    "(FirejailProvider.launch makes it); refusing to start"
+                )
+            net_options = namespace_net.options
         try:
-            cmd = self._command(plan, net.options if net else None)
+            cmd = self._command(plan, net_options)
         except BaseException:
             if net is not None:
                 net.close()
@@ -159,7 +204,7 @@ class FirejailProvider(Provider):
             pass_fds=list(plan.pass_fds),
             cleanups=[net.close] if net is not None else [],
         )
-        if net is None and self._own_netns(plan):
+        if (net is None and self._own_netns(plan)) or namespace_net is not None:
             spec.on_started.append(netns.check_started)
         spec.on_started.append(adopt)
         return spec
@@ -183,6 +228,16 @@ class FirejailProvider(Provider):
             plan.add_cleanup(group.remove)
             steps.append(group.join_self)
             what.append("the pids cgroup")
+        if network.needs_network(plan.policy) and not self.bridge:
+            # Allow rules without a bridge: the filtered namespace is made (and any
+            # failure raised, exit 125) before firejail starts; firejail joins it.
+            namespace_net = self._namespace_network(plan)
+            plan.add_cleanup(namespace_net.close)
+            namespace_net.start()
+            self._started[id(plan)] = namespace_net
+            plan.add_cleanup(lambda: self._started.pop(id(plan), None))
+            steps.append(namespace_net.enter_step())
+            what.append("the filtered network namespace")
         # prepare() leaves --net=none out for this plan: the namespace is made here.
         own_netns = self._own_netns(plan)
         read_only_root = mountns.usable(
@@ -226,6 +281,10 @@ class FirejailProvider(Provider):
     def pysb_check(self, policy: Policy, provider: Provider | None, report: Any) -> None:
         """Say which host setting would let firejail enforce the network rules."""
         if provider is not self or not network.needs_network(policy):
+            return
+        if not self.bridge:
+            if not uid_is_root():
+                report.note(f"{nsnet.NOT_ROOT}; {nsnet.NOT_ROOT_FIX}")
             return
         refused = network.refusal(policy, self.bridge, as_root=uid_is_root())
         if refused is not None:

@@ -1,0 +1,134 @@
+"""``allow tcp 127.0.0.1 P out`` and ``in`` mean the same on every provider (SPEC §4).
+
+``out``: the program reaches the host's own service on 127.0.0.1:P, and not the host's
+service on another port. ``in``: a server the program binds on 127.0.0.1:P is reached
+from the host's 127.0.0.1:P. Real programs under real providers, traffic on the host's
+loopback only. firejail used to refuse such profiles (a bridged namespace cannot reach
+the host's loopback); as a normal user it still does, with pysb's reason and fix, because
+only root can configure the namespace firejail (set-uid root) runs in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import BASE_ENV, LoopbackServer, Project, pysb_command, require_provider
+
+PROVIDERS = ["landlock", "bwrap", "unshare", "firejail", "qemu"]
+
+CLIENT = """
+import socket, sys
+for port in map(int, sys.argv[1:]):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            print(port, c.recv(16).decode().strip())
+    except OSError as exc:
+        print(port, "refused", type(exc).__name__)
+"""
+
+SERVER = """
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(1)
+print("listening", flush=True)
+s.settimeout(30)
+c, _ = s.accept()
+c.sendall(b"from-inside\\n")
+c.close()
+"""
+
+
+@pytest.fixture
+def project() -> Iterator[Project]:
+    """In the home directory: the qemu guest's private /tmp hides a project below the
+    host's /tmp (a qemu limit of its own, not what these tests are about)."""
+    root = Path(tempfile.mkdtemp(prefix=".pysb-loopback-", dir=Path.home()))
+    try:
+        yield Project(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _firejail_refuses_a_normal_user(provider: str) -> bool:
+    return provider == "firejail" and os.getuid() != 0
+
+
+def _profile(project: Project, rule: str) -> None:
+    project.profile(f"version: 1\nimports: [socket, sys]\nnetwork:\n  - {rule}\n")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_out_reaches_the_hosts_loopback_port_and_no_other(project: Project, provider: str) -> None:
+    require_provider(provider)
+    allowed, other = LoopbackServer(), LoopbackServer()
+    try:
+        _profile(project, f"allow tcp 127.0.0.1 {allowed.port} out")
+        project.file("client.py", CLIENT)
+        res = project.run(
+            "run", "--provider", provider, "client.py", str(allowed.port), str(other.port)
+        )
+        if _firejail_refuses_a_normal_user(provider):
+            assert res.returncode == 125, res.stderr
+            assert "pysb: error:" in res.stderr and "bwrap or unshare" in res.stderr, res.stderr
+            return
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert lines[0] == f"{allowed.port} ok", res.stdout
+        assert lines[1].startswith(f"{other.port} refused"), res.stdout
+        assert other.accepted == 0
+    finally:
+        allowed.close()
+        other.close()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_in_lets_the_host_reach_a_server_inside(project: Project, provider: str) -> None:
+    require_provider(provider)
+    port = _free_port()
+    _profile(project, f"allow tcp 127.0.0.1 {port} in")
+    project.file("server.py", SERVER)
+    proc = subprocess.Popen(
+        [*pysb_command(), "run", "--provider", provider, "server.py", str(port)],
+        cwd=project.root,
+        env=BASE_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if _firejail_refuses_a_normal_user(provider):
+            assert proc.wait(timeout=60) == 125
+            assert "bwrap or unshare" in (proc.stderr.read() if proc.stderr else "")
+            return
+        assert line.strip() == "listening", proc.stderr.read() if proc.stderr else ""
+        data = b""
+        deadline = time.monotonic() + 20
+        while not data and time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                    data = c.recv(64)
+            except OSError:
+                time.sleep(0.1)  # the forward may still be settling
+        assert data == b"from-inside\n"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # our own child, by PID
+            proc.wait()
