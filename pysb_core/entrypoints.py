@@ -103,35 +103,42 @@ def _dist_of(info_dir: str) -> tuple[str, str]:
     name, _, version = base.partition("-")
     version = version.partition("-")[0]
     for meta in ("METADATA", "PKG-INFO"):
-        text = _read_text(os.path.join(info_dir, meta))
-        if text is None:
-            continue
-        fields: dict[str, str] = {}
-        for line in text.splitlines():
-            if not line.strip():
+        # Name and Version open the headers: the first KiB nearly always holds both.
+        for limit in (1 << 10, None):
+            text = _read_text(os.path.join(info_dir, meta), limit)
+            if text is None:
                 break
-            key, _, val = line.partition(":")
-            fields.setdefault(key.strip().lower(), val.strip())
-        return fields.get("name", name), fields.get("version", version or "?")
+            fields: dict[str, str] = {}
+            for line in text.splitlines():
+                if not line.strip():
+                    break
+                key, _, val = line.partition(":")
+                fields.setdefault(key.strip().lower(), val.strip())
+            if limit is None or ("name" in fields and "version" in fields):
+                return fields.get("name", name), fields.get("version", version or "?")
     return name.replace("_", "-"), version or "?"
 
 
-def _read_text(path: str) -> str | None:
-    """The file's text, or None when it cannot be read. Most distributions have no
-    ``entry_points.txt``: a failed ``os.open`` is far cheaper than a failed ``open()``."""
+def _read_text(path: str, limit: int | None = None) -> str | None:
+    """The file's text (its first ``limit`` bytes), or None when it cannot be read. Most
+    distributions have no ``entry_points.txt``: a failed ``os.open`` is far cheaper than a
+    failed ``open()``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     chunks = []
     try:
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
+        if limit is not None:
+            chunks.append(os.read(fd, limit))
+        else:
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8")
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def _parse(path: str, dist: tuple[str, str] | str) -> list[EntryPoint]:

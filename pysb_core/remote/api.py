@@ -242,7 +242,11 @@ class Sandboxes:
         stop_timeout: float = 10.0,
         _depth: int = 1,
     ) -> None:
-        if profile is None and not os.environ.get("PYSB_PROFILE"):
+        # The caller's package profile, unless PYSB_PROFILE (of the environment the
+        # sandbox is built from) names one: the pipeline refuses a missing one either way.
+        if profile is None and not (environ if environ is not None else os.environ).get(
+            "PYSB_PROFILE"
+        ):
             profile = _package_profile(_depth)
         self.profile = os.fspath(profile) if profile is not None else None
         self.provider = provider

@@ -112,6 +112,28 @@ def test_sandboxes_without_any_profile_raises_profile_error(tmp_path: Path) -> N
     assert not (tmp_path / ".pysb.yaml").exists()
 
 
+def test_partial_mode_pysb_profile_and_run_default_are_refused(tmp_path: Path) -> None:
+    import pysb_core
+    from pysb_core import ProfileError, sandboxes
+
+    env = {**os.environ, "PYSB_PROFILE": str(tmp_path / "gone.yaml")}
+    with pytest.raises(ProfileError) as info, sandboxes(cwd=str(tmp_path), environ=env):
+        raise AssertionError("the sandbox started")
+    assert "PYSB_PROFILE" in "\n".join(info.value.errors)
+
+    async def main() -> None:
+        raise AssertionError("the program ran")
+
+    env = {k: v for k, v in os.environ.items() if k != "PYSB_PROFILE"}
+    coroutine = main()
+    try:
+        with pytest.raises(ProfileError, match="no profile"):
+            pysb_core.run(coroutine, cwd=str(tmp_path), environ=env)
+    finally:
+        coroutine.close()
+    assert not (tmp_path / ".pysb.yaml").exists()
+
+
 # -- 6. pysb check of a missing profile --------------------------------------------------
 
 

@@ -137,3 +137,30 @@ def test_a_family_the_profile_needs_that_the_child_did_not_arm_refuses_the_run(
     assert "Traceback" not in r.stderr
     r = _pysb(core_and_bwrap_env, "run", "--verbose", "-c", "pass", cwd=project, env=env)
     assert "armed: imports (pysb-lazy 1.0)" in r.stderr, r.stderr
+
+
+def test_partial_mode_without_the_python_layer_refuses_too(
+    core_and_bwrap_env: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pysb.yaml").write_text(PROFILE)
+    code = (
+        "import pysb_core\n"
+        "try:\n"
+        "    with pysb_core.sandboxes():\n"
+        "        print('STARTED')\n"
+        "except pysb_core.SandboxError as exc:\n"
+        "    print('REFUSED', type(exc).__name__, exc)\n"
+    )
+    r = subprocess.run(
+        [str(core_and_bwrap_env / "bin" / "python"), "-c", code],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "STARTED" not in r.stdout and "REFUSED UnenforceableRuleError" in r.stdout, r.stdout
+    assert "imports: json" in r.stdout and "pysb-guards" in r.stdout
