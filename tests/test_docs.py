@@ -105,7 +105,11 @@ def blocks(page: Path) -> list[Block]:
 def test_every_python_block_is_run_or_says_why_not(page: Path) -> None:
     for block in blocks(page):
         if block.lang == "python":
-            assert block.action, f"{page.name}:{block.line}: a python block without doc-test marker"
+            assert block.action, (
+                f"{page.name}:{block.line}: put <!-- doc-test: file NAME -->, "
+                "<!-- doc-test: run NAME --> or <!-- doc-test: skip REASON --> right before "
+                "this python block (see tests/test_docs.py)"
+            )
         if block.action == "skip":
             assert block.argument, f"{page.name}:{block.line}: say why the block does not run"
 
