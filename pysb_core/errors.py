@@ -77,27 +77,42 @@ class DeniedError(SandboxError):
     """An access the profile does not grant.
 
     The message names what was refused and the exact profile line that would allow it;
-    ``suggested_rule`` holds that line alone.
+    ``suggested_rule`` holds that line alone. ``str()`` is the message. A denial that is
+    also an ``OSError`` carries the ``errno`` its builtin base promises (``ENOENT`` for a
+    hidden path, ``EACCES`` for a refused write or call, ``ECONNREFUSED`` for the network)
+    and the message as ``strerror``, so code that reports ``e.strerror`` or tests
+    ``e.errno`` reads what it would for the real error.
     """
 
     guard: str = ""
+    #: The errno of an OSError denial (None: not an OSError).
+    default_errno: int | None = None
 
     def __init__(self, message: str, *, target: str = "", suggested_rule: str = "") -> None:
         super().__init__(message)
         self.target = target
         self.suggested_rule = suggested_rule
+        if self.default_errno is not None:
+            self.errno = self.default_errno  # type: ignore[attr-defined]
+            self.strerror = message  # type: ignore[attr-defined]
 
     def __reduce__(self):  # keep the keyword attributes across pickling (partial mode)
-        return (_rebuild_denied, (type(self), self.args, self.__dict__))
+        # The builtin bases keep these in C slots, not in __dict__.
+        names = ("errno", "strerror", "filename", "filename2") if isinstance(self, OSError) else ()
+        names += ("name", "path", "msg") if isinstance(self, ImportError) else ()
+        extra = {n: getattr(self, n) for n in names}
+        return (_rebuild_denied, (type(self), self.args, self.__dict__, extra))
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
 
-def _rebuild_denied(cls, args, state):
-    exc = cls.__new__(cls)
+def _rebuild_denied(cls, args, state, extra=None):
+    exc = (OSError.__new__ if issubclass(cls, OSError) else cls.__new__)(cls)
     exc.args = args
     exc.__dict__.update(state)
+    for name, value in (extra or {}).items():
+        setattr(exc, name, value)
     return exc
 
 
@@ -105,30 +120,40 @@ class FileDeniedError(DeniedError, FileNotFoundError):
     """A path that is not exposed, or is ignored."""
 
     guard = "files"
+    default_errno = 2  # ENOENT (errno numbers are the same on every Linux)
 
 
 class WriteDeniedError(DeniedError, PermissionError):
     """A write to a path that is exposed read-only (or is a profile file)."""
 
     guard = "files"
+    default_errno = 13  # EACCES
 
 
 class ImportDeniedError(DeniedError, ModuleNotFoundError):
-    """An import of a module the profile does not list."""
+    """An import of a module the profile does not list (``name``: the module, as
+    ``ModuleNotFoundError`` promises; ``msg``: the message)."""
 
     guard = "imports"
+
+    def __init__(self, message: str, *, target: str = "", suggested_rule: str = "") -> None:
+        super().__init__(message, target=target, suggested_rule=suggested_rule)
+        self.name = target or None
+        self.msg = message
 
 
 class NetworkDeniedError(DeniedError, ConnectionRefusedError):
     """A connection, bind or name resolution that no network rule allows."""
 
     guard = "network"
+    default_errno = 111  # ECONNREFUSED
 
 
 class ApiDeniedError(DeniedError, PermissionError):
     """A call of a sensitive function the ``api`` rules do not allow."""
 
     guard = "api"
+    default_errno = 13  # EACCES
 
     def __init__(
         self, message: str, *, qualname: str = "", category: str = "", suggested_rule: str = ""

@@ -133,8 +133,13 @@ def _exception_factory(cls: type[BaseException]) -> _ExceptionFactory:
     return _ExceptionFactory(cls)
 
 
-def _rebuild_denied_safely(cls: Any, args: Any, state: Any) -> BaseException:
-    """Like ``pysb_core.errors._rebuild_denied``, but only for exception classes."""
+#: The C-slot attributes of a denial's builtin base that a pickle may set (plain values).
+_DENIAL_SLOTS = frozenset({"errno", "strerror", "filename", "filename2", "name", "path", "msg"})
+
+
+def _rebuild_denied_safely(cls: Any, args: Any, state: Any, extra: Any = None) -> BaseException:
+    """Like ``pysb_core.errors._rebuild_denied``, but only for exception classes, and only
+    plain values for the slots of the builtin base (``errno``, ``filename``, ``name``...)."""
     if isinstance(cls, _ExceptionFactory):
         cls = cls.cls
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
@@ -143,6 +148,13 @@ def _rebuild_denied_safely(cls: Any, args: Any, state: Any) -> BaseException:
     exc.args = tuple(args)
     if isinstance(state, dict):
         exc.__dict__.update(state)
+    if isinstance(extra, dict):
+        for name, value in extra.items():
+            if name in _DENIAL_SLOTS and (value is None or type(value) in (int, str, bytes)):
+                try:
+                    setattr(exc, name, value)
+                except (AttributeError, TypeError):
+                    pass
     return exc
 
 

@@ -1,0 +1,102 @@
+"""Refusals are the builtin exceptions they claim to be (issue 17, item 3): every one
+carries the ``errno`` / ``strerror`` its base promises and its message as ``str()``, under
+every provider, and keeps them when pickled (partial mode sends them back that way)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import pickle
+
+import pytest
+
+from pysb_core import errors
+from pysb_core.testing import Project, require_provider
+
+PROVIDERS = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),
+]
+
+PROFILE = (
+    "version: 1\nimports: [os, json, socket, pickle]\nfiles:\n  expose-ro: [.]\n"
+)
+
+PROGRAM = r"""
+import json, os, socket
+out = {}
+def t(name, fn):
+    try:
+        fn()
+        out[name] = None
+    except Exception as e:
+        out[name] = [type(e).__name__, e.errno, e.strerror, str(e), getattr(e, "filename", None)]
+t("hidden", lambda: open("/etc/pysb-compat-hidden"))
+t("hidden_stat", lambda: os.stat("/etc/pysb-compat-hidden"))
+t("write", lambda: open("data.txt", "w"))
+t("api", lambda: os.system("true"))
+t("network", lambda: socket.create_connection(("127.0.0.1", 9), timeout=5))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_refusals_carry_errno_strerror_and_message(project: Project, provider: str) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(PROFILE)
+    project.file("data.txt", "x")
+    project.file("prog.py", PROGRAM)
+    r = project.run("run", "--provider", provider, "prog.py")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    expected = {
+        "hidden": ("FileDeniedError", errno.ENOENT),
+        "hidden_stat": ("FileDeniedError", errno.ENOENT),
+        "write": ("WriteDeniedError", errno.EACCES),
+        "api": ("ApiDeniedError", errno.EACCES),
+        "network": ("NetworkDeniedError", errno.ECONNREFUSED),
+    }
+    for case, (kind, code) in expected.items():
+        name, err, strerror, message, _filename = out[case]
+        assert (name, err) == (kind, code), (case, out[case])
+        assert isinstance(strerror, str) and strerror, (case, out[case])
+        assert message and "None" not in message, (case, out[case])
+        assert strerror == message, (case, out[case])
+
+
+@pytest.mark.parametrize(
+    ("cls", "base", "code"),
+    [
+        (errors.FileDeniedError, FileNotFoundError, errno.ENOENT),
+        (errors.WriteDeniedError, PermissionError, errno.EACCES),
+        (errors.NetworkDeniedError, ConnectionRefusedError, errno.ECONNREFUSED),
+    ],
+)
+def test_denials_promise_what_their_base_does(cls: type, base: type, code: int) -> None:
+    exc = cls("refused: add `x` to the profile", target="t", suggested_rule="x")
+    assert isinstance(exc, base)
+    assert (exc.errno, exc.strerror, str(exc)) == (code, str(exc), exc.args[0])
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is cls
+    assert (back.errno, back.strerror, str(back), back.suggested_rule) == (
+        code,
+        str(exc),
+        str(exc),
+        "x",
+    )
+
+
+def test_api_and_import_denials_keep_their_attributes() -> None:
+    api = errors.ApiDeniedError("no", qualname="os.system", category="process-exec")
+    assert (api.errno, api.strerror) == (errno.EACCES, "no")
+    back = pickle.loads(pickle.dumps(api))
+    assert (back.errno, back.qualname, back.category) == (errno.EACCES, "os.system", "process-exec")
+    imp = errors.ImportDeniedError("import of 'socket' refused", target="socket")
+    assert (imp.name, imp.msg, str(imp)) == ("socket", str(imp), "import of 'socket' refused")
+    back = pickle.loads(pickle.dumps(imp))
+    assert (back.name, str(back)) == ("socket", str(imp))
