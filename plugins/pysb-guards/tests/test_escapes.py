@@ -42,9 +42,12 @@ SPAWN = "['touch', MARKER]"
     "code",
     [
         # PY-02 the original behind a face: __wrapped__, closure cells, globals, code
-        "import os\ntry:\n    os.system.__wrapped__\nexcept AttributeError:\n    pass\nelse:\n"
-        "    print('ESCAPED')",
-        "import os\nfor cell in os.system.__closure__ or ():\n    obj = cell.cell_contents\n"
+        # (a staticmethod's __wrapped__ is its face: what counts is that it is no original)
+        "import os\ntry:\n    w = os.system.__wrapped__\nexcept AttributeError:\n    pass\nelse:\n"
+        "    if getattr(w, '__pysb_face__', False) is not True:\n        print('ESCAPED')",
+        # (the face of a C function is a staticmethod, as the C function does not bind)
+        "import os\nface = getattr(os.system, '__func__', os.system)\n"
+        "for cell in face.__closure__ or ():\n    obj = cell.cell_contents\n"
         "    try:\n        obj('touch ' + MARKER)\n    except Exception:\n        pass\n"
         "    for attr in ('__wrapped__', '__closure__', '__defaults__', '__kwdefaults__'):\n"
         "        inner = getattr(obj, attr, None)\n"
@@ -66,7 +69,7 @@ SPAWN = "['touch', MARKER]"
         "        m = getattr(v, '__dict__', None)\n"
         "        if isinstance(v, types.ModuleType) and isinstance(m, dict):\n"
         "            hunt(m, depth + 1)\n"
-        "hunt(os.system.__globals__, 0)\nhunt(vars(os), 0)",
+        "hunt(getattr(os.system, '__func__', os.system).__globals__, 0)\nhunt(vars(os), 0)",
         # PY-08 C-level twins
         "import posix\ntry:\n    posix.system('touch ' + MARKER)\nexcept PermissionError:\n    pass",
         "import _posixsubprocess, os\ntry:\n"

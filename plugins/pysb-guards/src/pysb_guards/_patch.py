@@ -91,8 +91,8 @@ def _swap(value: Any, faces: _Faces) -> Any:
             return tuple(faces.get(v, v) for v in value)
     elif kind is staticmethod:
         inner = faces.get(value.__func__)
-        if inner is not None:
-            return staticmethod(inner)
+        if inner is not None:  # the face of a C function is a staticmethod already
+            return inner if type(inner) is staticmethod else staticmethod(inner)
     return None
 
 

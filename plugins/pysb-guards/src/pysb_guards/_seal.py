@@ -346,11 +346,20 @@ def _t_face_import_module(name, package=None):
     return r
 
 
+#: ``from __future__ import annotations`` (this module's): ``exec``, ``eval`` and ``compile``
+#: of a string inherit the future flags of the frame calling them, which for a guarded
+#: call is a door. The templates have no annotations: they drop the flag, or code the
+#: program (``dataclasses``' generated ``__init__``) compiles would get string annotations.
+_FUTURE_ANNOTATIONS = 0x1000000
+
+
 def _renamed(code: Any, filename: str, name: str | None = None) -> Any:
-    """``code`` shown as coming from ``filename`` (and called ``name``)."""
+    """``code`` shown as coming from ``filename`` (and called ``name``), without this
+    module's future flags."""
+    flags = code.co_flags & ~_FUTURE_ANNOTATIONS
     if name is None:
-        return code.replace(co_filename=filename)
-    return code.replace(co_filename=filename, co_name=name, co_qualname=name)
+        return code.replace(co_filename=filename, co_flags=flags)
+    return code.replace(co_filename=filename, co_name=name, co_qualname=name, co_flags=flags)
 
 
 _TEMPLATES = {
@@ -576,6 +585,13 @@ def make_face(door, like=None, prepare=None, kind=""):
         except (AttributeError, TypeError):
             pass
     face.__pysb_face__ = True
+    if type(like) is C_CALLABLES[0]:
+        # A C function is no descriptor: kept as a class attribute (``_unlink = os.unlink``)
+        # it is called without the instance. A Python function would bind; its face is
+        # handed out as a (callable, non-binding) staticmethod. Pickled by name (see
+        # _reduce_static), like the C function. Its ``__func__`` / ``__wrapped__`` is the
+        # face itself.
+        return staticmethod(face)
     return face
 
 
@@ -617,6 +633,8 @@ def guard(original, judge, **kw):
 
 
 def is_face(obj):
+    if type(obj) is staticmethod:
+        obj = obj.__func__  # a read-only member of an exact built-in type: C only
     if type(obj) is not _FunctionType:
         return False
     return dict_get(obj.__dict__, "__pysb_face__") is True
@@ -1234,6 +1252,25 @@ _private_namespace: Callable[[], dict[str, Any]] = None  # type: ignore[assignme
 _install_audit_hook: Callable[[], tuple[Any, Any, Any]] = None  # type: ignore[assignment]
 _seal_core()
 del _seal_core
+
+
+def _reduce_static(method: staticmethod) -> str:
+    """How ``pickle`` and ``copy`` take the face of a C function (a staticmethod, see
+    :func:`make_face`): by name, as the C function itself. Any other staticmethod is
+    refused as CPython refuses it."""
+    func = method.__func__
+    if type(func) is _FunctionType and func.__dict__.get("__pysb_face__") is True:
+        return method.__qualname__
+    raise TypeError("cannot pickle 'staticmethod' object")
+
+
+def _pickle_faces_by_name() -> None:
+    import copyreg
+
+    copyreg.pickle(staticmethod, _reduce_static)
+
+
+_pickle_faces_by_name()
 
 
 def face_codes() -> tuple[Any, ...]:
