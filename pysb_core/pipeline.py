@@ -482,7 +482,9 @@ class Session:
     def spawn(self, program: Program, **kwargs: Any) -> Any:
         """Start the sandboxed interpreter for ``program``; return the host process."""
         popen_kwargs = {
-            k: kwargs.pop(k) for k in list(kwargs) if k in ("stdin", "stdout", "stderr")
+            k: kwargs.pop(k)
+            for k in list(kwargs)
+            if k in ("stdin", "stdout", "stderr", "process_group", "preexec_fn")
         }
         plan = self.plan(program, popen_kwargs=popen_kwargs, **kwargs)
         try:

@@ -267,6 +267,38 @@ def _stdio_relay(session):
     return None
 
 
+def _own_process_group(interactive: bool) -> bool:
+    """Whether the sandbox goes into a process group of its own.
+
+    A signal sent to pysb's whole process group (``timeout``, supervisors and CI runners
+    end a job so) would reach the program twice: directly, and forwarded by pysb. Off a
+    terminal the sandbox has a group of its own, so that only pysb gets such a signal and
+    forwards it once (pysb_core.execute). On a terminal it stays in the terminal's
+    foreground group: job control and Ctrl-C reach it there, and reading the terminal
+    from another group would stop it (SIGTTIN)."""
+    if interactive:
+        return False
+    return not any(os.isatty(fd) for fd in (0, 1, 2))
+
+
+def _die_with_pysb():
+    """What the sandbox's first process runs before its exec when it has a process group
+    of its own: a SIGKILL of pysb's group no longer reaches it, so it dies with pysb
+    (``PR_SET_PDEATHSIG``; a set-uid wrapper drops it at exec and has its own
+    ``--die-with-parent``)."""
+    from pysb_core.cfuncs import Long, function
+
+    prctl = function("prctl")
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(Long(1), Long(9))  # PR_SET_PDEATHSIG, SIGKILL
+        if os.getppid() != parent:  # pysb died before the call
+            os._exit(125)
+
+    return preexec
+
+
 def _run(session, args: RunArgs) -> int:
     from pysb_core import proctree
     from pysb_core.execute import held_signals, wait
@@ -286,6 +318,7 @@ def _run(session, args: RunArgs) -> int:
     # The run's orphans (a double-forked daemon) become our children, to be ended with it.
     subreaper = proctree.become_subreaper()
     known: set[int] = set()
+    isolated = _own_process_group(interactive)
     try:
         with held_signals() as pending:
             try:
@@ -294,6 +327,7 @@ def _run(session, args: RunArgs) -> int:
                     python_opts=args.python_opts,
                     interactive=interactive,
                     **(relay.popen_kwargs if relay is not None else {}),
+                    **({"process_group": 0, "preexec_fn": _die_with_pysb()} if isolated else {}),
                 )
             except SandboxError as exc:
                 return _fail_with(exc)
@@ -302,6 +336,8 @@ def _run(session, args: RunArgs) -> int:
             except KeyboardInterrupt:
                 status = 130
                 return status
+            if isolated:
+                proc.pysb_own_session = True  # pysb alone gets group signals: it forwards all
             known.update(proctree.children(os.getpid()))  # the sandbox and pysb's helpers
             if relay is not None:
                 relay.start()
