@@ -22,9 +22,7 @@ PROVIDERS = [
     pytest.param("qemu", marks=pytest.mark.slow),
 ]
 
-PROFILE = (
-    "version: 1\nimports: [os, json, socket, pickle]\nfiles:\n  expose-ro: [.]\n"
-)
+PROFILE = "version: 1\nimports: [os, json, socket, pickle]\nfiles:\n  expose-ro: [.]\n"
 
 PROGRAM = r"""
 import json, os, socket
