@@ -292,6 +292,38 @@ except OSError as e:
 print('control listed', 'sub' in os.listdir('.'))
 """
 
+PROC_FD_THREAD_RACE = """
+import os, threading, time
+sub = os.open(PROJECT + '/pub/sub', os.O_RDONLY)
+pub = os.open(PROJECT + '/pub', os.O_RDONLY)
+os.dup2(sub, 77)
+stop = time.monotonic() + 2
+def flip():
+    while time.monotonic() < stop:
+        os.dup2(pub, 77)
+        os.dup2(sub, 77)
+t = threading.Thread(target=flip)
+t.start()
+seen = set()
+n = 0
+while time.monotonic() < stop and n < 100000:
+    n += 1
+    for label, attempt in (
+        ('proc', lambda: open('/proc/self/fd/77/../secret.txt').read()),
+        ('dir_fd', lambda: os.read(os.open('../secret.txt', os.O_RDONLY, dir_fd=77), 100).decode()),
+    ):
+        try:
+            print('ESCAPED', label, attempt())
+            stop = 0
+        except OSError as e:
+            if label not in seen and type(e).__name__ == 'FileDeniedError' and 'other threads run' in str(e):
+                seen.add(label)
+                print('refused', label)
+t.join()
+fd = os.open(PROJECT + '/pub', os.O_RDONLY)
+print('control', len(os.listdir(f'/proc/self/fd/{fd}')) >= 1)
+"""
+
 
 @dataclass(frozen=True)
 class Case:
@@ -327,6 +359,13 @@ CASES: dict[str, Case] = {
         SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=3, controls=("control factory D",)
     ),
     "tcl": Case(TCL, ("tkinter",)),
+    "proc-fd-thread-race": Case(
+        PROC_FD_THREAD_RACE,
+        ("os", "threading", "time"),
+        api=("threads",),
+        refused=2,
+        controls=("control True",),
+    ),
     "chdir-stale": Case(CWD_STALE, ("os",), refused=3, controls=("control listed True",)),
     "chdir-race": Case(
         CWD_RACE,

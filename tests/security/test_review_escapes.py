@@ -204,6 +204,15 @@ def test_posix_shared_memory_is_a_file_access(box: Box) -> None:
 # -- 10: a thread changing the working directory races the file judge ----------------------
 
 
+def test_threads_do_not_race_the_judge_through_descriptors(box: Box) -> None:
+    (box.project / "secret.txt").write_text(f"PROJECT-SECRET-{box.token}\n")
+    case = CASES["proc-fd-thread-race"]
+    box.profile(", ".join(case.imports), "api:\n  allow: [threads]\n")
+    out = box.run(case.code, timeout=60)
+    assert refusals(out) == case.refused, out
+    assert case.controls[0] in out, out
+
+
 def test_relative_paths_after_chdir_are_judged_against_the_new_directory(box: Box) -> None:
     (box.project / "secret.txt").write_text(f"PROJECT-SECRET-{box.token}\n")
     case = CASES["chdir-stale"]

@@ -112,7 +112,8 @@ def _f_realpath(path, through_proc=None):
     ``through_proc`` (a list) gets an item when a link below ``/proc`` was followed
     (``/proc/self``, ``/proc/*/fd/N``, ``/dev/fd`` -> ``/proc/self/fd``...): the answer then
     depends on the program's file descriptors and working directory, which change without
-    any call the guard sees (``dup2``), so it must not be cached."""
+    any call the guard sees (``dup2``), so it must not be cached. The item is True when the
+    link of a descriptor was used as a directory (``/proc/self/fd/N/../x``)."""
     out = ""
     rest = [p for p in path.split("/") if p and p != "."]
     rest.reverse()
@@ -137,7 +138,8 @@ def _f_realpath(path, through_proc=None):
         if _f_mode(st) & 0o170000 == 0o120000:  # a symbolic link
             links += 1
             if through_proc is not None and candidate.startswith("/proc/"):
-                through_proc.append(candidate)
+                # True: a descriptor's link used as a directory (/proc/self/fd/N/..)
+                through_proc.append(bool(rest) and candidate.rpartition("/")[0].endswith("/fd"))
             if links > 40:  # a loop: the kernel says ELOOP; keep going lexically, as
                 missing = True  # os.path.realpath does
                 out = candidate
@@ -362,10 +364,21 @@ def _f_check(path, write, follow, dir_fd, kind):
             message = f"pysb: directory descriptor {dir_fd} cannot be resolved"
         return REFUSE(DEFER(FDENIED, message))
     translated = _f_translate(absolute) if ST["renames"] else None
-    through_proc = [] if key is not None else None
+    through_proc = []
     canon = _f_canon(translated or absolute, follow, through_proc)
     if through_proc:
         key = None  # a decision through /proc/*/fd holds only until the next dup2
+        if True in through_proc and not ST["learning"] and THREAD_COUNT():
+            return _f_descriptor_race()
+    elif (
+        dir_fd is not None
+        and dir_fd != -100
+        and dir_fd != -1
+        and ".." in text.split("/")
+        and not ST["learning"]
+        and THREAD_COUNT()
+    ):
+        return _f_descriptor_race()
     if ST["learning"]:
         _f_learn(canon, write, kind)
         verdict = None
@@ -383,6 +396,21 @@ def _f_check(path, write, follow, dir_fd, kind):
             cache.clear()
         cache[key] = result
     return None if result is _ALLOWED else result
+
+
+def _f_descriptor_race():
+    """The refusal of a path resolved through a directory descriptor and ``..`` while
+    other threads run (``/proc/self/fd/N/../x``, ``dir_fd=N`` with ``../x``): another
+    thread's ``dup2`` between the judgment and the open would re-point the descriptor, and
+    ``..`` would then lead out of the exposures."""
+    return REFUSE(
+        DEFER(
+            FDENIED,
+            "pysb: a path that climbs out of a directory descriptor (/proc/self/fd/N/.., or "
+            "dir_fd with '..') is refused while other threads run: another thread could "
+            "re-point the descriptor between the judgment and the open",
+        )
+    )
 
 
 def _f_check_symlink_target(src, dst, dir_fd):
