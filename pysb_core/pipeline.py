@@ -108,6 +108,8 @@ def unenforced_messages(missing: Sequence[RuleReport], report: CheckReport) -> l
             "(--no-python-guards, or python-guards: false in the profile): imports and api "
             "rules are then not enforced"
         )
+    # The provider's own word on why (a note it made in pysb_check, named after it).
+    lines += [n for n in report.notes if n.startswith(f"{report.provider}:")]
     if any(r.family not in PYTHON_ONLY_FAMILIES for r in missing):
         lines.append(
             "for files, network, env and limits rules: choose a provider that enforces them "
