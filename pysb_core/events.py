@@ -133,3 +133,84 @@ def reporter_functions(
         emit(guard, "learn", target, detail, suggested_rule, data)
 
     return deny, learn
+
+
+#: The longest report line the parent accepts: an event names a path and a few short
+#: strings; a longer line is the program writing into the channel, and is dropped.
+MAX_LINE = 64 * 1024
+#: What the parent reads from one sandbox's channel at most; the rest is drained unread.
+MAX_TOTAL = 32 * 1024 * 1024
+
+
+class ReportLimits:
+    """What :func:`report_lines` dropped, for the warning the parent prints."""
+
+    __slots__ = ("long_lines", "over_total")
+
+    def __init__(self) -> None:
+        self.long_lines = 0
+        self.over_total = 0  # bytes read past MAX_TOTAL and thrown away
+
+    def messages(self) -> list[str]:
+        out = []
+        if self.long_lines:
+            out.append(
+                f"the sandbox's report channel sent {self.long_lines} line(s) longer than "
+                f"{MAX_LINE // 1024} KiB: dropped (not pysb's; the program wrote into it)"
+            )
+        if self.over_total:
+            out.append(
+                f"the sandbox's report channel sent more than {MAX_TOTAL >> 20} MiB: the "
+                f"remaining {self.over_total} bytes were dropped unread (events and learned "
+                "accesses after that point are missing)"
+            )
+        return out
+
+
+def report_lines(
+    fd: int,
+    limits: ReportLimits,
+    *,
+    max_line: int = MAX_LINE,
+    max_total: int = MAX_TOTAL,
+    read: Any = os.read,
+) -> Any:
+    """Yield the complete lines read from ``fd`` (without their newline) until EOF, holding
+    at most ``max_line`` bytes of a line and handing out at most ``max_total`` bytes of
+    lines in all: pysb's own memory stays bounded whatever the program writes into the
+    channel (a line of 1.5 GiB without a newline grew it to 3.6 GiB). An over-long line is
+    skipped up to its newline; past ``max_total`` the channel is still drained, so that a
+    writer never blocks on a full pipe, but nothing is kept."""
+    pending = bytearray()
+    skipping = False  # inside a line already longer than max_line
+    kept = 0
+    while True:
+        chunk = read(fd, 1 << 16)
+        if not chunk:
+            break
+        if kept >= max_total:
+            limits.over_total += len(chunk)
+            continue
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not skipping:
+                if len(pending) + len(piece) > max_line:
+                    skipping = True
+                    limits.long_lines += 1
+                    pending.clear()
+                else:
+                    pending += piece
+            if end < 0:
+                break
+            start = end + 1
+            if not skipping:
+                kept += len(pending) + 1
+                if kept > max_total:
+                    limits.over_total += len(pending) + 1 + len(chunk) - start
+                    pending.clear()
+                    break
+                yield bytes(pending)
+            pending.clear()
+            skipping = False

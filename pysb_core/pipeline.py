@@ -545,10 +545,12 @@ class Session:
             from pysb_core.execute import FORWARDED
 
             signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
-        from pysb_core.events import Event
+        from pysb_core.events import Event, ReportLimits, report_lines
 
-        with os.fdopen(fd, "rb") as stream:
-            for line in stream:
+        # Bounded: the program can write anything into the channel (pysb_core.events).
+        limits = ReportLimits()
+        try:
+            for line in report_lines(fd, limits):
                 try:
                     event = Event.from_json(line)
                 except (ValueError, TypeError):
@@ -561,6 +563,10 @@ class Session:
                 if event.action == "learn":
                     with self._lock:
                         self.learned.append(event)
+        finally:
+            os.close(fd)
+            for message in limits.messages():
+                _warn(self.stderr, message)
 
     def _cleanup(self, plan: LaunchPlan) -> None:
         for fn in reversed(plan.cleanups):
