@@ -103,7 +103,25 @@ def provider_class(name: str, obj: object, dist: str) -> type[Provider]:
             f"provider class {obj.__module__}.{obj.__qualname__} of {dist} is named "
             f"'{obj.name}' but registered as '{name}'; the two must be equal"
         )
+    _refuse_other_kit(name, obj, dist)
     return obj
+
+
+def _refuse_other_kit(name: str, cls: type[Provider], dist: str) -> None:
+    """Refuse a provider written for a provider kit this pysb does not offer
+    (``PYSB_PROVIDERKIT`` in the module that defines the class)."""
+    import sys
+
+    from pysb_core import kitversion, providerkit
+
+    why = kitversion.refusal(
+        sys.modules.get(cls.__module__),
+        providerkit.DECLARATION,
+        providerkit.KIT_VERSION,
+        f"provider '{name}' ({dist})",
+    )
+    if why is not None:
+        raise ProviderUnavailableError(why, fix=f"pip install --upgrade {dist.split()[0]}")
 
 
 def load_provider_class(name: str) -> type[Provider]:

@@ -181,6 +181,7 @@ def get_plugin_manager(
                     f"(pip install --force-reinstall "
                     f"{dist}) or uninstall it (pip uninstall {dist})"
                 ) from exc
+            _refuse_other_kit(plugin, entry)
             if pm.is_registered(plugin):
                 continue
             try:
@@ -208,6 +209,27 @@ def get_plugin_manager(
             )
         ) from exc
     return pm, loaded
+
+
+def _refuse_other_kit(plugin: object, entry: LoadedPlugin) -> None:
+    """Refuse a guard written for a guard kit this pysb does not offer: ``PYSB_GUARDKIT``
+    in the module the entry point names (or that defines the plugin object)."""
+    import sys
+    import types
+
+    from pysb_core import guardkit, kitversion
+
+    module = (
+        plugin
+        if isinstance(plugin, types.ModuleType)
+        else sys.modules.get(getattr(plugin, "__module__", "") or "")
+    )
+    why = kitversion.refusal(module, guardkit.DECLARATION, guardkit.KIT_VERSION, _label(entry))
+    if why is not None:
+        raise PluginLoadError(
+            f"{why}\n  fix: pip install --upgrade {entry.distribution}, or uninstall it "
+            f"(pip uninstall {entry.distribution})"
+        )
 
 
 def _refuse_shared_names(eps: Sequence[EntryPoint], kind: str) -> None:

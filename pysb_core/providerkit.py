@@ -1,0 +1,206 @@
+"""The supported API for writing a pysb provider (an OS sandbox back end).
+
+Everything a provider needs from pysb-core is importable from here, and only what is here
+(with the names of :mod:`pysb_core` itself) is promised to stay: the other modules of
+pysb-core are internal and change without notice. The built-in providers (bubblewrap,
+Landlock, unshare, firejail, qemu) are written against this kit alone, and a test keeps
+them to it.
+
+Versioning: :data:`KIT_VERSION` is ``(major, minor)``. A minor version adds names; a major
+version removes or changes one. Say which kit your provider was written for with a
+constant in the module your entry point names::
+
+    PYSB_PROVIDERKIT = "1.0"
+
+pysb refuses to load a provider built for another major version, or for a newer minor
+version than it has (exit 125, naming your distribution); one that states nothing is
+taken to be built for 1.0.
+
+Names are resolved lazily: importing this module costs nothing, and the sandboxed
+interpreter (where a provider's child-side module runs) loads only what it uses.
+
+Groups (see docs/writing-providers.md for the guide):
+
+- the contract: :class:`Provider`, :class:`ProviderStatus`, :class:`Capability`,
+  :func:`unknown_option`, :data:`hookimpl` (a provider instance is also a pluggy plugin);
+- the plan: :class:`LaunchPlan`, :class:`LaunchSpec`, :class:`ChildSetup`, :class:`Policy`,
+  :class:`Exposure`, :class:`NetworkRule`, :class:`Limits`, :class:`CheckReport`;
+- errors: :class:`SandboxError`, :class:`ProviderUnavailableError`;
+- probing the machine: :func:`which`, :func:`cached_probe`;
+- the system files a provider with its own ``/etc`` must show: :data:`ETC_BASE`,
+  :data:`ETC_NETWORK`, :data:`ETC_HOSTS`, :data:`ETC_RESOLV`, :data:`ALWAYS_HIDDEN`,
+  :func:`hosts_file_text`;
+- processes: :func:`adopt_wrapper` (a wrapper command whose signals must reach the
+  program), :class:`PidsCgroup` and :func:`find_pids_controller` (``limits: processes``
+  for a root pysb);
+- the common seccomp refusals: :class:`SeccompRules`, :func:`seccomp_covers`,
+  :func:`seccomp_filter_bytes`, :func:`install_seccomp`, :func:`seccomp_child_setup`;
+- the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
+  filtered by the profile's rules);
+- C calls without ``ctypes``: :func:`c_function`, :class:`CInt`, :class:`CLong`,
+  :class:`CPointer`, :func:`c_errno`;
+- light records (no ``dataclasses`` import in the sandbox): :func:`record`,
+  :func:`mutable_record`, :func:`field`, :class:`Record`, :func:`asdict`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
+
+#: ``(major, minor)`` of this kit (see the module docstring).
+KIT_VERSION: tuple[int, int] = (1, 0)
+
+#: The constant a provider's module sets to the kit version it was written for.
+DECLARATION = "PYSB_PROVIDERKIT"
+
+#: public name -> ``module:attribute`` it is.
+_EXPORTS: dict[str, str] = {
+    # the contract
+    "Provider": "pysb_core.provider:Provider",
+    "ProviderStatus": "pysb_core.provider:ProviderStatus",
+    "Capability": "pysb_core.provider:Capability",
+    "unknown_option": "pysb_core.provider:unknown_option",
+    "hookimpl": "pysb_core.markers:hookimpl",
+    # the plan
+    "LaunchPlan": "pysb_core.plan:LaunchPlan",
+    "LaunchSpec": "pysb_core.plan:LaunchSpec",
+    "ChildSetup": "pysb_core.plan:ChildSetup",
+    "Policy": "pysb_core.policy:Policy",
+    "Exposure": "pysb_core.policy:Exposure",
+    "NetworkRule": "pysb_core.policy:NetworkRule",
+    "Limits": "pysb_core.policy:Limits",
+    "CheckReport": "pysb_core.check:CheckReport",
+    # errors
+    "SandboxError": "pysb_core.errors:SandboxError",
+    "ProviderUnavailableError": "pysb_core.errors:ProviderUnavailableError",
+    # probing the machine
+    "which": "pysb_core.probecache:which",
+    "cached_probe": "pysb_core.probecache:cached_probe",
+    # system files
+    "ALWAYS_HIDDEN": "pysb_core.sysfiles:ALWAYS_HIDDEN",
+    "ETC_BASE": "pysb_core.sysfiles:ETC_BASE",
+    "ETC_HOSTS": "pysb_core.sysfiles:ETC_HOSTS",
+    "ETC_NETWORK": "pysb_core.sysfiles:ETC_NETWORK",
+    "ETC_RESOLV": "pysb_core.sysfiles:ETC_RESOLV",
+    "hosts_file_text": "pysb_core.sysfiles:hosts_file_text",
+    # processes
+    "adopt_wrapper": "pysb_core.wrapper_process:adopt",
+    "PidsCgroup": "pysb_core.pidlimit:PidsCgroup",
+    "find_pids_controller": "pysb_core.pidlimit:find_controller",
+    # seccomp
+    "SeccompRules": "pysb_core.seccomp:Rules",
+    "seccomp_covers": "pysb_core.seccomp:covers",
+    "seccomp_filter_bytes": "pysb_core.seccomp:filter_bytes",
+    "install_seccomp": "pysb_core.seccomp:install",
+    "seccomp_child_setup": "pysb_core.seccomp:child_setup",
+    # network layer
+    "NetnsNetwork": "pysb_core.netns.session:NetnsNetwork",
+    # C calls
+    "c_function": "pysb_core.cfuncs:function",
+    "CInt": "pysb_core.cfuncs:Int",
+    "CLong": "pysb_core.cfuncs:Long",
+    "CPointer": "pysb_core.cfuncs:Pointer",
+    "c_errno": "pysb_core.cfuncs:get_errno",
+    # records
+    "Record": "pysb_core.records:Record",
+    "record": "pysb_core.records:record",
+    "mutable_record": "pysb_core.records:mutable_record",
+    "field": "pysb_core.records:field",
+    "asdict": "pysb_core.records:asdict",
+}
+
+__all__ = [
+    "ALWAYS_HIDDEN",
+    "DECLARATION",
+    "ETC_BASE",
+    "ETC_HOSTS",
+    "ETC_NETWORK",
+    "ETC_RESOLV",
+    "KIT_VERSION",
+    "CInt",
+    "CLong",
+    "CPointer",
+    "Capability",
+    "CheckReport",
+    "ChildSetup",
+    "Exposure",
+    "LaunchPlan",
+    "LaunchSpec",
+    "Limits",
+    "NetnsNetwork",
+    "NetworkRule",
+    "PidsCgroup",
+    "Policy",
+    "Provider",
+    "ProviderStatus",
+    "ProviderUnavailableError",
+    "Record",
+    "SandboxError",
+    "SeccompRules",
+    "adopt_wrapper",
+    "asdict",
+    "c_errno",
+    "c_function",
+    "cached_probe",
+    "field",
+    "find_pids_controller",
+    "hookimpl",
+    "hosts_file_text",
+    "install_seccomp",
+    "mutable_record",
+    "record",
+    "seccomp_child_setup",
+    "seccomp_covers",
+    "seccomp_filter_bytes",
+    "unknown_option",
+    "which",
+]
+
+
+def __getattr__(name: str) -> object:
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'pysb_core.providerkit' has no attribute {name!r}")
+    module, _, attribute = target.partition(":")
+    value = getattr(import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
+    from pysb_core.cfuncs import Int as CInt
+    from pysb_core.cfuncs import Long as CLong
+    from pysb_core.cfuncs import Pointer as CPointer
+    from pysb_core.cfuncs import function as c_function
+    from pysb_core.cfuncs import get_errno as c_errno
+    from pysb_core.check import CheckReport
+    from pysb_core.errors import ProviderUnavailableError, SandboxError
+    from pysb_core.markers import hookimpl
+    from pysb_core.netns.session import NetnsNetwork
+    from pysb_core.pidlimit import PidsCgroup
+    from pysb_core.pidlimit import find_controller as find_pids_controller
+    from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec
+    from pysb_core.policy import Exposure, Limits, NetworkRule, Policy
+    from pysb_core.probecache import cached_probe, which
+    from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
+    from pysb_core.records import Record, asdict, field, mutable_record, record
+    from pysb_core.seccomp import Rules as SeccompRules
+    from pysb_core.seccomp import child_setup as seccomp_child_setup
+    from pysb_core.seccomp import covers as seccomp_covers
+    from pysb_core.seccomp import filter_bytes as seccomp_filter_bytes
+    from pysb_core.seccomp import install as install_seccomp
+    from pysb_core.sysfiles import (
+        ALWAYS_HIDDEN,
+        ETC_BASE,
+        ETC_HOSTS,
+        ETC_NETWORK,
+        ETC_RESOLV,
+        hosts_file_text,
+    )
+    from pysb_core.wrapper_process import adopt as adopt_wrapper
