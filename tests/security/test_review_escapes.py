@@ -179,6 +179,13 @@ def test_sqlite_authorizer_cannot_be_removed(box: Box) -> None:
     )
 
 
+def test_syslog_and_named_semaphores_are_file_accesses(box: Box) -> None:
+    case = CASES["c-files"]
+    box.profile(", ".join(case.imports))
+    out = box.run(case.code)
+    assert refusals(out) == case.refused, out
+
+
 def test_tcl_interpreters_are_process_exec(box: Box) -> None:
     box.profile("tkinter")
     out = box.run(TCL)

@@ -578,10 +578,11 @@ def _f_make_fixed_patcher(attr, path, write):
     return patcher
 
 
-def _f_make_shm_patcher(attr, prepare):
+def _f_make_shm_patcher(attr, prepare, prefix="/dev/shm/"):
     """Patch ``_posixshmem.shm_open(path, flags, mode)`` / ``shm_unlink(path)``: POSIX shared
-    memory objects are the files ``/dev/shm/NAME`` (glibc), judged as such."""
-    unlink = attr == "shm_unlink"
+    memory objects are the files ``/dev/shm/NAME`` (glibc), judged as such; named
+    semaphores (``_multiprocessing.sem_unlink``) are ``/dev/shm/sem.NAME``."""
+    unlink = attr in ("shm_unlink", "sem_unlink")
 
     def judge(args, kwargs):
         name = args[0] if args else kwargs.get("path")
@@ -592,7 +593,7 @@ def _f_make_shm_patcher(attr, prepare):
         else:
             flags = args[1] if len(args) > 1 else kwargs.get("flags", 0)
             write = type(flags) is not int or bool(flags & SHM_WRITE_FLAGS)
-        verdict = _f_check("/dev/shm/" + name.lstrip("/"), write, True, None, "read")
+        verdict = _f_check(prefix + name.lstrip("/"), write, True, None, "read")
         return verdict if type(verdict) is REFUSAL else None
 
     def patcher(module):
@@ -887,7 +888,15 @@ def _f_make_handlers(events):
             "a factory with its own __init__, is refused"
         )
 
+    def on_syslog(args):
+        """``syslog.openlog`` / ``syslog.syslog`` write to the host's log socket with C code
+        of their own: judged as a write of ``/dev/log``."""
+        verdict = _f_check("/dev/log", True, True, None, "write")
+        return EXC_OF(verdict) if type(verdict) is REFUSAL else None
+
     handlers = {
+        "syslog.openlog": on_syslog,
+        "syslog.syslog": on_syslog,
         "open": on_open,
         "sqlite3.connect": on_sqlite,
         "sqlite3.connect/handle": on_sqlite_handle,

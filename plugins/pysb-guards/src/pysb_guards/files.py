@@ -371,6 +371,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
     for attr in SHM_FUNCTIONS:
         patcher = ns["_f_make_shm_patcher"](attr, _make_prepare(((0, "path"),)))
         imports.on_import("_posixshmem", patcher)
+    semaphore = ns["_f_make_shm_patcher"](
+        "sem_unlink", _make_prepare(((0, "name"),)), "/dev/shm/sem."
+    )
+    imports.on_import("_multiprocessing", semaphore)
 
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
