@@ -158,9 +158,22 @@ def test_interactive_skips_new_session():
 
 
 def test_root_exposure_first_and_root_left_as_exposed():
-    argv = build_argv(plan(E("/", rw=False)), MERGED).argv
+    argv = build_argv(plan(E("/", rw=True)), MERGED).argv
     assert argv.index("/") < argv.index("/usr")
     assert argv[argv.index("--chdir") - 2 : argv.index("--chdir")] != ["--remount-ro", "/"]
+
+
+def test_read_only_root_exposure_keeps_the_hosts_system_and_etc():
+    """``expose-ro: [/]``: the host's /bin link, /usr and /etc are there already; a link
+    made over them failed ("Can't make symlink at /bin: File exists"), and generated files
+    are bound over the host's (a read-only host directory takes no new file)."""
+    argv = build_argv(
+        plan(E("/", rw=False)), MERGED, network=True, hosts_file=22, resolv_file=21
+    ).argv
+    assert pairs(argv, "--ro-bind")[0] == ("/", "/")
+    assert "--symlink" not in argv and "/usr" not in argv and "--file" not in argv
+    assert ("21", "/etc/resolv.conf") in pairs(argv, "--ro-bind-data")
+    assert ("22", "/etc/hosts") in pairs(argv, "--ro-bind-data")
 
 
 @pytest.mark.parametrize(
@@ -326,7 +339,7 @@ def test_no_copies_when_the_root_is_a_host_directory():
     assert etc_copies(p, layout, network=False) == []
     argv = build_argv(p, layout, copies={"/etc/passwd": 11}).argv
     assert "--file" not in argv
-    assert ("/etc/passwd", "/etc/passwd") in pairs(argv, "--ro-bind")
+    assert ("/etc/passwd", "/etc/passwd") not in pairs(argv, "--ro-bind")  # the host's, as is
 
 
 def test_generated_files_from_fds():

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 
 import pytest
 from pysb_bwrap import BwrapProvider
@@ -400,3 +402,28 @@ def test_interactive_bwrap_survives_sigint_program_gets_keyboardinterrupt(mkplan
             proc.wait()
         for fn in plan.cleanups:
             fn()
+
+
+def test_bwraps_own_failure_is_the_first_error_with_network(mkplan, mkrule, bwrap_available):
+    """bwrap reports its PID before it sets the sandbox up: when the set-up fails, pysb
+    says that bwrap failed (its message is on stderr), not what failed after it (loading
+    the filter into a namespace that is gone, writing to the block pipe)."""
+    from pysb_bwrap import netlayer
+
+    if not netlayer.layer_usable():
+        pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
+    gone = "/nonexistent/pysb-vanished-exposure"
+    plan = mkplan(
+        ["/bin/true"],
+        exposures=[Exposure(gone, gone, False, "test.yaml:2")],
+        network=(mkrule(port=9),),
+    )
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            with pytest.raises(SandboxError, match="bwrap could not set the sandbox up"):
+                BwrapProvider({}).launch(plan, stdout=subprocess.DEVNULL, stderr=stderr)
+            stderr.seek(0)
+            assert b"pysb-vanished-exposure" in stderr.read()  # bwrap's own words
+        finally:
+            for fn in plan.cleanups:
+                fn()

@@ -115,13 +115,22 @@ def _check_targets(exposures: Sequence[Exposure]) -> None:
 
 
 def _file_or_bind(
-    source: str | int, target: str, fd: int | None, mounts: list[tuple[str, bool]]
+    source: str | int,
+    target: str,
+    fd: int | None,
+    mounts: list[tuple[str, bool]],
+    *,
+    on_host_root: bool = False,
 ) -> list[str]:
     """Arguments putting ``source`` (a host path, or an fd with the content) at ``target``,
-    read-only: a copy when there is an fd, else a bind (recorded in ``mounts``)."""
+    read-only: a copy when there is an fd, else a bind (recorded in ``mounts``).
+    ``on_host_root``: ``/`` is a host directory (``expose-ro: [/]``), where bwrap cannot
+    create a file (read-only) or should not (read-write: it would land on the host)."""
     if fd is None and isinstance(source, int):
         fd = source
     if fd is not None:
+        if on_host_root:  # no new file in a host directory: a bind of the content on top
+            return ["--ro-bind-data", str(fd), target]
         return ["--perms", "0444", "--file", str(fd), target]
     assert isinstance(source, str)
     mounts.append((target, source == target))
@@ -245,12 +254,20 @@ def build_argv(
     ]
 
     # -- the system, read-only ---------------------------------------------------------
+    # A host directory at / (``expose-ro: [/]``) holds the system already: /bin and the
+    # other top-level links exist there (bwrap cannot make a link over them: "Can't make
+    # symlink at /bin: File exists"), and /usr is the host's. Read-write, /usr is bound
+    # read-only on top as usual.
+    host_root = any(e.path == "/" for e in root_exposed)
+    ro_root = host_root and not any(e.writable for e in root_exposed)
     for path in SYSTEM_RO:
+        if ro_root:
+            continue
         argv += ["--ro-bind", path, path]
         mounts.append((path, True))
     for path in TOP_LEVEL_SYSTEM:
         kind = layout.top_level.get(path)
-        if kind is None:
+        if kind is None or host_root:
             continue
         if kind == "dir":
             argv += ["--ro-bind", path, path]
@@ -261,6 +278,8 @@ def build_argv(
     for path in etc_wanted:
         if path not in layout.etc or (path == ETC_RESOLV and resolv_file is not None):
             continue
+        if host_root:
+            continue  # the host's /etc is there already
         link = layout.symlinks.get(path)
         if link is not None and path == "/etc/localtime":
             # Keep the link: tz libraries read the zone's name from its target.
@@ -272,9 +291,11 @@ def build_argv(
     if hosts is None and ETC_HOSTS in layout.etc:
         hosts = copies.get(ETC_HOSTS, ETC_HOSTS)
     if hosts is not None:
-        argv += _file_or_bind(hosts, ETC_HOSTS, None, mounts)
+        argv += _file_or_bind(hosts, ETC_HOSTS, None, mounts, on_host_root=bool(root_exposed))
     if network and resolv_file is not None:
-        argv += _file_or_bind(resolv_file, ETC_RESOLV, None, mounts)
+        argv += _file_or_bind(
+            resolv_file, ETC_RESOLV, None, mounts, on_host_root=bool(root_exposed)
+        )
     argv += ["--proc", "/proc", "--dev", "/dev"]
     mounts += [("/proc", False), ("/dev", False)]
     # The kernel's global knobs: a root program is the host's uid 0 inside (bwrap keeps the

@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 
 #: How long bwrap may take to report its PID (it is milliseconds in practice).
 INFO_TIMEOUT = 20.0
+BWRAP_FAILED = (
+    "bwrap could not set the sandbox up (exit {status}; its own message, above, says what "
+    "failed); the program was not started"
+)
+
+
+def _exit_of(proc: subprocess.Popen[bytes], timeout: float = 2.0) -> str | None:
+    """pysb's explanation when bwrap has exited (or does within ``timeout``): its set-up
+    failed, and it said why on stderr. ``None`` while it still runs."""
+    import subprocess
+
+    try:
+        status = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return BWRAP_FAILED.format(status=status)
 
 
 @mutable_record
@@ -117,9 +133,17 @@ class NetworkLaunch(Record):
         self.res.close(self.info_w)
         self.res.close(self.block_r)
         pid = self._read_child_pid(proc)
-        self._wait_for_id_maps(pid, proc)
-        self.net.attach(pid)
-        os.write(self.block_w, b"1")
+        try:
+            self._wait_for_id_maps(pid, proc)
+            self.net.attach(pid)
+            os.write(self.block_w, b"1")
+        except (SandboxError, OSError) as exc:
+            # bwrap reports the PID before it sets the sandbox up: when that set-up failed,
+            # what failed here is a consequence. The first error is bwrap's own.
+            first = _exit_of(proc)
+            if first is not None:
+                raise SandboxError(first) from exc
+            raise
         self.res.close(self.block_w)
 
     def _read_child_pid(self, proc: subprocess.Popen[bytes]) -> int:
@@ -138,12 +162,7 @@ class NetworkLaunch(Record):
             ready, _, _ = select.select([self.info_r], [], [], min(left, 0.5))
             chunk = os.read(self.info_r, 4096) if ready else b""
             if ready and not chunk:
-                status = proc.poll()
-                raise SandboxError(
-                    "bwrap exited before the sandbox was ready"
-                    + (f" (exit {status})" if status is not None else "")
-                    + "; the program was not started"
-                )
+                raise SandboxError(_exit_of(proc) or BWRAP_FAILED.format(status="?"))
             data += chunk
 
     @staticmethod

@@ -199,8 +199,22 @@ def ensure(root: str, target: str, *, is_dir: bool) -> str:
     return cur
 
 
-def run_ops(root: str, ops: list[list]) -> None:
-    """Execute the root layout compiled by the provider, in order."""
+def host_root(root: str, readonly: bool) -> tuple[str, str]:
+    """``expose-ro: [/]`` (or ``-rw``): bind the host's tree at ``ROOT/host``, which becomes
+    the root to build on and pivot into; generated files go to ``ROOT/files`` (the staging
+    tmpfs, out of sight after the pivot) and are bound over their places, never written
+    into the host's directories. Returns ``(new_root, files_dir)``."""
+    new_root, files = root + "/host", root + "/files"
+    os.mkdir(new_root, 0o755)
+    os.mkdir(files, 0o700)
+    mount("/", new_root, None, MS_BIND | MS_REC)
+    set_readonly(new_root, readonly=readonly)
+    return new_root, files
+
+
+def run_ops(root: str, ops: list[list], files_dir: str | None = None) -> None:
+    """Execute the root layout compiled by the provider, in order. ``files_dir``: generated
+    files are written there and bound over their targets (the root is the host's tree)."""
     for op in ops:
         kind = op[0]
         if kind == "bind":  # ["bind", src, target, readonly]
@@ -236,6 +250,16 @@ def run_ops(root: str, ops: list[list]) -> None:
             mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
         elif kind == "dir":
             ensure(root, op[1], is_dir=True)
+        elif kind == "file" and files_dir is not None:  # over the host's file, if any
+            _, target, content, mode = op
+            dst = root + target
+            if os.path.isfile(dst) and not os.path.islink(dst):
+                src = os.path.join(files_dir, target.strip("/").replace("/", "_"))
+                with open(src, "w", encoding="utf-8") as f:
+                    f.write(content)
+                os.chmod(src, mode)
+                mount(src, dst, None, MS_BIND)
+                set_readonly(dst, recursive=False)
         elif kind == "file":  # ["file", target, content, mode]
             _, target, content, mode = op
             dst = ensure(root, target, is_dir=False)
@@ -530,7 +554,13 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
         root = cfg["root"]
         mount(None, "/", None, MS_REC | MS_PRIVATE)
         mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=8m")
-        run_ops(root, cfg["ops"])
+        ops, files_dir = cfg["ops"], None
+        root_writable = False
+        if ops and ops[0][0] == "hostroot":
+            root_writable = not ops[0][1]
+            root, files_dir = host_root(root, readonly=ops[0][1])
+            ops = ops[1:]
+        run_ops(root, ops, files_dir)
         trace(cfg, f"P1: {len(cfg['ops'])} root steps done")
         cgroup_fd = -1
         if cfg.get("cgroup_procs"):  # opened now: the host's /sys is gone after the pivot
@@ -544,7 +574,8 @@ def pid1(cfg: dict, status_w: int, exit_w: int, ctl: int, sigs: set[int]) -> Non
             f.write("0")
         harden_proc(root + "/proc")
         pivot(root)
-        set_readonly("/", recursive=False)
+        if not root_writable:
+            set_readonly("/", recursive=False)
         trace(cfg, "P1: pivoted")
     except (SetupError, OSError) as exc:
         _write(status_w, f"Eunshare: {exc}".encode())

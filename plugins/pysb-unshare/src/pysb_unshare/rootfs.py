@@ -67,14 +67,19 @@ def _localtime_steps() -> list[list]:
 
 
 def _exposure_ops(
-    exposures: list[Exposure], base: list[str], extra_ro: Iterable[str]
+    exposures: list[Exposure],
+    base: list[str],
+    extra_ro: Iterable[str],
+    *,
+    host_root: bool | None = None,
 ) -> list[list]:
     """Binds for the exposures, parents before children.
 
     An exposure already visible, with the same access, through a bind at the same place
     (shallower, or the very same bind: a read-only base directory or /etc entry) needs no
     mount of its own. A symlink on the interpreter's chain is recreated as a symlink (its
-    target is exposed on its own): binding it would follow it.
+    target is exposed on its own): binding it would follow it. ``host_root``: the host's
+    ``/`` is the root (``True`` read-write, ``False`` read-only), the widest such bind.
     """
     wanted: dict[tuple[str, str], bool] = {}
     for e in exposures:
@@ -85,6 +90,8 @@ def _exposure_ops(
         if os.path.exists(path):
             wanted.setdefault((path, path), False)
     kept: list[tuple[str, str, bool]] = [(d, d, False) for d in base]
+    if host_root is not None:
+        kept.append(("/", "/", host_root))
     ops: list[list] = []
     for (src, dst), rw in sorted(wanted.items(), key=lambda kv: (_depth(kv[0][1]), kv[0][1])):
         # ``kept`` holds only binds still visible, so the deepest one covering ``dst`` is
@@ -110,14 +117,24 @@ def build_ops(
     """The ordered set-up steps for ``nsinit.run_ops`` (targets are paths inside)."""
     ops: list[list] = []
     exposures = list(plan.exposures)
-    for e in exposures:
-        if e.target == "/":
+    root_exposures = [e for e in exposures if e.target == "/"]
+    for e in root_exposures:
+        if e.path != "/":
             raise SandboxError(
-                f"{e.source}: exposing the whole file system ('/') is not supported by the "
+                f"{e.source}: a renamed exposure onto '/' ({e.path}:/) is not supported by the "
                 "unshare provider; expose the directories the program needs"
             )
-    base = [d for d in BASE_DIRS if os.path.lexists(d)]
-    ops += [["optbind", d, d] for d in base]
+    host_root = bool(root_exposures)
+    exposures = [e for e in exposures if e.target != "/"]
+    root_writable = any(e.writable for e in root_exposures)
+    if host_root:
+        # ``expose-ro: [/]``: the host's whole tree is the root (nsinit binds it first and
+        # builds on top); the system and /etc are there already.
+        ops.append(["hostroot", not root_writable])
+        base: list[str] = []
+    else:
+        base = [d for d in BASE_DIRS if os.path.lexists(d)]
+        ops += [["optbind", d, d] for d in base]
     # /etc: generated, plus a few host files. Nothing else of the host's /etc is visible.
     ops += [
         ["file", "/etc/hosts", hosts, 0o644],
@@ -127,9 +144,10 @@ def build_ops(
         ["file", "/etc/group", GROUP, 0o644],
         ["file", "/etc/hostname", "sandbox\n", 0o644],
     ]
-    ops += _localtime_steps()
-    etc = [p for p in ETC_BINDS if os.path.lexists(p)]
-    ops += [["optbind", p, p] for p in etc]
+    etc = [] if host_root else [p for p in ETC_BINDS if os.path.lexists(p)]
+    if not host_root:
+        ops += _localtime_steps()
+        ops += [["optbind", p, p] for p in etc]
     # /dev: a few device nodes bound from the host (no mknod in a user namespace).
     ops.append(["tmpfs", "/dev", "0755"])
     ops += [["device", d] for d in DEVICES if os.path.exists(f"/dev/{d}")]
@@ -144,7 +162,12 @@ def build_ops(
     ]
     # The /etc binds count as read-only binds already made: the implicit CA exposures
     # (/etc/ssl, /etc/ca-certificates) need no second mount.
-    ops += _exposure_ops(exposures, [*base, *(p for p in etc if not os.path.islink(p))], extra_ro)
+    ops += _exposure_ops(
+        exposures,
+        [*base, *(p for p in etc if not os.path.islink(p))],
+        extra_ro,
+        host_root=root_writable if host_root else None,
+    )
     # Profile files stay read-only even inside a read-write exposure.
     for p in plan.protected:
         inside = translate(os.path.realpath(p), exposures)
@@ -158,9 +181,10 @@ def build_ops(
     # Host secrets inside what the /etc binds show (private TLS keys under /etc/ssl): a
     # root pysb's sandbox is their owner, so their modes alone would not keep them closed.
     for h in ALWAYS_HIDDEN:
-        if any(_under(h, p) for p in etc) and os.path.isdir(h) and not os.path.islink(h):
+        shown = host_root or any(_under(h, p) for p in etc)
+        if shown and os.path.isdir(h) and not os.path.islink(h):
             ops.append(["mask", h])
     visible = [o[2] for o in ops if o[0] == "bind"] + base
-    if not any(_under(plan.cwd, v) for v in visible):
+    if not host_root and not any(_under(plan.cwd, v) for v in visible):
         ops.append(["dir", plan.cwd])
     return ops
