@@ -1,21 +1,28 @@
-"""Every pluggy hook pysb calls, grouped by the moment of a run at which it is called.
+"""Every pluggy hook pysb calls on the host, in the order of a run.
 
-Plugins implement these with ``@pysb_core.hookimpl`` (keyword arguments only; name the
-arguments you need). Guard families are plugins registered from the ``pysb.guards``
-entry-point group; other plugins (DNS resolvers, event sinks) from ``pysb.plugins``; the
-loaded provider instance is registered too, so it can implement hooks.
+Implement them with ``@pysb_core.hookimpl``. pysb calls every hook with keyword arguments,
+and an implementation names only the arguments it needs (pluggy passes just those). Guard
+families are plugins registered from the ``pysb.guards`` entry-point group; other plugins
+(DNS resolvers, event sinks) from ``pysb.plugins``; the loaded provider instance is
+registered too (as ``provider:NAME``), so a provider class can implement any of these
+as methods.
 
-Order of one complete-mode run (see :func:`pysb_launch`):
+Order of one complete-mode run:
 
 1. ``pysb_add_profile_keys`` -- families declare and validate their profile sections;
-2. ``pysb_configure`` -- the frozen policy is announced (historic);
-3. ``pysb_contribute`` -- families add to the launch plan;
-4. ``pysb_dns_resolve`` / ``pysb_dns_pinned`` -- host names are resolved and pinned;
-5. ``pysb_check`` -- who enforces each rule (fail closed when nobody does);
-6. ``pysb_launch`` -- the provider starts the sandbox; inside it ``pysb_child_install`` and
-   ``pysb_child_arm`` run before the program;
-7. ``pysb_event`` for each denial or learned access, and ``pysb_learned`` at the end of a
-   learning run.
+2. ``pysb_dns_resolve`` -- host names of network rules are resolved and pinned;
+3. ``pysb_configure`` -- every plugin, the provider included, receives the final policy;
+4. ``pysb_check`` -- who enforces each rule (the run does not start when nobody does);
+5. ``pysb_contribute`` -- families and the provider add to the launch plan;
+6. ``pysb_launch`` -- the sandbox starts; inside it the bootstrap calls each guard's
+   ``pysb_child_install`` and ``pysb_child_arm`` (not pluggy hooks: see
+   :mod:`pysb_core.childhooks`);
+7. ``pysb_event`` for each denial or learned access as it arrives, and ``pysb_learned``
+   at the end of a learning run.
+
+An exception raised by an implementation before the program starts stops the run (exit
+125) with one paragraph naming the distribution it came from; ``--debug`` shows the
+traceback.
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ from pysb_core.markers import PROJECT, hookspec
 
 TYPE_CHECKING = False  # read by every `pysb run`: no typing import at run time
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping, Sequence
-    from typing import Any
 
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
-    from pysb_core.learning import LearnedProfile, Recorder
+    from pysb_core.learning import LearnedProfile
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
     from pysb_core.profile.schema import ProfileSchema
@@ -48,32 +55,15 @@ def pysb_add_profile_keys(schema: ProfileSchema) -> None:
     """Declare profile sections and their validators.
 
     Each guard family owns its section: it registers a validator that receives the raw
-    value with its source locations and reports problems as ``FILE:LINE: message``.
+    value with its source location and returns its problems, each a message (pysb
+    prefixes ``FILE:LINE:`` unless the message starts with one). The run does not start
+    while a validator reports a problem, or raises.
 
-    :param schema: collector with ``schema.add_validator(section, fn)``.
-
-    .. versionadded:: 0.1
-    """
-
-
-@hookspec(historic=True)
-def pysb_configure(policy: Policy) -> None:
-    """Receive the compiled policy once, before anything is launched.
-
-    Historic: a plugin registered later (the provider) still receives it.
-
-    .. versionadded:: 0.1
-    """
-
-
-# ---------------------------------------------------------------------------------------
-# Launch plan
-# ---------------------------------------------------------------------------------------
-
-
-@hookspec
-def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
-    """Add what this family needs to the launch plan (exposures, env, child set-ups).
+    :param schema: the collector: ``schema.add_validator(section, fn)`` runs
+        ``fn(value, location) -> list[str]`` on every occurrence of ``section`` (a
+        top-level name, or ``"providers.NAME"`` for one provider's options; an unknown
+        top-level name is declared as a new section); ``schema.add_section(name)``
+        declares a section without a validator.
 
     .. versionadded:: 0.1
     """
@@ -81,19 +71,33 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
 
 @hookspec(firstresult=True)
 def pysb_dns_resolve(hostnames: Sequence[str]) -> Mapping[str, Sequence[str]] | None:
-    """Resolve host names of network rules on the host, before launch.
+    """Resolve the host names of network rules on the host, before launch.
 
-    Return a mapping of each name to its addresses (an empty sequence when a name does not
-    resolve). Stops at first non-None result; the built-in resolver (``/etc/hosts`` then
-    dnspython) runs last.
+    The addresses become the policy's pins: the sandbox can reach exactly these for the
+    name (the guards and the OS filters judge by address; providers with their own
+    ``/etc`` write them into ``plan.hosts_file``).
+
+    :param hostnames: every host name the profile's network rules use, each once.
+    :return: each name mapped to its addresses (an empty sequence when a name does not
+        resolve), or None to let the next implementation answer. The first non-None
+        result wins; the built-in resolver (``/etc/hosts``, then dnspython) runs last.
 
     .. versionadded:: 0.1
     """
 
 
 @hookspec
-def pysb_dns_pinned(pins: Mapping[str, Sequence[str]], plan: LaunchPlan) -> None:
-    """Be told the pinned addresses (a provider writes a hosts file, compiles filters).
+def pysb_configure(policy: Policy) -> None:
+    """Receive the final policy, once, before anything is checked or launched.
+
+    Called after every plugin, the provider instance included, is registered, and after
+    host names are pinned: ``policy`` is what the sandbox will enforce. It is frozen;
+    keep what you need from it.
+
+    :param policy: the compiled policy (exposures, network rules with ``policy.pins``,
+        limits, provider options, the ``extra`` sections families declared).
+
+    Not historic: no plugin is registered after it is called.
 
     .. versionadded:: 0.1
     """
@@ -105,59 +109,54 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 
     The core already lists every rule of the policy, with ``python`` when the rule's guard
     family is installed and active and ``os`` when the provider's enforced capabilities
-    cover it. Families add notes (``report.note(text)``) or rules of their own
+    cover it. A family or provider adds notes (``report.note(text)``) or rules of its own
     (``report.add(rule_text, source, layers, family)``); an empty ``layers`` means nobody
-    enforces it, and ``pysb run`` then refuses to start.
+    enforces the rule, and ``pysb run`` then refuses to start (exit 125).
+
+    :param policy: the final policy.
+    :param provider: the provider the run would use; None when ``pysb check`` could not
+        load it (then only the Python layer can be credited).
+    :param report: the report being built.
+
+    .. versionadded:: 0.1
+    """
+
+
+# ---------------------------------------------------------------------------------------
+# Launch
+# ---------------------------------------------------------------------------------------
+
+
+@hookspec
+def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
+    """Add what this family or provider needs to the launch plan.
+
+    Exposures (``plan.exposures``), environment (``plan.env``), file descriptors the
+    sandboxed interpreter must inherit (``plan.pass_fds``), cleanups
+    (``plan.add_cleanup(fn)``) and calls the bootstrap makes inside the sandbox before
+    the program (``plan.add_child_setup(ChildSetup(module, function, args))``). Runs
+    before the provider compiles the plan (``Provider.prepare``).
+
+    :param policy: the final policy.
+    :param plan: the launch plan, still open for changes.
 
     .. versionadded:: 0.1
     """
 
 
 @hookspec(firstresult=True)
-def pysb_launch(plan: LaunchPlan, provider: Provider) -> Any:
-    """Start the sandbox for ``plan`` and return the host process.
+def pysb_launch(plan: LaunchPlan, provider: Provider) -> subprocess.Popen[bytes] | None:
+    """Start the sandbox for ``plan`` and return the host process pysb waits for.
 
-    Implement with ``wrapper=True`` to set up and tear down around the launch; the built-in
-    implementation (``trylast``) calls ``provider.launch(plan)``. Stops at first non-None
-    result.
+    The built-in implementation (``trylast``) returns ``provider.launch(plan,
+    **plan.popen_kwargs)``. Implement with ``wrapper=True`` to set up and tear down around
+    the launch, or return a process yourself to replace it (the first non-None result
+    wins).
 
-    .. versionadded:: 0.1
-    """
-
-
-# ---------------------------------------------------------------------------------------
-# Inside the sandbox
-# ---------------------------------------------------------------------------------------
-
-
-@hookspec
-def pysb_child_install(policy: Policy, recorder: Recorder) -> str | Sequence[str] | None:
-    """Patch what this family guards, inside the sandboxed interpreter.
-
-    Runs before the program and before the API guard is armed. ``recorder`` reports
-    denials and, in a learning run, every access (``recorder.learning`` tells which).
-
-    The child does not use pluggy: the bootstrap imports each guard family's module and
-    calls this function directly. A family whose entry-point module sets
-    ``PYSB_CHILD_MODULE = "pkg.module"`` has that module imported instead, so that the
-    host (which only needs the family's other hooks) never imports the guard itself.
-
-    :return: the guard family (or families) this call put in force, None for none. A
-        guard is trusted by what it arms, not by the name of its entry point: when a
-        family the profile relies on the Python layer for was armed by no guard (or by
-        two), the program is not started (exit 125).
-
-    .. versionadded:: 0.1
-    """
-
-
-@hookspec
-def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | Sequence[str] | None:
-    """Arm the guards that must not see the framework's own start-up (the API guard).
-
-    Called last, right before user code.
-
-    :return: the guard family (or families) put in force, as for ``pysb_child_install``.
+    :param plan: the complete launch plan (its payload is sealed by ``provider.launch``).
+    :param provider: the loaded provider.
+    :return: the host process (its exit status is the run's, ``128+N`` for a signal),
+        or None to let the next implementation launch.
 
     .. versionadded:: 0.1
     """
@@ -170,7 +169,15 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | Sequence[str] | 
 
 @hookspec
 def pysb_event(event: Event) -> None:
-    """Receive one denial or learned access (the ``--events`` JSONL writer is one sink).
+    """Receive one denial or learned access, as the sandbox reports it.
+
+    Called from pysb's report-reader thread while the program runs (the ``--events``
+    JSONL writer is one implementation); keep it quick. An exception is reported as a
+    warning and does not stop the run.
+
+    :param event: what happened: ``layer`` (``python`` or ``os``), ``guard``, ``action``
+        (``deny`` or ``learn``), ``target``, ``detail``, ``suggested_rule``, ``time``,
+        ``pid`` and family-specific ``data``.
 
     .. versionadded:: 0.1
     """
@@ -179,6 +186,12 @@ def pysb_event(event: Event) -> None:
 @hookspec
 def pysb_learned(records: Sequence[Event], profile: LearnedProfile) -> None:
     """Render this family's learned rules into ``profile`` at the end of a learning run.
+
+    :param records: every ``learn`` event of the run, in order (each family picks its
+        own by ``event.guard``).
+    :param profile: the rules to write: ``profile.add(section, key, value, comment,
+        group=...)`` adds one (a duplicate is ignored); ``profile.path_form(path)`` gives
+        a path's portable spelling (``./``, ``~/``, ``${VIRTUAL_ENV}``).
 
     .. versionadded:: 0.1
     """

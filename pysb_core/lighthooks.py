@@ -13,18 +13,20 @@ nothing more:
   ``trylast``;
 - for hooks of :mod:`pysb_core.hookspecs`, with arguments the spec declares.
 
-Order (``tryfirst``, ``trylast``, last registered first), ``firstresult``, historic
-replay, keyword defaults and the ``self`` rules of argument names are pluggy's
+Order (``tryfirst``, ``trylast``, last registered first), ``firstresult``, keyword
+defaults and the ``self`` rules of argument names are pluggy's
 (``tests/test_lighthooks.py`` runs the same plugins through both and compares).
 
 Anything else -- a wrapper or hookwrapper, ``specname``, ``optionalhook``, an unknown hook
 name, an argument the spec lacks, a static or class method, a custom ``__dir__``, a class
 as a plugin, a name or plugin registered twice, ``PYSB_DEBUG_PLUGINS`` -- and the manager
 hands over to a real ``pluggy.PluginManager``: every plugin is registered again, in order,
-and pluggy does exactly what it always does from then on, errors included. The handover
-must happen before a historic hook is called (pluggy would call its earlier
-implementations a second time); pysb registers every plugin before ``pysb_configure``,
-and a late registration that would need it raises instead of changing the semantics.
+and pluggy does exactly what it always does from then on, errors included. Historic hooks
+are not implemented: pysb has none (every plugin is registered before the first call).
+
+``pysb_child_install`` / ``pysb_child_arm`` in a plugin are left alone, by this manager
+and by the pluggy one it hands over to: the bootstrap calls them in the sandbox
+(:mod:`pysb_core.childhooks`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import types
 import warnings
 
 from pysb_core import hookspecs
+from pysb_core.childhooks import NAMES as _CHILD_SIDE
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -53,13 +56,12 @@ class NeedsPluggy(Exception):
 
 
 class _Spec:
-    __slots__ = ("argnames", "firstresult", "historic", "kwargnames")
+    __slots__ = ("argnames", "firstresult", "kwargnames")
 
-    def __init__(self, argnames: tuple[str, ...], firstresult: bool, historic: bool) -> None:
+    def __init__(self, argnames: tuple[str, ...], firstresult: bool) -> None:
         self.argnames = argnames
         self.kwargnames: tuple[str, ...] = ()
         self.firstresult = firstresult
-        self.historic = historic
 
 
 def _specs() -> dict[str, _Spec]:
@@ -73,11 +75,12 @@ def _specs() -> dict[str, _Spec]:
             continue
         if fn.__defaults__ or opts.get("warn_on_impl") or opts.get("warn_on_impl_args"):
             raise NeedsPluggy(f"hookspec {name} uses options pluggy alone implements")
+        if opts.get("historic"):  # a developer's error: caught by tests/test_lighthooks.py
+            raise NeedsPluggy(f"hookspec {name} is historic, which this module does not do")
         code = fn.__code__
         out[name] = _Spec(
             code.co_varnames[: code.co_argcount],
             bool(opts.get("firstresult")),
-            bool(opts.get("historic")),
         )
     return out
 
@@ -171,21 +174,20 @@ def _call(impls: list[HookImpl], kwargs: Mapping[str, object], firstresult: bool
 
 
 class HookCaller:
-    """One hook: ``hook(**kwargs)``, ``call_historic``, ``get_hookimpls`` as in pluggy."""
+    """One hook: ``hook(**kwargs)`` and ``get_hookimpls`` as in pluggy."""
 
-    __slots__ = ("_history", "_impls", "name", "spec")
+    __slots__ = ("_impls", "name", "spec")
 
     def __init__(self, name: str, spec: _Spec) -> None:
         self.name = name
         self.spec = spec
         self._impls: list[HookImpl] = []
-        self._history: list[tuple[Mapping[str, object], Callable[[Any], None] | None]] = []
 
     def __repr__(self) -> str:
         return f"<HookCaller {self.name!r}>"
 
     def is_historic(self) -> bool:
-        return self.spec.historic
+        return False
 
     def get_hookimpls(self) -> list[HookImpl]:
         return self._impls.copy()
@@ -203,12 +205,6 @@ class HookCaller:
                 i -= 1
             impls.insert(i + 1, impl)
 
-    def _replay(self, impl: HookImpl) -> None:
-        for kwargs, callback in self._history:
-            res = _call([impl], kwargs, False)
-            if res and callback is not None:
-                callback(res[0])
-
     def _check_args(self, kwargs: Mapping[str, object]) -> None:
         missing = [repr(name) for name in self.spec.argnames if name not in kwargs]
         if missing:
@@ -219,25 +215,8 @@ class HookCaller:
             )
 
     def __call__(self, **kwargs: object) -> Any:
-        assert not self.spec.historic, (
-            "Cannot directly call a historic hook - use call_historic instead."
-        )
         self._check_args(kwargs)
         return _call(self._impls.copy(), kwargs, self.spec.firstresult)
-
-    def call_historic(
-        self,
-        result_callback: Callable[[Any], None] | None = None,
-        kwargs: Mapping[str, object] | None = None,
-    ) -> None:
-        assert self.spec.historic
-        kwargs = kwargs or {}
-        self._check_args(kwargs)
-        self._history.append((kwargs, result_callback))
-        res = _call(self._impls.copy(), kwargs, False)
-        if result_callback is not None:
-            for x in res:
-                result_callback(x)
 
 
 class HookRelay:
@@ -336,6 +315,8 @@ class LightPluginManager:
                 raise NeedsPluggy("registered twice")  # pluggy says how
             impls = []
             for hook_name, function, opts, bound in _plugin_impls(plugin):
+                if hook_name in _CHILD_SIDE:
+                    continue  # called by the bootstrap in the sandbox, not a host hook
                 if any(opts.get(k) for k in _PLUGGY_ONLY):
                     raise NeedsPluggy(f"{hook_name}: {opts}")
                 caller = getattr(self._relay, hook_name, None)
@@ -351,7 +332,6 @@ class LightPluginManager:
             return self.pluggy.register(plugin, name=name)  # type: ignore[no-any-return]
         self._name2plugin[plugin_name] = plugin
         for caller, impl in impls:
-            caller._replay(impl)
             caller._add(impl)
         return plugin_name
 
@@ -384,14 +364,9 @@ class LightPluginManager:
         """Hand over to a real ``pluggy.PluginManager`` (every plugin registered again)."""
         if self.pluggy is not None:
             return
-        if any(getattr(self._relay, n)._history for n in self._specs):
-            raise RuntimeError(
-                "pysb: a plugin that needs pluggy was registered after a historic hook was "
-                "called; register every plugin before pysb_configure"
-            )
-        import pluggy
+        from pysb_core.childhooks import pluggy_manager
 
-        pm = pluggy.PluginManager(self.project_name)
+        pm = pluggy_manager(self.project_name)
         pm.add_hookspecs(hookspecs)
         for name, plugin in self._name2plugin.items():
             pm.register(plugin, name=name)

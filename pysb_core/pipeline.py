@@ -440,8 +440,6 @@ class Session:
             plan.add_cleanup(remove_hosts_file)
         try:
             self.hooks.contribute(policy, plan)
-            if policy.pins:
-                self.hooks.dns_pinned(policy.pins, plan)
         except SandboxError:
             raise
         except Exception as exc:

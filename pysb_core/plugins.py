@@ -151,9 +151,9 @@ def get_plugin_manager(
 
         pm = LightPluginManager(hookspecs.PROJECT)
     else:
-        import pluggy
+        from pysb_core.childhooks import pluggy_manager
 
-        pm = pluggy.PluginManager(hookspecs.PROJECT)
+        pm = pluggy_manager(hookspecs.PROJECT)
         pm.add_hookspecs(hookspecs)
         if debug:
             pm.trace.root.setwriter(lambda msg: os.write(2, msg.encode()))
@@ -182,6 +182,7 @@ def get_plugin_manager(
                     f"{dist}) or uninstall it (pip uninstall {dist})"
                 ) from exc
             _refuse_other_kit(plugin, entry)
+            _refuse_uncallable_child_hooks(plugin, entry)
             if pm.is_registered(plugin):
                 continue
             try:
@@ -232,6 +233,19 @@ def _refuse_other_kit(plugin: object, entry: LoadedPlugin) -> None:
         )
 
 
+def _refuse_uncallable_child_hooks(plugin: object, entry: LoadedPlugin) -> None:
+    """A ``pysb_child_install`` / ``pysb_child_arm`` asking for an argument the bootstrap
+    does not give would fail inside the sandbox: say so now, naming the distribution."""
+    from pysb_core import childhooks
+
+    found = childhooks.problems(plugin)
+    if found:
+        raise PluginLoadError(
+            f"{_label(entry)} is not a valid pysb plugin: {'; '.join(found)}"
+            f"\n  fix: upgrade or uninstall it (pip uninstall {entry.distribution})"
+        )
+
+
 def _refuse_shared_names(eps: Sequence[EntryPoint], kind: str) -> None:
     """Two distributions registering one name: pysb will not pick one (both named)."""
     seen: dict[str, EntryPoint] = {}
@@ -256,16 +270,13 @@ class Hooks:
         self.pm.hook.pysb_add_profile_keys(schema=schema)
 
     def configure(self, policy: Policy) -> None:
-        self.pm.hook.pysb_configure.call_historic(kwargs={"policy": policy})
+        self.pm.hook.pysb_configure(policy=policy)
 
     def contribute(self, policy: Policy, plan: LaunchPlan) -> None:
         self.pm.hook.pysb_contribute(policy=policy, plan=plan)
 
     def dns_resolve(self, hostnames: Sequence[str]) -> Mapping[str, Sequence[str]]:
         return self.pm.hook.pysb_dns_resolve(hostnames=list(hostnames)) or {}
-
-    def dns_pinned(self, pins: Mapping[str, Sequence[str]], plan: LaunchPlan) -> None:
-        self.pm.hook.pysb_dns_pinned(pins=pins, plan=plan)
 
     def check(self, policy: Policy, provider: Provider | None, report: CheckReport) -> None:
         self.pm.hook.pysb_check(policy=policy, provider=provider, report=report)

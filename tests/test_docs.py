@@ -4,22 +4,51 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
-from pysb_core import hookspecs
+from pysb_core import childhooks, hookspecs
 from pysb_core.provider import Provider
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
+def _hook_functions() -> list[Any]:
+    """Every pluggy hookspec and every child-side function of the guard contract."""
+    return [
+        f
+        for module in (hookspecs, childhooks)
+        for n, f in inspect.getmembers(module, inspect.isfunction)
+        if n.startswith("pysb_") and f.__module__ == module.__name__
+    ]
+
+
 def test_every_hook_is_documented_with_its_signature() -> None:
     page = (DOCS / "plugin-hooks.md").read_text()
-    hooks = [
-        n for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("pysb_")
-    ]
+    hooks = _hook_functions()
     assert len(hooks) >= 10
-    for name in hooks:
-        sig = str(inspect.signature(getattr(hookspecs, name))).replace("'", "")
-        assert f"`{name}{sig}`" in page, f"{name} is missing or outdated in docs/plugin-hooks.md"
+    for fn in hooks:
+        sig = str(inspect.signature(fn)).replace("'", "")
+        assert f"`{fn.__name__}{sig}`" in page, (
+            f"{fn.__name__} is missing or outdated in docs/plugin-hooks.md"
+        )
+
+
+def test_every_hook_documents_each_parameter_and_its_result() -> None:
+    for fn in _hook_functions():
+        doc = inspect.getdoc(fn) or ""
+        for name in inspect.signature(fn).parameters:
+            assert f":param {name}:" in doc, f"{fn.__name__}: parameter {name} is undocumented"
+        returns = inspect.signature(fn).return_annotation
+        assert "Any" not in str(returns), f"{fn.__name__} returns Any"
+        if returns not in ("None", None):
+            assert ":return:" in doc, f"{fn.__name__}: its result is undocumented"
+
+
+def test_the_child_side_functions_are_not_pluggy_hooks() -> None:
+    """pluggy never calls them (the bootstrap does): they are no hookspec."""
+    for name in childhooks.NAMES:
+        assert not hasattr(hookspecs, name)
+        assert getattr(childhooks, name).__dict__.get("pysb_spec") is None
 
 
 def test_every_provider_method_is_documented() -> None:

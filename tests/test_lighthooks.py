@@ -19,13 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pysb_core import hookimpl, hookspecs
+from pysb_core.childhooks import pluggy_manager
 from pysb_core.lighthooks import LightPluginManager, _specs
 from pysb_core.markers import HookspecMarker
 from pysb_core.plugins import Hooks, get_plugin_manager
 
 
 def _pluggy() -> pluggy.PluginManager:
-    pm = pluggy.PluginManager("pysb")
+    pm: pluggy.PluginManager = pluggy_manager("pysb")
     pm.add_hookspecs(hookspecs)
     return pm
 
@@ -49,7 +50,7 @@ def test_specs_are_pluggys_specs() -> None:
         assert spec.argnames == caller.spec.argnames
         assert spec.kwargnames == caller.spec.kwargnames
         assert spec.firstresult == bool(caller.spec.opts["firstresult"])
-        assert spec.historic == caller.is_historic()
+        assert not caller.is_historic()  # pysb has none; this module does not do them
 
 
 # ---------------------------------------------------------------------------------------
@@ -59,7 +60,7 @@ def test_specs_are_pluggys_specs() -> None:
 HOOK_ARGS = {
     "pysb_contribute": ("policy", "plan"),  # 1:N
     "pysb_dns_resolve": ("hostnames",),  # firstresult
-    "pysb_configure": ("policy",),  # historic
+    "pysb_configure": ("policy",),  # 1:N, no result
 }
 
 
@@ -98,7 +99,7 @@ plugin_spec = st.fixed_dictionaries(
     {
         "kind": st.sampled_from(["module", "instance"]),
         "impls": st.lists(impl_spec, max_size=3, unique_by=lambda d: d["hook"]),
-        "late": st.booleans(),  # registered after the historic call
+        "late": st.booleans(),  # registered after the first calls
     }
 )
 
@@ -129,8 +130,7 @@ def _run(pm: Any, plugins: list[dict], log: list) -> list:
     pm.check_pending()
     out.append(("contribute", pm.hook.pysb_contribute(policy="POL", plan="PLAN")))
     out.append(("resolve", pm.hook.pysb_dns_resolve(hostnames=["h"])))
-    seen: list = []
-    pm.hook.pysb_configure.call_historic(seen.append, kwargs={"policy": "POL"})
+    out.append(("configure", pm.hook.pysb_configure(policy="POL")))
     for i, p in late:
         out.append(("registered", pm.register(_build(p, i, log), name=f"p{i}")))
     out.append(("contribute", pm.hook.pysb_contribute(policy="POL2", plan="PLAN2")))
@@ -310,19 +310,6 @@ def test_names_and_plugins_registered_twice_fail_as_in_pluggy() -> None:
             pm.register(plugin, name="y")
 
 
-def test_a_late_plugin_that_needs_pluggy_is_refused_after_a_historic_call() -> None:
-    light = LightPluginManager()
-    light.register(_plain())
-    light.hook.pysb_configure.call_historic(kwargs={"policy": "P"})
-    with pytest.raises(RuntimeError, match="historic"):
-        light.register(_wrapper())
-
-
-def test_a_historic_hook_cannot_be_called_directly() -> None:
-    with pytest.raises(AssertionError):
-        LightPluginManager().hook.pysb_configure(policy="P")
-
-
 def test_a_missing_argument_warns_or_fails_as_in_pluggy() -> None:
     for pm in (_pluggy(), LightPluginManager()):
         policy_only = types.ModuleType("policy_only")
@@ -344,3 +331,29 @@ def test_the_run_path_uses_the_light_manager_and_the_cli_pluggy() -> None:
     assert {n for n, _ in pm.list_name_plugin()} == {n for n, _ in full.list_name_plugin()}
     for hook in ("pysb_check", "pysb_contribute", "pysb_launch", "pysb_dns_resolve"):
         assert Hooks(pm).implementers(hook) == Hooks(full).implementers(hook)
+
+
+def test_child_side_functions_are_not_host_hooks_for_either_manager() -> None:
+    """A guard whose entry-point module holds its child side: ``pysb_child_install`` /
+    ``pysb_child_arm`` (marked or not) are the bootstrap's, not pluggy's."""
+    for pm in (_pluggy(), LightPluginManager()):
+        guard = types.ModuleType("guard")
+        guard.pysb_contribute = hookimpl(lambda plan: "contributed")  # type: ignore[attr-defined]
+        guard.pysb_child_install = hookimpl(lambda policy, recorder: "files")  # type: ignore[attr-defined]
+        guard.pysb_child_arm = lambda: None  # type: ignore[attr-defined]
+        pm.register(guard, name="guard:g")
+        pm.check_pending()
+        assert pm.hook.pysb_contribute(policy="P", plan="L") == ["contributed"]
+        assert not hasattr(pm.hook, "pysb_child_install")
+    assert LightPluginManager().pluggy is None
+
+
+def test_a_historic_spec_is_refused_by_the_light_manager(monkeypatch: pytest.MonkeyPatch) -> None:
+    @HookspecMarker("pysb")(historic=True)
+    def pysb_configure(policy: object) -> None: ...
+
+    monkeypatch.setattr(hookspecs, "pysb_configure", pysb_configure)
+    from pysb_core.lighthooks import NeedsPluggy
+
+    with pytest.raises(NeedsPluggy, match="historic"):
+        _specs()

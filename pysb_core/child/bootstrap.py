@@ -386,6 +386,7 @@ def main(fd: str) -> None:
         if payload.get("guards") or payload.get("child_setups"):
             import importlib
 
+            from pysb_core.childhooks import call as call_child_hook
             from pysb_core.events import Recorder
             from pysb_core.policy import Policy
 
@@ -421,7 +422,7 @@ def main(fd: str) -> None:
             for g in guards:
                 install = getattr(g, "pysb_child_install", None)
                 if install is not None:
-                    _note_armed(armed, g, install(policy=policy, recorder=recorder))
+                    _note_armed(armed, g, call_child_hook(install, policy, recorder))
             for fn, kwargs in setups:
                 fn(**kwargs)
     except Exception as exc:  # fail closed: the program never runs half-guarded
@@ -435,7 +436,7 @@ def main(fd: str) -> None:
         for g in guards:
             hook = getattr(g, "pysb_child_arm", None)
             if hook is not None:
-                _note_armed(armed, g, hook(policy=policy, recorder=recorder))
+                _note_armed(armed, g, call_child_hook(hook, policy, recorder))
         _require_armed(payload, armed)
 
     if entry_fn is not None:
