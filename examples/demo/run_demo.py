@@ -58,7 +58,9 @@ def _step(pysb: str, project: Path, title: str, args: list[str]) -> subprocess.C
 def main() -> None:
     pysb = shutil.which("pysb", path=os.path.dirname(sys.executable)) or "pysb"
     provider = pick_provider(pysb)
-    with tempfile.TemporaryDirectory(prefix="pysb-demo-") as tmp:
+    # Not under /tmp: every provider gives the program a private /tmp (or TMPDIR) of its own,
+    # so a secret placed there would simply not exist inside, and the demo would show nothing.
+    with tempfile.TemporaryDirectory(prefix="pysb-demo-", dir="/var/tmp") as tmp:
         root = Path(tmp)
         project = root / "project"
         (project / "data").mkdir(parents=True)
