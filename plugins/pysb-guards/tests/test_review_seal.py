@@ -41,3 +41,30 @@ def test_review_escape_held(label: str, python: str, tmp_path: Path) -> None:
         assert review_escapes.refusals(res.stdout) == case.refused, out
     for line in case.controls:
         assert line in res.stdout, out
+
+
+def test_site_packages_extension_modules_still_load(tmp_path: Path) -> None:
+    """The control of the extension-module judgment: a compiled module of an installed
+    package (below site-packages, under its own dotted name) imports as before."""
+    try:
+        from yaml import _yaml  # noqa: F401 - only its presence matters
+    except ImportError:
+        pytest.skip("PyYAML without its C extension here")
+    res = guarded.run(
+        "from yaml import _yaml\nprint('loaded', _yaml.__name__)",
+        imports=("yaml",),
+        cwd=tmp_path,
+    )
+    assert res.stdout.strip() == "loaded yaml._yaml", res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("module", ["sqlite3", "ssl"])
+def test_imports_made_by_an_extension_initialising_are_its_own(
+    module: str, python: str, tmp_path: Path
+) -> None:
+    """``_sqlite3`` imports ``functools``, ``_ssl`` imports ``_socket`` from their C
+    initialisation: listing the module the program imports is enough (it was refused)."""
+    res = guarded.run(
+        f"import {module}\nprint('imported')", imports=(module,), cwd=tmp_path, python=python
+    )
+    assert res.stdout.strip() == "imported", res.stdout + res.stderr
