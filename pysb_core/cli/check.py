@@ -48,7 +48,7 @@ def run_check(
 ) -> int:
     """Check the profile; ``verbosity`` -1 prints only errors and the verdict, 1 adds
     each rule's guard family."""
-    from pysb_core.pipeline import Program, Session
+    from pysb_core.pipeline import Program, Session, unenforced_messages
     from pysb_core.profile.discovery import ProfileNotFoundError
 
     errors: list[str] = []
@@ -81,11 +81,8 @@ def run_check(
             rules.append(
                 {"rule": r.rule, "source": r.source, "layers": list(r.layers), "family": r.family}
             )
-        for r in report.unenforced():
-            errors.append(
-                f"{r.source}: '{r.rule}' is not enforced by any active layer "
-                f"under '{provider_name}'"
-            )
+        # The same words as `pysb run`'s refusal, with what the user can do about it.
+        errors.extend(unenforced_messages(report.unenforced(), report))
         notes = [*report.notes, *_provider_notes(policy)]
         if policy.learn:
             notes.append("learn: this profile asks for a learning run (no sandbox)")
