@@ -14,7 +14,8 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
 	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" \
-	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5"
+	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
+	    "mypy>=2.4,<2.5"
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling
 	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse $$($(BIN)/python -c "$$OLDEST_PINS")
@@ -31,8 +32,10 @@ demo: system-deps dev
 test: system-deps dev
 	./scripts/test.sh
 
+# mypy --strict on the supported plugin API (the files are listed in pyproject.toml);
+# tests/test_typing.py runs the same check in `make test`, so CI runs it too.
 lint: dev
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 # The documentation site (mkdocs-material) into site/; --strict: a page missing from the
 # nav, a broken link or anchor is an error. Generated parts: scripts/mkdocs_hooks.py.

@@ -23,23 +23,23 @@ if TYPE_CHECKING:
 try:
     import _ctypes
 
-    class Int(_ctypes._SimpleCData):  # type: ignore[name-defined]
+    class Int(_ctypes._SimpleCData):  # type: ignore[type-arg]
         _type_ = "i"
 
-    class Long(_ctypes._SimpleCData):  # type: ignore[name-defined]
+    class Long(_ctypes._SimpleCData):  # type: ignore[type-arg]
         _type_ = "l"
 
-    class Pointer(_ctypes._SimpleCData):  # type: ignore[name-defined]
+    class Pointer(_ctypes._SimpleCData):  # type: ignore[type-arg]
         _type_ = "P"
 
-    class _Char(_ctypes._SimpleCData):  # type: ignore[name-defined]
+    class _Char(_ctypes._SimpleCData):  # type: ignore[type-arg]
         _type_ = "c"
 
     class _Process:
         """What a function pointer is looked up in: ``dlopen(NULL)``'s handle."""
 
         def __init__(self) -> None:
-            self._handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)
+            self._handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]
 
     _PROCESS: Any = _Process()
     _FLAGS = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO

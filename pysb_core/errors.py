@@ -10,6 +10,7 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
     from pysb_core.exitcodes import ExitCode as ExitCode
 
@@ -87,18 +88,23 @@ class DeniedError(SandboxError):
     guard: str = ""
     #: The errno of an OSError denial (None: not an OSError).
     default_errno: int | None = None
+    # What an OSError denial carries (the builtin base keeps them in C slots).
+    errno: int | None
+    strerror: str | None
 
     def __init__(self, message: str, *, target: str = "", suggested_rule: str = "") -> None:
         super().__init__(message)
         self.target = target
         self.suggested_rule = suggested_rule
         if self.default_errno is not None:
-            self.errno = self.default_errno  # type: ignore[attr-defined]
-            self.strerror = message  # type: ignore[attr-defined]
+            self.errno = self.default_errno
+            self.strerror = message
 
-    def __reduce__(self):  # keep the keyword attributes across pickling (partial mode)
+    def __reduce__(self) -> tuple[Any, ...]:  # keep the keyword attributes across pickling
         # The builtin bases keep these in C slots, not in __dict__.
-        names = ("errno", "strerror", "filename", "filename2") if isinstance(self, OSError) else ()
+        names: tuple[str, ...] = ()
+        if isinstance(self, OSError):
+            names = ("errno", "strerror", "filename", "filename2")
         names += ("name", "path", "msg") if isinstance(self, ImportError) else ()
         extra = {n: getattr(self, n) for n in names}
         return (_rebuild_denied, (type(self), self.args, self.__dict__, extra))
@@ -107,7 +113,12 @@ class DeniedError(SandboxError):
         return str(self.args[0]) if self.args else ""
 
 
-def _rebuild_denied(cls, args, state, extra=None):
+def _rebuild_denied(
+    cls: type[DeniedError],
+    args: tuple[Any, ...],
+    state: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> DeniedError:
     exc = (OSError.__new__ if issubclass(cls, OSError) else cls.__new__)(cls)
     exc.args = args
     exc.__dict__.update(state)

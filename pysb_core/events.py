@@ -14,6 +14,7 @@ from pysb_core.records import Record, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, Literal
 
 
@@ -69,8 +70,13 @@ class Recorder:
 
 
 def reporter_functions(
-    fd: int | None, seen: set, write: Any, now: Any, getpid: Any, quote: Any
-) -> tuple[Any, Any]:
+    fd: int | None,
+    seen: set[tuple[str, str, str]],
+    write: Callable[[int, bytes], int],
+    now: Callable[[], float],
+    getpid: Callable[[], int],
+    quote: Callable[[str], str],
+) -> tuple[Callable[..., None], Callable[..., None]]:
     """``(deny, learn)``: the recorder's two calls as closures for the guards' judges.
 
     A judge must never run code the program can replace: :class:`Recorder`'s methods are
@@ -105,7 +111,9 @@ def reporter_functions(
             return int.__repr__(value)
         return quote(object.__repr__(value))
 
-    def emit(guard: str, action: str, target: str, detail: str, rule: str, data: dict) -> None:
+    def emit(
+        guard: str, action: str, target: str, detail: str, rule: str, data: dict[str, Any]
+    ) -> None:
         if fd is None:
             return
         line = (

@@ -71,7 +71,7 @@ class LearnedProfile:
         if not isinstance(section, str) or not section:
             raise ValueError(f"invalid profile section {section!r}")
         if isinstance(value, list):
-            value = tuple(value)  # type: ignore[assignment]
+            value = tuple(value)
         if isinstance(value, tuple):
             if len(value) != 2 or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"a mapping entry is a (name, value) pair, got {value!r}")

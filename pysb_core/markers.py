@@ -45,7 +45,7 @@ class HookimplMarker:
             wrapper: bool = False,
         ) -> Callable[[F], F]: ...
 
-    def __call__(  # type: ignore[misc]
+    def __call__(
         self,
         function: F | None = None,
         *,
@@ -80,6 +80,21 @@ class HookspecMarker:
 
     def __init__(self, project_name: str) -> None:
         self.project_name = project_name
+
+    if TYPE_CHECKING:
+
+        @overload
+        def __call__(self, function: F) -> F: ...
+
+        @overload
+        def __call__(
+            self,
+            function: None = None,
+            firstresult: bool = False,
+            historic: bool = False,
+            warn_on_impl: Warning | None = None,
+            warn_on_impl_args: Mapping[str, Warning] | None = None,
+        ) -> Callable[[F], F]: ...
 
     def __call__(
         self,

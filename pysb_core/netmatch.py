@@ -52,7 +52,10 @@ def normalize_host(name: str | bytes) -> str:
 #: an IPv6 scope (or None). No class of our own: the sandbox's guard runs these functions
 #: with private globals, and a class (its methods, its ``__str__``) is something the program
 #: could reach through the class graph and change.
-IP = tuple
+if TYPE_CHECKING:
+    IP = tuple[int, int, str | None]
+else:
+    IP = tuple
 
 
 def ip_text(ip: tuple[int, int, str | None]) -> str:
@@ -191,7 +194,7 @@ def _is_wide(network: str) -> bool:
 # the dict in sealed code, where nothing the program can reach decides.
 
 
-def _int_networks(rule: Any, pins: Mapping[str, Sequence[str]]) -> tuple:
+def _int_networks(rule: Any, pins: Mapping[str, Sequence[str]]) -> tuple[Any, ...]:
     """``(nets4, nets6)`` of a rule: (shift, key) pairs; a host name has its pins."""
     network = rule.network
     if network == "*":
@@ -208,7 +211,7 @@ def _int_networks(rule: Any, pins: Mapping[str, Sequence[str]]) -> tuple:
     return (v4, v6)
 
 
-def _int_matches(nets: tuple, ip: IP) -> bool:
+def _int_matches(nets: tuple[Any, ...], ip: IP) -> bool:
     value = ip[1]
     return any(value >> shift == key for shift, key in (nets[0] if ip[0] == 4 else nets[1]))
 
@@ -243,7 +246,7 @@ def compile_matcher(
     rules = tuple(rules)
     text = a["text"]
     pinned = {normalize_host(k): tuple(text(x) for x in v) for k, v in (pins or {}).items()}
-    index: dict[tuple[str, str], tuple[list, list]] = {
+    index: dict[tuple[str, str], tuple[list[Any], list[Any]]] = {
         (p, d): ([], []) for p in ("tcp", "udp") for d in ("in", "out")
     }
     networks = a["networks"]
@@ -276,7 +279,7 @@ def compile_matcher(
     }
 
 
-def decide(m: dict[str, Any], proto: str, ip: Any, port: int, direction: str) -> tuple:
+def decide(m: dict[str, Any], proto: str, ip: Any, port: int, direction: str) -> tuple[Any, ...]:
     """The rules alone on one parsed address: a matching deny, else a matching allow, else
     the default deny ``(False, None)``."""
     entry = m["index"].get((proto, direction))
@@ -292,7 +295,9 @@ def decide(m: dict[str, Any], proto: str, ip: Any, port: int, direction: str) ->
     return (False, None)
 
 
-def _first_match(compiled: tuple, ip: Any, port: int, matches: Any) -> tuple | None:
+def _first_match(
+    compiled: tuple[Any, ...], ip: Any, port: int, matches: Any
+) -> tuple[Any, ...] | None:
     """``(label,)`` of the first compiled rule covering ``port`` and ``ip``, else None."""
     for label, nets, ports in compiled:
         for low, high in ports:
@@ -303,12 +308,14 @@ def _first_match(compiled: tuple, ip: Any, port: int, matches: Any) -> tuple | N
     return None
 
 
-def check(m: dict[str, Any], proto: str, address: Any, port: int, direction: str) -> tuple:
+def check(
+    m: dict[str, Any], proto: str, address: Any, port: int, direction: str
+) -> tuple[Any, ...]:
     """Decide one address: ``(allowed, deciding rule or None for the default deny)``,
     cached per ``(proto, address, port, direction)``."""
     key = (proto, address, port, direction)
     cache = m["cache"]
-    hit = cache.get(key)
+    hit: tuple[Any, ...] | None = cache.get(key)
     if hit is not None:
         return hit
     a = m["algebra"]
@@ -328,13 +335,15 @@ def check(m: dict[str, Any], proto: str, address: Any, port: int, direction: str
 
 def pinned(m: dict[str, Any], name: str) -> tuple[str, ...] | None:
     """The pinned addresses of ``name``, or ``None`` when no rule pinned it."""
-    return m["pins"].get(normalize_host(name))
+    found: tuple[str, ...] | None = m["pins"].get(normalize_host(name))
+    return found
 
 
 def name_of(m: dict[str, Any], address: str) -> str | None:
     """The pinned name an address belongs to (for messages and learning)."""
     try:
-        return m["reverse"].get(m["algebra"]["text"](address))
+        name: str | None = m["reverse"].get(m["algebra"]["text"](address))
+        return name
     except ValueError:
         return None
 
@@ -346,7 +355,7 @@ def check_host(
     port: int,
     direction: str,
     addresses: Sequence[str] | None = None,
-) -> tuple:
+) -> tuple[Any, ...]:
     """Decide a connection to a name: allowed only if every address of it is allowed.
 
     ``addresses`` defaults to the pins of ``host``; a literal ``host`` is judged alone; an
@@ -394,17 +403,19 @@ class Matcher:
 
     @property
     def rules(self) -> tuple[NetworkRule, ...]:
-        return self._m["rules"]
+        rules: tuple[NetworkRule, ...] = self._m["rules"]
+        return rules
 
     @property
     def pins(self) -> dict[str, tuple[str, ...]]:
-        return self._m["pins"]
+        pins: dict[str, tuple[str, ...]] = self._m["pins"]
+        return pins
 
     @property
     def resolves_any_name(self) -> bool:
-        return self._m["resolves_any_name"]
+        return bool(self._m["resolves_any_name"])
 
-    def check(self, proto: str, address: Any, port: int, direction: str) -> tuple:
+    def check(self, proto: str, address: Any, port: int, direction: str) -> tuple[Any, ...]:
         return check(self._m, proto, address, port, direction)
 
     def check_host(
@@ -414,7 +425,7 @@ class Matcher:
         port: int,
         direction: str,
         addresses: Sequence[str] | None = None,
-    ) -> tuple:
+    ) -> tuple[Any, ...]:
         return check_host(self._m, proto, host, port, direction, addresses)
 
     def pinned(self, name: str) -> tuple[str, ...] | None:

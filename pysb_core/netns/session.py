@@ -193,7 +193,7 @@ class NetnsNetwork:
                 for proto in protos.split(","):
                     ports[proto] += [str(p) for p in rng if str(p) != "*"]
             kwargs["loopback_ports"] = ports
-        helper = cls(dns=c.dns, host_loopback=bool(c.host_loopback), inbound=c.inbound, **kwargs)  # type: ignore[arg-type]
+        helper = cls(dns=c.dns, host_loopback=bool(c.host_loopback), inbound=c.inbound, **kwargs)
         helper.start(pid, namespaces)
         self.helper = helper
 
