@@ -65,3 +65,23 @@ def test_without_python_guards_only_the_os_layer_counts() -> None:
     unenforced = {r.rule for r in report.unenforced()}
     # imports and api are given up knowingly; ignore and the renamed exposure are not
     assert unenforced == {"files: expose-ro: /p/in:/data", "files: ignore: .env"}
+
+
+def test_check_says_what_the_python_layer_cannot_hold() -> None:
+    """ctypes with `native` denied, sqlite3's authorizer: notes, not silence."""
+
+    def notes(imports: tuple[str, ...], api: tuple[ApiRule, ...] = ()) -> list[str]:
+        report = CheckReport(provider="fake")
+        policy = Policy(imports=imports, imports_source="p.yaml:7", api=api)
+        api_hooks_check(policy, report)
+        return report.notes
+
+    assert any("ctypes" in n for n in notes(("ctypes",)))
+    assert any("ctypes" in n for n in notes(("*",)))
+    assert not any("ctypes" in n for n in notes(("ctypes",), (ApiRule("allow", "native", "p:1"),)))
+    assert any("set_authorizer" in n for n in notes(("sqlite3",)))
+    assert notes(("json",)) == []
+
+
+def api_hooks_check(policy: Policy, report: CheckReport) -> None:
+    api.pysb_check(policy=policy, provider=None, report=report)

@@ -77,6 +77,30 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
         report.add(
             "api: (none: every registered function denied)", "<default>", ["python"], family=GUARD
         )
+    for note in python_layer_limits(policy):
+        report.note(note)
+
+
+def python_layer_limits(policy: Policy) -> list[str]:
+    """What the profile grants that the Python layer cannot hold against the program
+    (docs/security.md, "Outside review"): said by ``pysb check``, never silently."""
+    imports = set(policy.imports or ())
+    star = "*" in imports
+    notes = []
+    if (star or imports & {"ctypes", "_ctypes"}) and not _native_allowed(policy):
+        notes.append(
+            "imports allow ctypes while `native` is denied: ctypes' own types (a Union of "
+            "c_void_p and a POINTER, c_char_p(address)) read and write any address without a "
+            "call the Python layer sees, so it holds `native` only against programs that do "
+            "not use ctypes; an OS provider still confines the process"
+        )
+    if star or imports & {"sqlite3", "_sqlite3"}:
+        notes.append(
+            "imports allow sqlite3: SQL cannot ATTACH files outside the exposures, but a "
+            "program that calls Connection.set_authorizer itself lifts that check for its "
+            "connection; an OS provider still confines the process"
+        )
+    return notes
 
 
 @hookimpl
@@ -107,3 +131,13 @@ def learned_api(records: Sequence[Event]) -> list[tuple[str, str | None]]:
         else:
             out += [(name, comment) for name in sorted(groups)]
     return out
+
+
+def _native_allowed(policy: Policy) -> bool:
+    """True when the rules allow ``native`` (what decides ``_ctypes.dlopen``)."""
+    if not policy.api:
+        return False
+    from pysb_guards import registry
+
+    verdicts = registry.resolve([(r.action, r.target) for r in policy.api])
+    return verdicts.get("_ctypes.dlopen", False)
