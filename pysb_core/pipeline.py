@@ -56,11 +56,12 @@ class Program(Record):
         return {k: v for k, v in self.to_dict().items() if v is not None}
 
 
-def _provider_id(provider: Provider) -> tuple[str, str, str, str]:
+def _provider_id(provider: Provider | type[Provider]) -> tuple[str, str, str, str]:
     """``(name, module, distribution, version)``: who to name when the provider fails."""
     from pysb_core.drivers import provider_distribution
 
-    return (provider.name, type(provider).__module__, *provider_distribution(provider.name))
+    cls = provider if isinstance(provider, type) else type(provider)
+    return (cls.name, cls.__module__, *provider_distribution(cls.name))
 
 
 def _warn(stream: IO[str] | None, message: str) -> None:
@@ -276,11 +277,11 @@ class Session:
             # Provider options: validated by the provider that owns them.
             options = policy.provider_options.get(policy.provider) or {}
             provider_cls = load_provider_class(policy.provider)
+            provider_id.append(_provider_id(provider_cls))
             problems = provider_cls.validate_options(options)
             if problems:
                 raise ProfileError([f"providers: {policy.provider}: {p}" for p in problems])
             prov = load_provider(policy.provider, options)
-            provider_id.append(_provider_id(prov))
             hooks.register(prov, name=f"provider:{prov.name}")
 
             policy = cls._pin(policy, hooks, stderr)

@@ -315,8 +315,10 @@ def _fake_provider_site(tmp_path: Path, body: str) -> Path:
     [
         "    def probe(self):\n        raise OSError('probe bug')\n",
         "    def prepare(self, plan):\n        raise KeyError('prepare bug')\n",
+        "    @classmethod\n"
+        "    def validate_options(cls, options):\n        raise ValueError('bug')\n",
     ],
-    ids=["probe", "launch"],
+    ids=["probe", "launch", "options"],
 )
 def test_a_provider_that_raises_is_one_paragraph_naming_its_distribution(
     body: str, project: Project, tmp_path: Path
