@@ -39,6 +39,9 @@ FORWARDED = (
 _SI_USER = 0  # si_code of a signal sent by kill(); terminal-generated ones are SI_KERNEL
 #: Seconds a sandbox has to end after pysb was asked to end, before it is killed.
 TERM_GRACE = 5.0
+#: Seconds a sandbox that reports its program's start (``proc.pysb_program_started``: a VM)
+#: may take to boot before ``wall-time`` counts anyway.
+BOOT_ALLOWANCE = 60.0
 #: Always requests to end; SIGINT and SIGQUIT only when sent with kill() (a Ctrl-C the
 #: program handles, as a REPL does, is not one).
 _ENDING = (signal.SIGTERM, signal.SIGHUP)
@@ -63,6 +66,49 @@ def held_signals() -> Iterator[list[int]]:
             signal.signal(s, handler)
 
 
+class ProgramStart:
+    """When the program started, for a provider whose sandbox boots first (qemu): the
+    provider hands the read end of a pipe on which its host process writes one line, the
+    start time on this host's monotonic clock, and sets an instance as
+    ``proc.pysb_program_started``. :func:`wait` then counts ``wall-time`` from there."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd  # non-blocking
+        self._buf = b""
+        self.at: float | None = None
+
+    def __call__(self) -> float | None:
+        if self.at is None and self._fd is not None:
+            import os
+
+            try:
+                data = os.read(self._fd, 64)
+            except BlockingIOError:
+                return None
+            except OSError:
+                data = b""
+            self._buf += data
+            if b"\n" in self._buf:
+                try:
+                    self.at = float(self._buf.split(b"\n", 1)[0])
+                except ValueError:
+                    self.at = time.monotonic()
+                self.close()
+            elif not data:
+                self.close()  # the host process died before the start: no report will come
+        return self.at
+
+    def close(self) -> None:
+        import os
+
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def status_of(returncode: int) -> int:
     """Shell convention: a death by signal N is 128+N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -84,7 +130,11 @@ def wait(
     """
     watched = {*FORWARDED, signal.SIGCHLD}
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
-    deadline = None if wall_time is None else time.monotonic() + wall_time
+    started = getattr(proc, "pysb_program_started", None)
+    awaiting_start = wall_time is not None and started is not None
+    deadline = None
+    if wall_time is not None:
+        deadline = time.monotonic() + wall_time + (BOOT_ALLOWANCE if awaiting_start else 0.0)
     pending = pending if pending is not None else []
     forwarded = 0
     kill_at: float | None = None  # set by a request to end
@@ -107,12 +157,18 @@ def wait(
                         ending(signo)
             if proc.poll() is not None:
                 return status_of(proc.returncode)
+            if awaiting_start and wall_time is not None and started is not None:
+                at = started()
+                if at is not None:
+                    deadline, awaiting_start = at + wall_time, False
             now = time.monotonic()
             if kill_at is not None and now >= kill_at:
                 proc.kill()
                 proc.wait()
                 return status_of(proc.returncode)
             timeout = 0.5 if kill_at is None else max(0.0, min(0.5, kill_at - now))
+            if awaiting_start:
+                timeout = min(timeout, 0.05)  # notice the start soon after it happens
             if deadline is not None:
                 timeout = max(0.0, min(timeout, deadline - now))
             if deadline is not None and now >= deadline:

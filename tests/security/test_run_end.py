@@ -172,3 +172,20 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.slow
+@pytest.mark.provider("qemu")
+def test_qemu_wall_time_is_the_programs_time(tmp_path: Path) -> None:
+    """``limits: wall-time: 2s`` under qemu: the program prints at once and is then killed
+    at the limit; the VM's boot (longer than 2 s here) does not count."""
+    program = 'import time\nprint("HELLO", flush=True)\ntime.sleep(30)\n'
+    proc = _start("qemu", _project(tmp_path, program, "limits: {wall-time: 2s}\n"))
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "HELLO" in out, err
+    assert proc.returncode == 124 and "wall-time limit of 2s reached" in err, err

@@ -16,6 +16,7 @@ from typing import Any
 
 from pysb_core import seccomp
 from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.execute import ProgramStart
 from pysb_core.plan import LaunchPlan, LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
 from pysb_qemu import assets as assets_mod
@@ -232,6 +233,8 @@ class QemuProvider(Provider):
             argv = spec.qemu_argv(qemu, chardev_fds, initrd=f"/proc/self/fd/{initrd_fd}")
             lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
             opened.append(lifeline_r)
+            started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            opened.append(started_w)
             ports_cfg = [
                 {
                     "name": p.name,
@@ -251,6 +254,7 @@ class QemuProvider(Provider):
                 "ports": ports_cfg,
                 "marker": spec.marker,
                 "lifeline_fd": lifeline_r,
+                "started_fd": started_w,
                 "debug": bool(os.environ.get("PYSB_QEMU_DEBUG")),
             }
             config_fd = os.memfd_create("pysb-qemu-config", os.MFD_CLOEXEC)
@@ -260,6 +264,7 @@ class QemuProvider(Provider):
             inherit = {
                 config_fd,
                 lifeline_r,
+                started_w,
                 initrd_fd,
                 *chardev_fds.values(),
                 *(pair[0].fileno() for pair in pairs.values()),
@@ -275,6 +280,8 @@ class QemuProvider(Provider):
         except BaseException:
             if "lifeline_w" in locals():
                 _close_quietly(lifeline_w)
+            if "started_r" in locals():
+                _close_quietly(started_r)
             raise
         finally:
             for fd in opened:
@@ -284,6 +291,10 @@ class QemuProvider(Provider):
                 b.close()
         proc.pysb_lifeline = lifeline_w  # type: ignore[attr-defined]
         plan.add_cleanup(lambda: _close_quietly(lifeline_w))
+        # wall-time counts from the program's start in the guest, not from the VM's boot.
+        start = ProgramStart(started_r)
+        proc.pysb_program_started = start  # type: ignore[attr-defined]
+        plan.add_cleanup(start.close)
         return proc
 
 

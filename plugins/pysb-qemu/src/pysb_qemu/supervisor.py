@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 SETUP_FAILED = 125
 FORWARDED_SIGNALS = (
@@ -166,12 +167,28 @@ class Supervisor:
 
     def _control_line(self, line: str) -> None:
         kind, _, rest = line.partition(" ")
-        if kind == "rc" and rest.strip().isdigit():
+        if kind == "start":
+            self.report_start()
+        elif kind == "rc" and rest.strip().isdigit():
             self.rc = int(rest)
             self.status.set()
         elif kind == "fail":
             self.failure = rest
             self.status.set()
+
+    def report_start(self) -> None:
+        """Tell pysb when the program started in the guest (this host's monotonic clock):
+        ``limits: wall-time`` is the program's time, not the VM's boot."""
+        fd = self.config.get("started_fd")
+        if fd is None:
+            return
+        self.config["started_fd"] = None
+        try:
+            os.write(fd, f"{time.monotonic()!r}\n".encode())
+        except OSError:
+            pass  # pysb is gone: the lifeline ends us
+        finally:
+            os.close(fd)
 
     def read_console(self) -> None:
         debug = self.config.get("debug", False)
