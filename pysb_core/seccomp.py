@@ -4,9 +4,11 @@ A provider's namespaces or Landlock ruleset confine files and the network; some 
 reach past both and are refused here, for every provider alike:
 
 - ``socket()`` of a family no profile rule can express: only ``AF_UNIX``, ``AF_INET``,
-  ``AF_INET6`` and ``AF_NETLINK`` are created. ``AF_VSOCK`` is not confined by network
-  namespaces (on a host that is itself a VM it leads to the hypervisor), ``AF_PACKET``,
-  ``AF_ALG``, ``AF_XDP``, Bluetooth, CAN, TIPC, RDS... are kernel surface no rule covers
+  ``AF_INET6`` and ``AF_NETLINK`` with ``NETLINK_ROUTE`` are created (other netlink
+  protocols: ``EPROTONOSUPPORT``; sock_diag lists the host's sockets under Landlock).
+  ``AF_VSOCK`` is not confined by network namespaces (on a host that is itself a VM it
+  leads to the hypervisor), ``AF_PACKET``, ``AF_ALG``, ``AF_XDP``, Bluetooth, CAN, TIPC,
+  RDS... are kernel surface no rule covers
   (``EAFNOSUPPORT``, which programs read as "this family does not exist here");
 - ``ptrace``, ``process_vm_readv``/``writev`` and ``pidfd_getfd``: under bwrap a traced
   sandbox PID 1 stops and the run hangs; no profile grants debugging (``EPERM``);
@@ -68,6 +70,7 @@ def off_arg(n: int) -> int:
 
 
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+NETLINK_ROUTE = 0
 SOCK_STREAM, SOCK_DGRAM = 1, 2
 IPPROTO_TCP, IPPROTO_UDP = 6, 17
 MSG_FASTOPEN = 0x20000000
@@ -263,11 +266,18 @@ def _socket_block(rules: Rules) -> list[tuple[str | int, ...]]:
         ("ld", off_arg(0)),
         ("jeq", AF_INET, ip_target),
         ("jeq", AF_INET6, ip_target),
-        ("jeq", AF_NETLINK, "allow_socket"),  # routing queries; changes need CAP_NET_ADMIN
+        ("jeq", AF_NETLINK, "netlink"),
         ("jeq", AF_UNIX, "allow_socket" if rules.unix else "eacces"),
         ("ret", ret_errno(errno.EAFNOSUPPORT)),
         ("label", "eacces"),
         ("ret", eacces),
+        # Netlink: NETLINK_ROUTE only (the C library's address queries; changes need
+        # CAP_NET_ADMIN). sock_diag would list the host's sockets under Landlock, uevents
+        # and audit are host-wide: the kernel's own answer for an unknown protocol.
+        ("label", "netlink"),
+        ("ld", off_arg(2)),
+        ("jeq", NETLINK_ROUTE, "allow_socket"),
+        ("ret", ret_errno(errno.EPROTONOSUPPORT)),
     ]
     if rules.ip != "any":
         block += [

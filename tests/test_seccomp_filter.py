@@ -18,6 +18,7 @@ ALLOW = sc.RET_ALLOW
 EPERM, EACCES = sc.ret_errno(errno.EPERM), sc.ret_errno(errno.EACCES)
 ENOSYS, EAFNO = sc.ret_errno(errno.ENOSYS), sc.ret_errno(errno.EAFNOSUPPORT)
 ENOTSUP = sc.ret_errno(errno.EOPNOTSUPP)
+EPROTO = sc.ret_errno(errno.EPROTONOSUPPORT)
 NEWUSER, NEWNS, NEWPID, NEWNET, NEWTIME = 0x10000000, 0x20000, 0x20000000, 0x40000000, 0x80
 FORK_FLAGS = 0x01200011  # CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD: a fork
 THREAD_FLAGS = 0x003D0F00  # what pthread_create passes to clone
@@ -55,6 +56,9 @@ def test_refused_under_every_provider(machine: str, arch: int, rules: sc.Rules) 
     assert decide(machine, rules, "ioctl", 0, (1 << 32) | sc.TIOCLINUX) == EPERM
     assert decide(machine, rules, "ioctl", 0, 0x5401) == ALLOW  # TCGETS
     assert decide(machine, rules, "socket", 16, 3, 0) == ALLOW  # netlink: route queries
+    assert decide(machine, rules, "socket", 16, 3 | CLOEXEC, 0) == ALLOW
+    for protocol in (4, 9, 15, 12, 16):  # sock_diag, audit, uevent, nfnetlink, generic
+        assert decide(machine, rules, "socket", 16, 3, protocol) == EPROTO, protocol
     # A foreign ABI is refused whole: its multiplexers hide the arguments judged above.
     prog = sc.program(machine, rules)
     assert prog is not None

@@ -39,7 +39,8 @@ def _qemu() -> object:
 @pytest.mark.parametrize("provider", [*providers(), _qemu()])
 def test_socket_families_no_rule_expresses_are_refused(provider: str, tmp_path: Path) -> None:
     """``AF_VSOCK`` is not confined by a network namespace (on a VM it leads to the host);
-    packet, crypto, XDP, TIPC, RDS, key and CAN sockets are kernel surface no rule covers.
+    packet, crypto, XDP, TIPC, RDS, key and CAN sockets are kernel surface no rule covers;
+    netlink is NETLINK_ROUTE only (sock_diag lists the host's sockets under Landlock).
     Only ``socket()`` is called: nothing is connected, bound or sent."""
     box = bench(provider, tmp_path)
     families = {
@@ -54,15 +55,21 @@ def test_socket_families_no_rule_expresses_are_refused(provider: str, tmp_path: 
         "key": (AF_KEY, socket.SOCK_RAW),
         "can": (AF_CAN, socket.SOCK_RAW),
     }
+    netlink = {"netlink-sock-diag": 4, "netlink-audit": 9, "netlink-uevent": 15}
     attempts = [
         ("control-tcp", "socket_family", {"family": socket.AF_INET}),
         ("control-pair", "socketpair", {}),
+        ("control-netlink-route", "socket_family", {"family": 16, "kind": socket.SOCK_RAW}),
         *[(k, "socket_family", {"family": f, "kind": t}) for k, (f, t) in families.items()],
-    ]
+        *[(k, "socket_family", {"family": 16, "kind": socket.SOCK_RAW, "proto": p})
+          for k, p in netlink.items()],
+    ]  # fmt: skip
     out = box.run(attempts)
     assert out["control-tcp"] == "ok" and out["control-pair"] == "ok"
-    assert_all_refused(out, list(families))
+    assert out["control-netlink-route"] == "ok"
+    assert_all_refused(out, [*families, *netlink])
     assert out["vsock-stream"] == "err:EAFNOSUPPORT", out["vsock-stream"]
+    assert out["netlink-sock-diag"] == "err:EPROTONOSUPPORT", out["netlink-sock-diag"]
 
 
 @pytest.mark.parametrize("provider", [*providers(), _qemu()])
