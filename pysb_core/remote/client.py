@@ -324,6 +324,9 @@ class Client:
             else:
                 continue  # nothing else may come after READY: a forged frame is dropped
             if call is None:
+                if kind == transport.OUT or kind == transport.ERR:
+                    # a thread that outlived its call: its output is still the program's
+                    _write(sys.stdout if kind == transport.OUT else sys.stderr, payload)
                 continue
             deliver(call, (kind, payload))
             if kind >= transport.RESULT:
@@ -347,7 +350,10 @@ class Client:
         if self._closing:  # a graceful exit is expected: give it time before a kill
             status = self._reap(old, kill=False, wait=self._stop_timeout, close=False)
         else:
-            status = self._reap(old, kill=True, wait=5.0, close=False)
+            # The worker closed the channel: it exited or is dying. A wrapper (bwrap,
+            # firejail, qemu's supervisor) outlives the program by a moment: wait for its
+            # status before any kill, which would report an exit as "killed by SIGKILL".
+            status = self._reap(old, kill=False, wait=3.0, close=False)
         self._note_started(old)  # the worker is gone: everything it wrote is in the pipe
         old.close()
         why = _describe_status(status)

@@ -75,6 +75,7 @@ def _describe(exc: BaseException, relation: str, hide_file: str) -> dict[str, An
             break
     return {
         "pickled": pickled,
+        "state": _plain_state(exc),
         "module": type(exc).__module__,
         "qualname": type(exc).__qualname__,
         "message": message,
@@ -82,6 +83,37 @@ def _describe(exc: BaseException, relation: str, hide_file: str) -> dict[str, An
         "relation": relation,
         "suppress": bool(exc.__suppress_context__),
     }
+
+
+_PLAIN = (str, int, float, bytes, bool, type(None))
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if type(value) in _PLAIN:
+        return True
+    if type(value) in (tuple, list) and depth < 2 and len(value) < 64:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
+
+def _plain_state(exc: BaseException) -> dict[str, Any]:
+    """``args`` and the instance attributes of ``exc`` that are plain data: what its pickle
+    may leave out (``JSONDecodeError`` pickles as ``(msg, doc, pos)``: no ``lineno``, and
+    ``args`` would become that tuple)."""
+    state: dict[str, Any] = {}
+    try:
+        if _plain(exc.args):
+            state["args"] = tuple(exc.args)
+        attrs = {
+            k: v
+            for k, v in vars(exc).items()
+            if type(k) is str and not k.startswith("__") and _plain(v)
+        }
+        if attrs:
+            state["attrs"] = attrs
+    except Exception:
+        pass
+    return state
 
 
 # -------------------------------------------------------------------------- parent side
@@ -129,11 +161,32 @@ def _rebuild(link: dict[str, Any], allowed: dict[tuple[str, str], Any]) -> BaseE
             exc = unpickler._exception_factory(cls)(message)
         else:
             exc = SandboxProtocolError(f"{module}.{qualname}: {message}")
+    _restore_state(exc, link.get("state"))
     frames = link.get("frames") or []
     tb = remote_traceback(frames)
     if tb is not None:
         exc.__traceback__ = tb
     return exc
+
+
+def _restore_state(exc: BaseException, state: Any) -> None:
+    """Put back what the exception's pickle left out (see :func:`_plain_state`): plain
+    values only, into the instance dictionary (no ``__setattr__`` of the class runs), never
+    over an attribute the pickle restored."""
+    if not isinstance(state, dict) or isinstance(exc, SandboxProtocolError):
+        return
+    args = state.get("args")
+    if type(args) is tuple and _plain(args):
+        exc.args = args
+    attrs = state.get("attrs")
+    if type(attrs) is dict:
+        own = getattr(exc, "__dict__", None)
+        if type(own) is not dict:
+            return
+        for key, value in attrs.items():
+            if type(key) is str and key.isidentifier() and not key.startswith("__"):
+                if _plain(value) and key not in own and not hasattr(type(exc), key):
+                    own[key] = value
 
 
 _code_cache: dict[tuple[str, int, str], types.CodeType] = {}

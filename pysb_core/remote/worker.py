@@ -41,6 +41,7 @@ _dumps = _pickle.dumps
 _import_module = importlib.import_module
 _Thread = threading.Thread
 _exit = os._exit
+_get_ident = threading.get_ident
 _CO_COROUTINE = 0x80
 _HERE = os.path.abspath(__file__)
 
@@ -80,6 +81,10 @@ class _CallStream(io.TextIOBase):
         self._kind = kind
         self._fallback = fallback
         self._writer = writer
+        # Text after the last newline, per thread: a line goes up whole, so that the lines
+        # of threads printing at once never mix (print() writes the text and "\n" apart).
+        self._partial: dict[int, tuple[int, list[str]]] = {}
+        self._lock = threading.Lock()
 
     def write(self, s: str) -> int:
         cid = _current.get()
@@ -87,16 +92,49 @@ class _CallStream(io.TextIOBase):
             return self._fallback.write(s) if self._fallback is not None else len(s)
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        if s:
-            self._writer.send(self._kind, cid, s.encode("utf-8", "surrogatepass"))
+        if not s:
+            return 0
+        me = _get_ident()
+        head, newline, tail = s.rpartition("\n")
+        with self._lock:
+            held = self._partial.pop(me, None)
+            if held is not None and held[0] != cid:  # left by an earlier call of this thread
+                self._send(held[0], "".join(held[1]))
+                held = None
+            if not newline:
+                parts = held[1] if held is not None else []
+                parts.append(s)
+                self._partial[me] = (cid, parts)
+                return len(s)
+            if tail:
+                self._partial[me] = (cid, [tail])
+        text = head + newline if held is None else "".join(held[1]) + head + newline
+        self._send(cid, text)
         return len(s)
+
+    def _send(self, cid: int, text: str) -> None:
+        if text:
+            self._writer.send(self._kind, cid, text.encode("utf-8", "surrogatepass"))
+
+    def flush_call(self, cid: int) -> None:
+        """Send what the threads of call ``cid`` wrote after their last newline (before
+        the call's answer, or on flush())."""
+        with self._lock:
+            held = [(k, v) for k, v in self._partial.items() if v[0] == cid]
+            for k, _ in held:
+                del self._partial[k]
+        for _, (_, parts) in held:
+            self._send(cid, "".join(parts))
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
             self.write(line)
 
     def flush(self) -> None:
-        if _current.get() is None and self._fallback is not None:
+        cid = _current.get()
+        if cid is not None:
+            self.flush_call(cid)
+        elif self._fallback is not None:
             self._fallback.flush()
 
     def writable(self) -> bool:
@@ -189,8 +227,10 @@ class _Server:
                 return
             data = _dumps(fn(*args, **kwargs), protocol=5)
         except BaseException as exc:
+            _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
         else:
+            _flush_call(cid)
             send(transport.RESULT, cid, data)
         finally:
             _current.reset(token)
@@ -235,8 +275,10 @@ class _Server:
         try:
             data = _dumps(await fn(*args, **kwargs), protocol=5)
         except BaseException as exc:
+            _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
         else:
+            _flush_call(cid)
             self.writer.send(transport.RESULT, cid, data)
 
     def start_loop(self) -> None:
@@ -257,6 +299,37 @@ class _Server:
                 asyncio.run_coroutine_threadsafe(result, self.loop).result()
             else:
                 _drive_without_loop(result)
+
+
+def _flush_call(cid: int) -> None:
+    """Send the unfinished lines of call ``cid`` before its answer."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _CallStream):
+            try:
+                stream.flush_call(cid)
+            except Exception:
+                pass
+
+
+def _carry_calls_into_threads() -> None:
+    """A thread started by a call runs in that call's context (``threading`` does not copy
+    context variables into new threads before 3.14): what it prints is the call's output,
+    sent whole line by whole line, instead of going to the worker's own stdout."""
+    original = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if _current.get() is not None:
+            ctx = contextvars.copy_context()
+            run = self.run
+            try:
+                self.run = lambda: ctx.run(run)  # type: ignore[method-assign]
+            except AttributeError:
+                pass
+        return original(self)
+
+    start.__name__, start.__qualname__, start.__doc__ = "start", "Thread.start", original.__doc__
+    start.__module__ = original.__module__
+    threading.Thread.start = start  # type: ignore[method-assign]
 
 
 def _wrap_base_exception(exc: BaseException) -> SandboxBaseExceptionError:
@@ -348,6 +421,7 @@ def serve(args: dict[str, Any], arm: Callable[[], None]) -> None:
     server = _Server(fd, started_fd, int(args.get("threads") or DEFAULT_THREADS))
     sys.stdout = _CallStream(transport.OUT, sys.stdout, server.writer)
     sys.stderr = _CallStream(transport.ERR, sys.stderr, server.writer)
+    _carry_calls_into_threads()
     # Modest stacks: a memory limit (RLIMIT_AS) counts every thread's reserved stack.
     _fit_memory_limit()
     previous = threading.stack_size(WORKER_STACK)

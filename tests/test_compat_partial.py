@@ -1,0 +1,138 @@
+"""Partial mode stays Python under every provider (issue 17, item 4): exceptions arrive
+with their attributes, printed lines arrive whole, and a worker that exits with a status
+is reported with that status."""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pysb_core import SandboxError, sandboxes
+from pysb_core.testing import require_provider
+from pysb_core.testing.partial import profile_text, write_module
+
+PROVIDERS = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),
+]
+
+FUNCTIONS = """
+import json, os, subprocess, sys, threading
+from pysb_core import sandbox
+
+
+class Refused(Exception):
+    def __init__(self, message, *, code):
+        super().__init__(message)
+        self.code = code
+
+
+@sandbox
+def bad_json():
+    return json.loads('{"a": 1,\\n "b": }')
+
+
+@sandbox
+def missing(path):
+    return open(path).read()
+
+
+@sandbox
+def failing_command():
+    raise subprocess.CalledProcessError(3, ["tool", "--flag"], output=b"partial", stderr=b"bad")
+
+
+@sandbox
+def keyword_only():
+    raise Refused("no", code=42)
+
+
+@sandbox
+def chatter(threads, lines):
+    def talk(n):
+        for i in range(lines):
+            print(f"call {n} line {i} " + "x" * 40)
+    workers = [threading.Thread(target=talk, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return True
+
+
+@sandbox
+def leave(status):
+    sys.stdout.flush()
+    os._exit(status)
+"""
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request: pytest.FixtureRequest) -> str:
+    if request.param != "subprocess":
+        require_provider(request.param)
+    return request.param
+
+
+@pytest.fixture
+def setup(tmp_path: Path, provider: str):
+    project = tmp_path / "project"
+    project.mkdir()
+    mod = write_module(project, FUNCTIONS)
+    profile = project / ".pysb.yaml"
+    profile.write_text(profile_text(provider, project))
+    kwargs = {"profile": str(profile), "cwd": str(project), "start_timeout": 180.0}
+    return mod, project, kwargs
+
+
+def test_exceptions_keep_their_attributes(setup) -> None:
+    mod, project, kwargs = setup
+    with sandboxes(**kwargs):
+        with pytest.raises(json.JSONDecodeError) as decode:
+            mod.bad_json()
+        e = decode.value
+        assert (e.msg, e.pos, e.lineno, e.colno) == ("Expecting value", 15, 2, 7), vars(e)
+        assert e.doc == '{"a": 1,\n "b": }'
+        assert str(e) == "Expecting value: line 2 column 7 (char 15)"
+        missing = str(project / "nope.txt")
+        with pytest.raises(FileNotFoundError) as fnf:
+            mod.missing(missing)
+        assert (fnf.value.errno, fnf.value.filename) == (errno.ENOENT, missing)
+        with pytest.raises(subprocess.CalledProcessError) as cpe:
+            mod.failing_command()
+        c = cpe.value
+        assert (c.returncode, c.cmd, c.output, c.stderr) == (3, ["tool", "--flag"], b"partial", b"bad")
+        with pytest.raises(Exception) as user:
+            mod.keyword_only()
+        u = user.value
+        assert type(u).__name__ == "Refused", repr(u)
+        assert str(u) == "no" and getattr(u, "code", None) == 42, vars(u)
+
+
+def test_printed_lines_never_interleave(setup, capfd) -> None:
+    mod, _, kwargs = setup
+    with sandboxes(**kwargs):
+        assert mod.chatter(8, 30) is True
+    out = capfd.readouterr().out
+    lines = [line for line in out.splitlines() if line]
+    expected = {f"call {n} line {i} " + "x" * 40 for n in range(8) for i in range(30)}
+    assert set(lines) == expected, sorted(set(lines) - expected)[:5]
+    assert len(lines) == len(expected)
+
+
+def test_an_exit_status_is_reported_as_such(setup) -> None:
+    mod, _, kwargs = setup
+    with sandboxes(**kwargs):
+        with pytest.raises(SandboxError) as exited:
+            mod.leave(3)
+    message = str(exited.value)
+    assert "status 3" in message, message
+    assert "SIGKILL" not in message and "signal" not in message, message
