@@ -89,6 +89,7 @@ def test_prompt_survives_refusals_and_shows_clean_tracebacks(
         refused = term.type('open("/etc/pysb-compat-x", "w")')
         division = term.type("1/0")
         alive = term.type("print('alive', 6 * 7)")
+        stack = term.type("import traceback; traceback.print_stack()")
         os.write(term.leader, b"exit()\n")
         status = term.close()
     finally:
@@ -101,4 +102,5 @@ def test_prompt_survives_refusals_and_shows_clean_tracebacks(
         assert "<pysb" not in shown and "pysb_guards" not in shown, shown
         assert "AttributeError" not in shown, shown
     assert "alive 42" in alive, alive
+    assert 'File "<stdin>", line 1, in <module>' in stack and "Error" not in stack, stack
     assert status == 0

@@ -29,7 +29,24 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # The program is compiled and run with the interpreter's own functions, bound before any
 # guard patches the builtins: the framework's own exec is not the program's.
 _COMPILE = compile
-_EXEC = exec
+
+
+def _interpreter_exec():
+    """The interpreter's own ``exec``, kept in a closure: the guards' sweep points module
+    globals holding an original at its face, and a face's door frame below the program
+    would make every stack walk of the program (``traceback.print_stack()``,
+    ``inspect.stack()``, ``warnings``' stack levels) read a door's unreadable code. (The
+    program reaching this closure gains nothing: ``exec`` called from its own frames is
+    judged by the audit hook's backstop.)"""
+    original = exec
+
+    def run(code, namespace) -> None:
+        original(code, namespace)
+
+    return run
+
+
+_EXEC = _interpreter_exec()
 
 
 def _read_payload(fd: int) -> dict:
@@ -271,12 +288,12 @@ def _run_program(program: dict, runpy) -> None:
     sys.argv[:] = program["argv"]
     main_globals = sys.modules["__main__"].__dict__
     if mode == "module":
-        runpy._run_module_as_main(program["module"], alter_argv=True)
+        _run_module_as_main(runpy, program["module"], alter_argv=True)
         return
     if mode == "script":
         path = program["path"]
         if runpy is not None:  # a directory or a zip file with __main__.py: as CPython does
-            runpy._run_module_as_main("__main__", alter_argv=False)
+            _run_module_as_main(runpy, "__main__", alter_argv=False)
             return
         source = program["source"]
         main_globals["__file__"] = path
@@ -288,6 +305,33 @@ def _run_program(program: dict, runpy) -> None:
         code = _COMPILE(sys.stdin.read(), "<stdin>", "exec", dont_inherit=True)
     else:  # pragma: no cover - guarded by the parent
         raise SystemExit(f"pysb: unknown program mode {mode!r}")
+    _EXEC(code, main_globals)
+
+
+def _run_module_as_main(runpy, mod_name: str, alter_argv: bool) -> None:
+    """``runpy._run_module_as_main``, with the interpreter's own ``exec`` (bound before the
+    guards): runpy's would be the guarded builtin, whose door frame would then sit below
+    every frame of the program, where stack walks (``traceback.extract_stack``,
+    ``warnings``' stack levels) cannot read it."""
+    try:
+        if alter_argv or mod_name != "__main__":  # -m
+            mod_name, spec, code = runpy._get_module_details(mod_name, runpy._Error)
+        else:  # a directory or a zip file
+            mod_name, spec, code = runpy._get_main_module_details(runpy._Error)
+    except runpy._Error as exc:
+        sys.exit(f"{sys.executable}: {exc}")
+    main_globals = sys.modules["__main__"].__dict__
+    if alter_argv:
+        sys.argv[0] = spec.origin
+    main_globals.update(
+        __name__="__main__",
+        __file__=spec.origin,
+        __cached__=spec.cached,
+        __doc__=None,
+        __loader__=spec.loader,
+        __package__=spec.parent,
+        __spec__=spec,
+    )
     _EXEC(code, main_globals)
 
 
@@ -311,6 +355,16 @@ def _run_repl(program: dict, code) -> None:
         def showtraceback(self) -> None:
             _user_traceback(sys.exc_info()[2])
             super().showtraceback()
+
+        def runcode(self, code) -> None:
+            # The interpreter's own exec, as for a script: no door frame under the typed
+            # code (stack walks from it read every frame's code).
+            try:
+                _EXEC(code, self.locals)
+            except SystemExit:
+                raise
+            except BaseException:
+                self.showtraceback()
 
     console = Console(locals=sys.modules["__main__"].__dict__, filename="<stdin>")
     console.interact(banner="", exitmsg="")
