@@ -9,7 +9,10 @@ import json
 
 from pysb_core.testing import Project
 
-PROFILE = "version: 1\nimports: [json, traceback, warnings, inspect, stackmod]\nfiles:\n  expose-ro: [.]\n"
+PROFILE = (
+    "version: 1\nimports: [json, traceback, warnings, inspect, stackmod]\n"
+    "files:\n  expose-ro: [.]\n"
+)
 
 MODULE = """
 import inspect, json, traceback, warnings

@@ -184,9 +184,9 @@ def _restore_state(exc: BaseException, state: Any) -> None:
         if type(own) is not dict:
             return
         for key, value in attrs.items():
-            if type(key) is str and key.isidentifier() and not key.startswith("__"):
-                if _plain(value) and key not in own and not hasattr(type(exc), key):
-                    own[key] = value
+            named = type(key) is str and key.isidentifier() and not key.startswith("__")
+            if named and _plain(value) and key not in own and not hasattr(type(exc), key):
+                own[key] = value
 
 
 _code_cache: dict[tuple[str, int, str], types.CodeType] = {}
