@@ -182,6 +182,8 @@ C_PATH_FUNCTIONS: tuple[tuple[str, str, tuple], ...] = (
         ),
     ),
     ("ssl", "SSLContext.load_dh_params", (_param(1, "path", None, False, True, "read"),)),
+    # A PEM certificate decoded from a file C opens itself (ssl._ssl._test_decode_cert).
+    ("_ssl", "_test_decode_cert", (_param(0, "path", None, False, True, "read"),)),
 )
 
 #: (module, function, file, write): C functions that open one file of their own choosing.
