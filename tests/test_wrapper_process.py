@@ -1,0 +1,80 @@
+"""pysb_core.wrapper_process with a real three-level tree shaped like bwrap's
+(wrapper -> the sandbox's PID 1 -> program), all of them this test's own descendants."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from pysb_core.proctree import children, running
+from pysb_core.wrapper_process import adopt
+
+#: The wrapper forks "PID 1", which forks the program. With ``wedge``, the program exits at
+#: once and PID 1 stops itself without reaping it (what a ptrace-stopped init did): the
+#: program stays a zombie under a stopped PID 1. Otherwise the program sleeps and reports
+#: the signal it gets.
+TREE = """
+import ctypes, os, signal, sys, time
+wedge = sys.argv[1] == "wedge"
+if os.fork() == 0:  # PID 1: dies with the wrapper, as bwrap's does (--die-with-parent)
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.fork() == 0:  # the program
+        if wedge:
+            os._exit(0)
+        signal.signal(signal.SIGTERM, lambda *_: (print("PROGRAM-TERM", flush=True), os._exit(0)))
+        print("READY", flush=True)
+        time.sleep(30)
+        os._exit(1)
+    if wedge:
+        time.sleep(0.3)
+        print("READY", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    os.wait()
+    os._exit(0)
+os.wait()
+"""
+
+
+def _tree(mode: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TREE, mode], stdout=subprocess.PIPE, start_new_session=True
+    )
+    adopt(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"READY\n"
+    return proc
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()  # WrapperProcess.kill: the chain (our descendants, by PID), then the wrapper
+        proc.wait()
+
+
+def test_a_signal_reaches_the_program_inside() -> None:
+    proc = _tree("normal")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout is not None and proc.stdout.readline() == b"PROGRAM-TERM\n"
+        assert proc.wait(timeout=10) == 0  # the wrapper itself was not signalled
+    finally:
+        _end(proc)
+
+
+def test_a_zombie_program_under_a_stopped_pid1_passes_the_signal_to_the_wrapper() -> None:
+    """SIGTERM to a zombie is lost; pysb waited for ever. The wrapper gets it instead."""
+    proc = _tree("wedge")
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(proc.chain()) < 2:  # type: ignore[attr-defined]
+            time.sleep(0.05)
+        pid1 = children(proc.pid)[0]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and running(pid1):
+            time.sleep(0.05)
+        assert not running(pid1)  # SIGKILLed with the wrapper (PR_SET_PDEATHSIG)
+    finally:
+        _end(proc)
