@@ -230,17 +230,47 @@ def integer_algebra() -> dict[str, Any]:
     }
 
 
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's ephemeral port range (``ip_local_port_range``): where a bind to port 0
+    lands; Linux's default when it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", "rb") as f:  # no codec import
+            low, high = (int(word) for word in f.read().split()[:2])
+    except (OSError, ValueError):
+        return (32768, 60999)
+    return (low, high) if 0 < low <= high <= 65535 else (32768, 60999)
+
+
+def _with_port_zero(
+    ports: tuple[tuple[int, int], ...], deny: bool, ephemeral: tuple[int, int] | None
+) -> tuple[tuple[int, int], ...]:
+    """A bind to port 0 takes a port of the ephemeral range: an ``in`` allow covering the
+    whole range allows it, an ``in`` deny touching the range denies it (the kernel could
+    pick a denied port)."""
+    if ephemeral is None or any(low <= 0 <= high for low, high in ports):
+        return ports
+    e_low, e_high = ephemeral
+    if deny:
+        hit = any(low <= e_high and e_low <= high for low, high in ports)
+    else:
+        hit = any(low <= e_low and e_high <= high for low, high in ports)
+    return ((0, 0), *ports) if hit else ports
+
+
 def compile_matcher(
     rules: Iterable[NetworkRule],
     pins: Mapping[str, Sequence[str]] | None = None,
     algebra: Mapping[str, Any] | None = None,
     label: Any = None,
+    ephemeral: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The matcher of ``rules`` and ``pins``: a dict the decision functions read.
 
     Each compiled rule is ``(label, networks, ports)``; ``label(rule)`` is what a decision
     names as its deciding rule (the rule itself by default; the guard in the sandbox wants
-    its text, rendered now, before the program runs).
+    its text, rendered now, before the program runs). ``ephemeral`` (the kernel's
+    ephemeral port range, :func:`ephemeral_ports`) makes ``in`` rules over that whole range
+    cover a bind to port 0, as learning writes them (docs/learning.md).
     """
     a = dict(algebra) if algebra is not None else integer_algebra()
     rules = tuple(rules)
@@ -257,10 +287,16 @@ def compile_matcher(
             tuple((p.low, p.high) for p in rule.ports),
         )
         directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
+        deny = rule.action == "deny"
+        inbound = (
+            compiled[0],
+            compiled[1],
+            _with_port_zero(compiled[2], deny, ephemeral),
+        )
         for proto in rule.protocols:
             for d in directions:
                 denies, allows = index[(proto, d)]
-                (denies if rule.action == "deny" else allows).append(compiled)
+                (denies if deny else allows).append(inbound if d == "in" else compiled)
     wide = a["wide"]
     reverse: dict[str, str] = {}
     for name, addrs in pinned.items():
@@ -399,7 +435,7 @@ class Matcher:
     def __init__(
         self, rules: Iterable[NetworkRule], pins: Mapping[str, Sequence[str]] | None = None
     ) -> None:
-        self._m = compile_matcher(rules, pins, self._algebra())
+        self._m = compile_matcher(rules, pins, self._algebra(), None, ephemeral_ports())
 
     @property
     def rules(self) -> tuple[NetworkRule, ...]:

@@ -275,3 +275,107 @@ def test_every_category_collapses_from_any_spelling_of_its_functions() -> None:
         one_short = [r for r in one_short if registry.BY_NAME[r.target].group != missing]
         rows = [v for v, _ in api_hooks.learned_api(one_short)]
         assert category not in rows and len(rows) == len(set(rows)), (category, rows)
+
+
+# -- ephemeral ports ------------------------------------------------------------------------
+
+SELF_SERVER = """
+import socket, threading
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+server.settimeout(20)  # a connection that went elsewhere fails the run, never hangs it
+port = server.getsockname()[1]
+
+def answer():
+    conn, _ = server.accept()
+    conn.sendall(conn.recv(16).upper())
+    conn.close()
+
+t = threading.Thread(target=answer)
+t.start()
+with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+    c.sendall(b"ping")
+    print(c.recv(16).decode())
+t.join()
+"""
+
+
+def _ephemeral() -> str:
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    return f"{low}-{high}"
+
+
+def test_a_port_zero_server_and_its_clients_learn_the_ephemeral_range(project: Project) -> None:
+    project.file("app.py", SELF_SERVER)
+    profile = learned(project, "app.py")
+    span = _ephemeral()
+    assert sorted(profile["network"]) == [
+        f"allow tcp 127.0.0.1 {span} in",
+        f"allow tcp 127.0.0.1 {span} out",
+    ], profile
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_learned_ephemeral_server_runs_everywhere(project: Project, provider: str) -> None:
+    project.file("app.py", SELF_SERVER)
+    learned(project, "app.py")
+    if provider != "subprocess":
+        require_provider(provider)
+    r = project.run("run", "--provider", provider, "app.py", timeout=240)
+    if provider == "firejail" and "bridge" not in (project.root / ".pysb.yaml").read_text():
+        # firejail filters traffic only on a bridged namespace, which cannot reach the
+        # loopback (docs/providers.md): a loopback rule is refused before the start.
+        assert r.returncode == 125 and "Traceback" not in r.stderr, r.stderr
+        assert "pysb: error: firejail" in r.stderr, r.stderr
+        return
+    assert r.returncode == 0 and r.stdout.strip() == "PING", f"{provider}: {r.stderr}"
+
+
+LEARNED_EPHEMERAL = ("allow tcp 127.0.0.1 32768-60999 in", "allow tcp 127.0.0.1 32768-60999 out")
+
+
+def test_every_compiler_reads_a_learned_ephemeral_range_as_the_programs_own() -> None:
+    """A bind to port 0 is allowed by the range (guard, landlock); nothing is forwarded from
+    the host, and connections to the range are not sent to the host's loopback (nft for
+    bwrap/unshare, the qemu guest's nft)."""
+    from pysb_landlock.compiler import compile_plan
+    from pysb_qemu import netfilter
+
+    from pysb_core import netmatch
+    from pysb_core.netns import nft
+    from pysb_core.netrules import parse_rule
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
+
+    rules = tuple(parse_rule(r, source=f"p.yaml:{i}") for i, r in enumerate(LEARNED_EPHEMERAL))
+    span = (32768, 60999)
+    m = netmatch.compile_matcher(rules, {}, None, None, span)
+    ip = m["algebra"]["ip"]("127.0.0.1")
+    assert netmatch.decide(m, "tcp", ip, 0, "in")[0]
+    assert not netmatch.decide(m, "tcp", ip, 0, "out")[0]
+    narrow = netmatch.compile_matcher(
+        [parse_rule("allow tcp 127.0.0.1 40000-40010 in")], {}, None, None, span
+    )
+    assert not netmatch.decide(narrow, "tcp", ip, 0, "in")[0]
+    denied = netmatch.compile_matcher(
+        [*rules, parse_rule("deny tcp * 40000 in")], {}, None, None, span
+    )
+    assert not netmatch.decide(denied, "tcp", ip, 0, "in")[0]
+
+    compiled = nft.compile_network(rules, {})
+    assert compiled.inbound == [] and compiled.host_loopback == []
+    assert "dnat" not in compiled.ruleset
+    host = nft.compile_network([parse_rule("allow tcp 127.0.0.1 8000 out")], {})
+    assert host.host_loopback  # a host service on a named port is still the host's
+
+    policy = Policy(network=rules, provider="qemu")
+    assert netfilter.inbound_ports(policy)[0] == []
+    assert not netfilter.needs_nat(policy)
+    assert "dnat" not in netfilter.ruleset(policy)
+
+    plan = LaunchPlan(
+        policy=policy.replace(provider="landlock"), python="/p", argv=[], env={}, cwd="/"
+    )
+    bind = compile_plan(plan, 4).bind
+    assert bind is not None and bind[0] == (0, 0)

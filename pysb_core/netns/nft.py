@@ -39,6 +39,9 @@ _HOST_LOOPBACK = ipaddress.ip_address("127.0.0.1")
 #: Forwarding more ports than this (per protocol) from the host is refused with a note:
 #: every forwarded port is a listening socket on the host.
 MAX_FORWARDED_PORTS = 256
+#: The ephemeral port range of a new network namespace (Linux's default
+#: ``ip_local_port_range``): where the sandbox's binds to port 0 land.
+NAMESPACE_EPHEMERAL = (32768, 60999)
 
 
 @record
@@ -130,6 +133,14 @@ def _is_wide(rule: NetworkRule) -> bool:
     return net.num_addresses > 1 and not _in_loopback(net)
 
 
+def _covers(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
+    return any(p.low <= span[0] and span[1] <= p.high for p in ports)
+
+
+def _within(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
+    return all(span[0] <= p.low and p.high <= span[1] for p in ports)
+
+
 def _in_loopback(net: IPNetwork) -> bool:
     return isinstance(net, ipaddress.IPv4Network) and net.subnet_of(_LOOP4)
 
@@ -206,11 +217,26 @@ def compile_network(
     rules: Iterable[NetworkRule],
     pins: Mapping[str, Sequence[str]],
     layout: UserNetLayout = SLIRP4NETNS,
+    ephemeral: tuple[int, int] = NAMESPACE_EPHEMERAL,
 ) -> CompiledNetwork:
-    """Compile ``rules`` (with ``pins`` for host names) into a ruleset for ``layout``."""
+    """Compile ``rules`` (with ``pins`` for host names) into a ruleset for ``layout``.
+
+    The ephemeral port range (``ephemeral``) is the program's own when an ``in`` rule on a
+    local address covers it (what learning writes for a bind to port 0, docs/learning.md):
+    a server there is reached from inside the sandbox only (the host cannot know which
+    port it got, so none is forwarded), and ``out`` rules to 127.0.0.1 that stay within
+    that range reach those servers, not the host's loopback.
+    """
     rules = tuple(rules)
     pins = {normalize_host(k): tuple(v) for k, v in pins.items()}
     result = CompiledNetwork(ruleset="")
+    serves_ephemeral = any(
+        r.action == "allow"
+        and r.direction in ("in", "any")
+        and not _is_all_ports(r.ports)
+        and _covers(r.ports, ephemeral)
+        for r in rules
+    )
     out_deny: list[str] = []
     out_allow: list[str] = []
     in_deny: list[str] = []
@@ -233,8 +259,15 @@ def compile_network(
                 lines = _match_lines(rule, nets, "daddr", any_address=everything)
                 target = out_deny if rule.action == "deny" else out_allow
                 target.extend(_statements(rule, lines))
+                own_servers = serves_ephemeral and _within(rule.ports, ephemeral)
                 if rule.action == "allow" and any(_HOST_LOOPBACK in n for n in nets):
-                    result.host_loopback.append((",".join(rule.protocols), rule.ports))
+                    if own_servers:
+                        result.notes.append(
+                            f"{rule.source}: '{rule}' reaches the sandbox's own servers on "
+                            "ephemeral ports, not the host's loopback"
+                        )
+                    else:
+                        result.host_loopback.append((",".join(rule.protocols), rule.ports))
                 if rule.action == "allow" and _is_wide(rule):
                     result.dns = True
             else:
@@ -251,7 +284,14 @@ def compile_network(
                 lines = _match_lines(rule, nets, "daddr", any_address=local_any)
                 target = in_deny if rule.action == "deny" else in_allow
                 target.extend(_statements(rule, lines))
-                if local_any and not _is_all_ports(rule.ports):
+                ephemeral_only = _covers(rule.ports, ephemeral) and not _is_all_ports(rule.ports)
+                if local_any and ephemeral_only and rule.action == "allow":
+                    result.notes.append(
+                        f"{rule.source}: '{rule}' covers the ephemeral ports (a bind to port "
+                        "0): reached from inside the sandbox only, no port of the host is "
+                        "forwarded for it"
+                    )
+                elif local_any and not _is_all_ports(rule.ports):
                     for proto in rule.protocols:
                         ports = [p for r in rule.ports for p in range(r.low, r.high + 1)]
                         if rule.action == "deny":

@@ -674,7 +674,10 @@ def test_learning_records_by_name_and_renders_rules(tmp_path: Path, server: Serv
     lines = network_hooks.learned_rules(events)
     assert f"allow tcp localhost {P} out" in lines
     assert f"allow udp localhost {P} out" in lines  # 127.0.0.1 was met as "localhost"
-    assert "allow tcp localhost 0 in" in lines
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_bytes().split()
+    # a bind to port 0: the ephemeral range, never port 0 (docs/learning.md)
+    assert f"allow tcp localhost {int(low)}-{int(high)} in" in lines
+    assert not any(" 0 in" in line for line in lines)
     assert len([e for e in events if e.data.get("proto") == "udp"]) == 1  # deduplicated
 
     profile = LearnedProfile(cwd=str(tmp_path), environ={})

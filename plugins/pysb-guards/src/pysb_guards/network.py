@@ -178,7 +178,11 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
     )
     learning = bool(recorder.learning)
     matcher = match_ns["compile_matcher"](
-        policy.network, policy.pins, None, lambda rule: f"'{rule}' ({rule.source})"
+        policy.network,
+        policy.pins,
+        None,
+        lambda rule: f"'{rule}' ({rule.source})",
+        netmatch.ephemeral_ports(),  # a bind to port 0 lands there (docs/learning.md)
     )
     writable = tuple(
         sorted(
@@ -1092,6 +1096,13 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
             here = raw_getsockname(sock)
             if here[1] == 0:
                 target(sock, (here[0], 0), "in", "listen")
+            elif learning:
+                # The port this server got: a connection to it is the program talking to
+                # itself, learned as the ephemeral range (network_hooks.learned_rules).
+                RECORDER.learn(
+                    GUARD, f"tcp {here[1]} own", "listen", "", kind="own", proto="tcp",
+                    port=here[1],
+                )  # fmt: skip
         return None
 
     public = PUBLIC

@@ -69,17 +69,47 @@ def pysb_learned(records: Sequence[Event], profile: LearnedProfile) -> None:
             profile.add("files", "expose-rw", form(directory) if form else directory)
 
 
-def learned_rules(records: Sequence[Event]) -> list[str]:
-    """The rule lines for the learned network accesses, in a stable order."""
-    ports: dict[tuple[str, str, str], set[int]] = {}
-    for event in records:
-        if event.guard != GUARD or event.action != "learn" or event.data.get("kind") != "inet":
-            continue
-        data = event.data
-        key = (str(data["proto"]), str(data["host"]), str(data["direction"]))
-        ports.setdefault(key, set()).add(int(data["port"]))
+def learned_rules(records: Sequence[Event], ephemeral: tuple[int, int] | None = None) -> list[str]:
+    """The rule lines for the learned network accesses, in a stable order.
+
+    A bind to port 0 gets whatever port the kernel picks, a different one each run: it is
+    learned as the ephemeral range (``ip_local_port_range``), never as port 0. So is a
+    connection to an ephemeral port one of the program's own servers listened on (the
+    guard records the port at ``listen``): the next run's server will not get that port.
+    """
+    inet = [
+        e.data
+        for e in records
+        if e.guard == GUARD and e.action == "learn" and e.data.get("kind") == "inet"
+    ]
+    if ephemeral is None:
+        from pysb_core.netmatch import ephemeral_ports
+
+        ephemeral = ephemeral_ports()
+    low, high = ephemeral
+    own = {  # (proto, port) of the program's own listening servers
+        (str(e.data["proto"]), int(e.data["port"]))
+        for e in records
+        if e.guard == GUARD and e.action == "learn" and e.data.get("kind") == "own"
+    }
+    ports: dict[tuple[str, str, str], set[int | str]] = {}
+    for data in inet:
+        proto, host, direction = str(data["proto"]), str(data["host"]), str(data["direction"])
+        number = int(data["port"])
+        own_server = direction == "in" and number == 0
+        talks_to_itself = direction == "out" and (proto, number) in own and low <= number <= high
+        port: int | str = f"{low}-{high}" if own_server or talks_to_itself else number
+        ports.setdefault((proto, host, direction), set()).add(port)
     lines = []
     for (proto, host, direction), found in sorted(ports.items()):
-        listed = ",".join(str(p) for p in sorted(found))
+        ranges = {p for p in found if isinstance(p, str)}
+        singles = sorted(
+            p for p in found if isinstance(p, int) and not _inside(p, low, high, ranges)
+        )
+        listed = ",".join([*(str(p) for p in singles), *sorted(ranges)])
         lines.append(f"allow {proto} {host} {listed} {direction}")
     return lines
+
+
+def _inside(port: int, low: int, high: int, ranges: set[str]) -> bool:
+    return bool(ranges) and low <= port <= high

@@ -237,6 +237,19 @@ def _tcp_ports(rules: Iterable[NetworkRule], directions: tuple[str, ...]) -> Ran
     return None if ports == FULL else ports
 
 
+def _with_port_zero(ports: Ranges | None) -> Ranges | None:
+    """Landlock checks a bind to port 0 as port 0, though the kernel then picks a port of the
+    ephemeral range: allowed when the whole range is (what learning writes for it)."""
+    if ports is None or any(low <= 0 for low, _ in ports):
+        return ports
+    from pysb_core.netmatch import ephemeral_ports
+
+    e_low, e_high = ephemeral_ports()
+    if any(low <= e_low and e_high <= high for low, high in ports):
+        return [(0, 0), *ports]
+    return ports
+
+
 def _network_gaps(rules: Iterable[NetworkRule]) -> list[str]:
     gaps = []
     for r in rules:
@@ -311,10 +324,10 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
     rules = plan.policy.network
     if abi >= 4:
         c.connect = _tcp_ports(rules, ("out", "any"))
-        c.bind = _tcp_ports(rules, ("in", "any"))
+        c.bind = _with_port_zero(_tcp_ports(rules, ("in", "any")))
     c.gaps += _network_gaps(rules)
     c.udp = any(r.action == "allow" and "udp" in r.protocols for r in rules)
     c.seccomp = seccomp.covers()
-    if c.bind is None or (c.bind and c.bind[0][0] < 1024):
+    if c.bind is None or any(high >= 1 and low < 1024 for low, high in c.bind):
         c.keep_caps.append(10)  # CAP_NET_BIND_SERVICE: a bind rule allows a port < 1024
     return c

@@ -94,8 +94,13 @@ def _is_host_loopback(net: Net) -> bool:
 class _Chains:
     """The statements of the two filter chains and the NAT chain, built rule by rule."""
 
-    def __init__(self, pins: dict[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self, pins: dict[str, tuple[str, ...]], own_ephemeral: tuple[int, int] | None = None
+    ) -> None:
         self.pins = pins
+        #: The ephemeral range when an ``in`` rule serves it (the program's own servers on
+        #: port 0): loopback ``out`` rules within it stay in the guest (not NATed to the host).
+        self.own_ephemeral = own_ephemeral
         self.main: list[str] = []
         self.hostlo: list[str] = []
         self.dnat: list[str] = []
@@ -121,10 +126,32 @@ class _Chains:
         if loop or (deny and covers_alias):
             self.hostlo.append(f"{match}{verdict}{comment}")
         local = [n for n in loop if _within(n, _LOOPBACK4)]
+        own = self.own_ephemeral
+        if own is not None and all(own[0] <= p.low and p.high <= own[1] for p in rule.ports):
+            local = []  # the guest's own servers on ephemeral ports: `oif "lo" accept`
         if local and not deny:
             self.dnat += [
                 f"{d}{match}dnat to {HOST_LOOPBACK.network_address}{comment}" for d in _daddr(local)
             ]
+
+
+#: The ephemeral port range of the guest's kernel (Linux's default ``ip_local_port_range``).
+GUEST_EPHEMERAL = (32768, 60999)
+
+
+def own_ephemeral(policy: Policy) -> tuple[int, int] | None:
+    """The guest's ephemeral range when an ``in`` rule covers it all: what learning writes for
+    a bind to port 0 (docs/learning.md). Servers there are reached from inside the guest only
+    (the host cannot know the port: nothing is forwarded)."""
+    low, high = GUEST_EPHEMERAL
+    for rule in policy.network:
+        if rule.action != "allow" or rule.direction not in ("in", "any"):
+            continue
+        if any(p.low <= low and high <= p.high for p in rule.ports) and not any(
+            p.low == 0 and p.high == 65535 for p in rule.ports
+        ):
+            return GUEST_EPHEMERAL
+    return None
 
 
 def rule_lines(rule: NetworkRule, pins: dict[str, tuple[str, ...]]) -> list[str]:
@@ -136,7 +163,7 @@ def rule_lines(rule: NetworkRule, pins: dict[str, tuple[str, ...]]) -> list[str]
 
 def needs_nat(policy: Policy) -> bool:
     """True when a rule allows the host's loopback (127.0.0.0/8) or forwards a port in."""
-    chains = _Chains(policy.pins)
+    chains = _Chains(policy.pins, own_ephemeral(policy))
     for rule in policy.network:
         chains.add(rule)
     return bool(chains.dnat) or bool(inbound_ports(policy)[0])
@@ -163,7 +190,7 @@ def ruleset(policy: Policy) -> str:
     rules on the loopback (127.0.0.0/8, NATed to it, as SPEC §4 wants the host's loopback
     on every provider) or naming it exactly, never through ``*`` or a wide CIDR.
     """
-    chains = _Chains(policy.pins)
+    chains = _Chains(policy.pins, own_ephemeral(policy))
     for rule in [r for r in policy.network if r.action == "deny"]:
         chains.add(rule)
     for rule in [r for r in policy.network if r.action == "allow"]:
@@ -232,6 +259,14 @@ def inbound_ports(policy: Policy) -> tuple[list[tuple[str, int]], list[str]]:
         texts = _addresses(rule, policy.pins)
         if texts is not None and not all(_is_host_loopback(n) for n in _networks(texts)):
             problems.append(f"inbound rule '{rule}' is not forwarded (only loopback or *)")
+            continue
+        if own_ephemeral(policy) and all(
+            GUEST_EPHEMERAL[0] <= r.low and r.high <= GUEST_EPHEMERAL[1] for r in rule.ports
+        ):
+            problems.append(
+                f"inbound rule '{rule}' covers the ephemeral ports (a bind to port 0): "
+                "reached from inside the sandbox only, no port of the host is forwarded"
+            )
             continue
         ports = [p for r in rule.ports for p in range(max(r.low, 1), r.high + 1)]
         if len(ports) > MAX_FORWARDED_PORTS:
