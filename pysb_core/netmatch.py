@@ -245,16 +245,14 @@ def _with_port_zero(
     ports: tuple[tuple[int, int], ...], deny: bool, ephemeral: tuple[int, int] | None
 ) -> tuple[tuple[int, int], ...]:
     """A bind to port 0 takes a port of the ephemeral range: an ``in`` allow covering the
-    whole range allows it, an ``in`` deny touching the range denies it (the kernel could
-    pick a denied port)."""
-    if ephemeral is None or any(low <= 0 <= high for low, high in ports):
+    whole range allows it (what learning writes for it). A deny names port 0 itself (or
+    ``*``) to refuse it, as before."""
+    if deny or ephemeral is None or any(low <= 0 <= high for low, high in ports):
         return ports
     e_low, e_high = ephemeral
-    if deny:
-        hit = any(low <= e_high and e_low <= high for low, high in ports)
-    else:
-        hit = any(low <= e_low and e_high <= high for low, high in ports)
-    return ((0, 0), *ports) if hit else ports
+    if any(low <= e_low and e_high <= high for low, high in ports):
+        return ((0, 0), *ports)
+    return ports
 
 
 def compile_matcher(

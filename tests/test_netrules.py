@@ -13,6 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from pysb_core.netmatch import ephemeral_ports
 from pysb_core.netrules import (
     NetworkMatcher,
     canonical_ip,
@@ -361,6 +362,21 @@ pin_maps = st.fixed_dictionaries(
 )
 
 
+def _item_covers(item: str, port: int) -> bool:
+    if item.endswith("-"):
+        return port >= int(item[:-1])
+    if "-" in item:
+        lo, hi = item.split("-")
+        return int(lo) <= port <= int(hi)
+    return port == int(item)
+
+
+def _one_item_covers(ports: str, low: int, high: int) -> bool:
+    """One item of the list covers the whole range (the matcher looks at rules' ranges one
+    by one)."""
+    return any(_item_covers(i, low) and _item_covers(i, high) for i in ports.split(","))
+
+
 def reference_decision(rules: list[str], pins: dict[str, list[str]], proto: str, ip: str,
                        port: int, direction: str) -> tuple[bool, str | None]:  # fmt: skip
     """The spec read literally, with no precomputation: default deny, any matching deny wins,
@@ -383,6 +399,10 @@ def reference_decision(rules: list[str], pins: dict[str, list[str]], proto: str,
                 port_ok |= int(lo) <= port <= int(hi)
             else:
                 port_ok |= port == int(item)
+        if port == 0 and direction == "in" and action == "allow" and ports != "*":
+            # a bind to port 0 lands in the ephemeral range: a rule covering all of it
+            # allows it (docs/network.md)
+            port_ok |= _one_item_covers(ports, *ephemeral_ports())
         if not port_ok:
             continue
         if network == "*":

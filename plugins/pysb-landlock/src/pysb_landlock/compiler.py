@@ -237,17 +237,32 @@ def _tcp_ports(rules: Iterable[NetworkRule], directions: tuple[str, ...]) -> Ran
     return None if ports == FULL else ports
 
 
-def _with_port_zero(ports: Ranges | None) -> Ranges | None:
+def _with_port_zero(ports: Ranges | None, rules: Iterable[NetworkRule]) -> Ranges | None:
     """Landlock checks a bind to port 0 as port 0, though the kernel then picks a port of the
-    ephemeral range: allowed when the whole range is (what learning writes for it)."""
+    ephemeral range: allowed when an ``in`` rule allows that whole range (what learning
+    writes for it), unless a deny for every host names port 0 -- as the guard decides
+    (:func:`pysb_core.netmatch.compile_matcher`)."""
     if ports is None or any(low <= 0 for low, _ in ports):
         return ports
     from pysb_core.netmatch import ephemeral_ports
 
     e_low, e_high = ephemeral_ports()
-    if any(low <= e_low and e_high <= high for low, high in ports):
-        return [(0, 0), *ports]
-    return ports
+    serves = any(
+        r.action == "allow"
+        and "tcp" in r.protocols
+        and r.direction in ("in", "any")
+        and any(p.low <= e_low and e_high <= p.high for p in r.ports)
+        for r in rules
+    )
+    refused = any(
+        r.action == "deny"
+        and "tcp" in r.protocols
+        and r.direction in ("in", "any")
+        and r.network in ANY_HOST
+        and any(p.low <= 0 <= p.high for p in r.ports)
+        for r in rules
+    )
+    return [(0, 0), *ports] if serves and not refused else ports
 
 
 def _network_gaps(rules: Iterable[NetworkRule]) -> list[str]:
@@ -324,7 +339,7 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
     rules = plan.policy.network
     if abi >= 4:
         c.connect = _tcp_ports(rules, ("out", "any"))
-        c.bind = _with_port_zero(_tcp_ports(rules, ("in", "any")))
+        c.bind = _with_port_zero(_tcp_ports(rules, ("in", "any")), rules)
     c.gaps += _network_gaps(rules)
     c.udp = any(r.action == "allow" and "udp" in r.protocols for r in rules)
     c.seccomp = seccomp.covers()
