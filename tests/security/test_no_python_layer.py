@@ -137,6 +137,26 @@ def test_a_family_the_profile_needs_that_the_child_did_not_arm_refuses_the_run(
     assert "Traceback" not in r.stderr
     r = _pysb(core_and_bwrap_env, "run", "--verbose", "-c", "pass", cwd=project, env=env)
     assert "armed: imports (pysb-lazy 1.0)" in r.stderr, r.stderr
+    # Partial mode: the worker refuses before serving a call; the caller gets an error.
+    code = (
+        "import pysb_core\n"
+        "try:\n"
+        "    with pysb_core.sandboxes(start_timeout=20):\n"
+        "        print('STARTED')\n"
+        "except pysb_core.SandboxError as exc:\n"
+        "    print('REFUSED', type(exc).__name__)\n"
+    )
+    r = subprocess.run(
+        [str(core_and_bwrap_env / "bin" / "python"), "-c", code],
+        cwd=project,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "STARTED" not in r.stdout and "REFUSED" in r.stdout, (r.stdout, r.stderr)
+    assert "'api'" in r.stderr and "not armed" in r.stderr, r.stderr
 
 
 def test_partial_mode_without_the_python_layer_refuses_too(
