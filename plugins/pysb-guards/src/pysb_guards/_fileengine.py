@@ -399,15 +399,15 @@ def _f_check(path, write, follow, dir_fd, kind):
 
 
 def _f_descriptor_race():
-    """The refusal of a path resolved through a directory descriptor and ``..`` while
-    other threads run (``/proc/self/fd/N/../x``, ``dir_fd=N`` with ``../x``): another
-    thread's ``dup2`` between the judgment and the open would re-point the descriptor, and
-    ``..`` would then lead out of the exposures."""
+    """The refusal, while other threads run, of a path that goes on below the link of a
+    descriptor (``/proc/self/fd/N/x``, ``/proc/self/fd/N/../x``) or climbs out of a
+    ``dir_fd`` (``../x``): another thread's ``dup2`` between the judgment and the open
+    would re-point the descriptor, and ``..`` would then lead out of the exposures."""
     return REFUSE(
         DEFER(
             FDENIED,
-            "pysb: a path that climbs out of a directory descriptor (/proc/self/fd/N/.., or "
-            "dir_fd with '..') is refused while other threads run: another thread could "
+            "pysb: a path below a descriptor's link (/proc/self/fd/N/...) or climbing out of "
+            "a dir_fd ('..') is refused while other threads run: another thread could "
             "re-point the descriptor between the judgment and the open",
         )
     )
