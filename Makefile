@@ -16,7 +16,7 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" \
 	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
 	    "mypy>=2.4,<2.5"
-	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling
+	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling pytest
 	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse $$($(BIN)/python -c "$$OLDEST_PINS")
 	touch $@

@@ -19,7 +19,7 @@ implementation only the arguments it names: name only those you need. The loaded
 provider instance is registered as a plugin too (`provider:NAME`), so a provider class can
 implement any hook as a method. The names a plugin may import from pysb-core are those of
 `pysb_core`, [`pysb_core.providerkit`](writing-providers.md) and
-`pysb_core.guardkit`.
+[`pysb_core.guardkit`](writing-guards.md).
 
 Generated from `pysb_core/hookspecs.py` and `pysb_core/childhooks.py` by
 `scripts/gen_hook_docs.py`; `tests/test_docs.py` checks that it is current.

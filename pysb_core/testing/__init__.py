@@ -4,6 +4,13 @@ Install with ``pip install 'pysb-core[testing]'`` (it needs pytest, which pysb i
 not) and opt in with ``pytest_plugins = ["pysb_core.testing"]``. Partial-mode helpers
 (modules written on the fly, worker PIDs) are in :mod:`pysb_core.testing.partial`.
 
+For a provider's tests: :func:`make_launch_plan` (the ``launch_plan`` fixture) builds a
+launch plan by hand, exactly what the provider's ``prepare``/``launch`` receive, and
+:func:`run_plan` (the ``sandbox_runner`` fixture) launches it under a provider instance
+and returns the output; :func:`require_provider` skips a test where the provider cannot
+run. For end-to-end runs of ``pysb`` (a guard's tests): the ``project`` fixture and
+:func:`run_pysb`.
+
 Tests that claim enforcement run real programs under real providers. A provider that is
 not available here is a skip -- unless its name is in ``PYSB_REQUIRE_PROVIDERS`` (CI sets
 it), where it is a failure, so a run cannot silently skip the OS layer.
@@ -17,9 +24,10 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 try:
     import pytest
@@ -28,6 +36,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "pysb_core.testing is pysb's pytest plugin and needs pytest: "
         "pip install 'pysb-core[testing]'"
     ) from exc
+
+if TYPE_CHECKING:
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Exposure, NetworkRule
+    from pysb_core.provider import Provider
 
 #: Environment a test's pysb starts with: enough to run, nothing secret.
 BASE_ENV = {
@@ -75,7 +88,7 @@ def require_provider(name: str) -> None:
     from pysb_core.drivers import load_provider_class
     from pysb_core.errors import ProviderUnavailableError
 
-    _note_provider(name)
+    note_provider(name)
     try:
         status = load_provider_class(name)({}).probe()
         reason = status.reason
@@ -207,15 +220,103 @@ def profile_lines(*lines: str | Sequence[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+# -- launch plans built by hand, run under a provider (a provider's own tests) -----------
+
+
+def interpreter_exposures(python: str = sys.executable) -> list[Exposure]:
+    """The interpreter's installation, read-only: what a hand-built plan needs to start
+    ``python`` inside a sandbox with its own file-system view (the pipeline adds it, and
+    more, implicitly)."""
+    from pysb_core.policy import Exposure
+
+    real = os.path.realpath(python)
+    prefix = os.path.dirname(os.path.dirname(real))
+    return [Exposure(path=prefix, target=prefix, writable=False, implicit=True)]
+
+
+def make_launch_plan(
+    argv: Sequence[str],
+    *,
+    provider: str = "subprocess",
+    cwd: str | os.PathLike[str] = "/",
+    exposures: Sequence[Exposure] = (),
+    env: Mapping[str, str] | None = None,
+    network: Sequence[NetworkRule] = (),
+    options: Mapping[str, object] | None = None,
+    python: str = sys.executable,
+) -> LaunchPlan:
+    """A launch plan for ``argv`` (run as it is inside the sandbox: no bootstrap, no
+    guards), with the interpreter's installation and ``exposures`` exposed, ``env`` as the
+    whole environment and ``options`` as the provider's ``providers: {NAME: ...}``."""
+    from pysb_core.plan import LaunchPlan
+    from pysb_core.policy import Policy
+
+    exps = [*interpreter_exposures(python), *exposures]
+    environment = dict(env if env is not None else {"PATH": BASE_ENV["PATH"]})
+    policy = Policy(
+        exposures=tuple(exps),
+        network=tuple(network),
+        env=dict(environment),
+        provider=provider,
+        provider_options={provider: dict(options)} if options is not None else {},
+        cwd=os.fspath(cwd),
+    )
+    return LaunchPlan(
+        policy=policy,
+        python=python,
+        argv=list(argv),
+        env=environment,
+        cwd=os.fspath(cwd),
+        exposures=exps,
+    )
+
+
+def run_plan(
+    provider: Provider, plan: LaunchPlan, *, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Launch ``plan`` under ``provider`` (its real ``launch``), wait, run the plan's
+    cleanups; the output as text, never raises on a status (a timeout kills the sandbox)."""
+    note_provider(provider.name)
+    proc = provider.launch(plan, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for cleanup in plan.cleanups:
+            cleanup()
+    return subprocess.CompletedProcess(
+        plan.argv, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    )
+
+
+@pytest.fixture
+def launch_plan() -> Callable[..., LaunchPlan]:
+    """:func:`make_launch_plan`, as a fixture."""
+    return make_launch_plan
+
+
+@pytest.fixture
+def sandbox_runner() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """:func:`run_plan`, as a fixture."""
+    return run_plan
+
+
 # -- which OS-provider tests ran (printed at the end of every run; CI reads it) ---------
 
 _current_test: list[str] = [""]
 _provider_tests: dict[str, dict[str, set[str]]] = {}
 
 
-def _note_provider(name: str) -> None:
+def note_provider(name: str) -> None:
+    """Count the running test as one that needed provider ``name`` (the summary at the
+    end of the run says how many of those passed, failed or were skipped)."""
     entry = _provider_tests.setdefault(name, {"tests": set()})
     entry["tests"].add(_current_test[0])
+
+
+_note_provider = note_provider  # the former private name
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
