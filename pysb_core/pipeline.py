@@ -218,13 +218,12 @@ class Session:
         verbose: bool = False,
         extra_plugins: Sequence[Any] = (),
         enforce: bool = True,
-        learn_hint: str | None = None,
     ) -> Session:
         """Load everything a run needs; raise a SandboxError subclass (exit 125) if not sound.
 
         With no profile to enforce (none found, or the named one does not exist) the run is
-        refused unless ``learn`` asks for a learning run; ``learn_hint`` tells the user how
-        this caller starts one (``pysb run --learn ...``; the API's ``learn=True``).
+        refused unless ``learn`` asks for a learning run: a ``ProfileNotFoundError`` that
+        says how to start one from the API (the CLI rewords it with ``with_hint``).
         """
         from pysb_core.drivers import load_provider, load_provider_class
         from pysb_core.profile import choose_profile, load_policy
@@ -238,8 +237,7 @@ class Session:
             hooks = Hooks(pm)
             # A family counts when its guard has something to arm inside the sandbox (what
             # it is named proves nothing); the child then says what it armed (bootstrap).
-            guard_children = hooks.guard_children()
-            guard_families = frozenset(guard_children)
+            guard_families = frozenset(hooks.guard_children())
             if events:
                 from pysb_core.builtin.events import JsonlEventSink
 
@@ -248,7 +246,7 @@ class Session:
             schema = ProfileSchema()
             hooks.add_profile_keys(schema)
             choice = choose_profile(profile, script=script, module=module, cwd=cwd, environ=environ)
-            choice.require(learning=bool(learn), learn_hint=learn_hint or API_LEARN_HINT, cwd=cwd)
+            choice.require(learning=bool(learn), learn_hint=API_LEARN_HINT, cwd=cwd)
             if provider is None:
                 provider = environ.get("PYSB_PROVIDER") or None
             policy = load_policy(
