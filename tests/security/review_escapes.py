@@ -178,6 +178,7 @@ for label, make in [
     ('Connection()', lambda: sqlite3.Connection(':memory:')),
     ('factory with __init__', lambda: sqlite3.connect(':memory:', factory=type('C', (sqlite3.Connection,), {'__init__': lambda self, *a, **k: sqlite3.Connection.__init__(self, *a, **k)}))),
     ('re-initialised', lambda: sqlite3.Connection.__init__(sqlite3.connect(':memory:'), ':memory:')),
+    ('factory with __new__', lambda: sqlite3.connect(':memory:', factory=type('N', (sqlite3.Connection,), {'__new__': lambda cls, *a, **k: object.__new__(cls)}))),
 ]:
     try:
         con = make()
@@ -372,7 +373,7 @@ CASES: dict[str, Case] = {
     "ctypes-raw-memory": Case(CTYPES_FROM_ADDRESS, ("ctypes",), refused=3),
     "spwd": Case(SPWD, ("spwd",)),
     "sqlite-other-connections": Case(
-        SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=3, controls=("control factory D",)
+        SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=4, controls=("control factory D",)
     ),
     "tcl": Case(TCL, ("tkinter",)),
     "c-files": Case(C_FILES, ("syslog", "_multiprocessing", "_ssl"), refused=4),

@@ -51,6 +51,7 @@ SCANDIR_ITERATOR: Any = None  # type: ignore[assignment]  # sealed
 GUARD: Any = None  # type: ignore[assignment]  # sealed
 ALLOW: Any = None  # type: ignore[assignment]  # sealed
 TYPE_DICT: Any = None  # type: ignore[assignment]  # sealed
+TYPE_MRO: Any = None  # type: ignore[assignment]  # sealed
 THREAD_COUNT: Any = None  # type: ignore[assignment]  # sealed
 METHOD_DESCRIPTOR: Any = None  # type: ignore[assignment]  # sealed
 SHM_WRITE_FLAGS: Any = None  # type: ignore[assignment]  # sealed
@@ -647,6 +648,7 @@ def _f_patch_sqlite(module):
             method = TYPE_DICT(found[2]).get("set_authorizer")
             if type(method) is METHOD_DESCRIPTOR:
                 ST["set_authorizer"] = method
+                ST["sqlite_base"] = found[2]
     found = RESOLVE(module, "connect")
     if found is not None and not IS_FACE(found[2]):
         door = MAKE_DOOR(found[2], None, _f_sqlite_connected, name="connect")
@@ -664,6 +666,21 @@ def _f_sqlite_connected(connection, args, kwargs):
     except Exception as e:  # not a connection (a factory of the program's): refused
         return REFUSE(e)
     return connection
+
+
+def _f_sqlite_plain_class(connection):
+    """True when no class of ``connection`` but ``sqlite3.Connection`` defines ``__new__``:
+    a ``__new__`` of the program's could hand the object to code that uses it between its
+    initialisation and the authorizer. Class namespaces are read with C calls, keys checked
+    to be exact ``str`` before any comparison."""
+    base = ST["sqlite_base"]
+    for cls in TYPE_MRO(type(connection)):
+        if cls is base or cls is object:
+            continue
+        for key in list(TYPE_DICT(cls)):
+            if type(key) is not str or key == "__new__":
+                return False
+    return True
 
 
 def _f_caller_is_sqlite_door():
@@ -880,12 +897,12 @@ def _f_make_handlers(events):
         """A connection made (or re-initialised) other than by ``sqlite3.connect`` itself
         -- ``sqlite3.Connection(path)``, a factory with an ``__init__`` of its own --
         would get no authorizer: refused."""
-        if _f_caller_is_sqlite_door():
+        if _f_caller_is_sqlite_door() and _f_sqlite_plain_class(args[0] if args else None):
             return None
         return PermissionError(
             "pysb: SQLite connections are made with sqlite3.connect() in the sandbox (its "
             "authorizer judges ATTACH); a Connection built or re-initialised otherwise, or "
-            "a factory with its own __init__, is refused"
+            "a factory with its own __init__ or __new__, is refused"
         )
 
     def on_syslog(args):

@@ -287,6 +287,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "prepare_database": _make_prepare(((0, "database"),)),
             "set_authorizer": None,  # sqlite3.Connection's, taken when _sqlite3 loads
             "sqlite_doors": set(),  # code ids of the doors of sqlite3.connect's faces
+            "sqlite_base": None,  # sqlite3.Connection itself
         },
         RECORDER=_seal.private_recorder(recorder),
         FDENIED=FileDeniedError,
@@ -318,6 +319,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         DIRENTRY_NAME=posix.DirEntry.__dict__["name"].__get__,
         _ALLOWED=object(),
         TYPE_DICT=type.__dict__["__dict__"].__get__,
+        TYPE_MRO=type.__dict__["__mro__"].__get__,
         THREAD_COUNT=_thread._count,  # threads started through _thread (threading's too)
         METHOD_DESCRIPTOR=type(str.__dict__["join"]),
         SHM_WRITE_FLAGS=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC,
