@@ -27,7 +27,8 @@ Groups:
 
 - hooks: :data:`hookimpl`;
 - what a guard judges by: :class:`Policy`, :class:`Exposure`, :class:`NetworkRule`,
-  :class:`ApiRule`, :class:`Limits`, :func:`implicit_exposures`, :data:`netmatch` (the
+  :class:`ApiRule`, :class:`Limits`, :func:`implicit_exposures`, :func:`is_within`,
+  :data:`netmatch` (the
   reference network matcher: plain functions a guard may re-create with private globals);
 - what it reports with: :class:`Recorder` (``deny`` / ``learn``), :class:`Event`,
   :func:`reporter_functions` (the recorder's encoder, for sealed judges);
@@ -63,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "ApiRule": "pysb_core.policy:ApiRule",
     "Limits": "pysb_core.policy:Limits",
     "implicit_exposures": "pysb_core.pyenv:implicit_exposures",
+    "is_within": "pysb_core.paths:is_within",
     "netmatch": "pysb_core.netmatch:",
     # reporting
     "Recorder": "pysb_core.events:Recorder",
@@ -123,6 +125,7 @@ __all__ = [
     "field",
     "hookimpl",
     "implicit_exposures",
+    "is_within",
     "mutable_record",
     "netmatch",
     "record",
@@ -161,6 +164,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.events import Event, Recorder, reporter_functions
     from pysb_core.learning import LearnedProfile
     from pysb_core.markers import hookimpl
+    from pysb_core.paths import is_within
     from pysb_core.plan import ChildSetup, LaunchPlan
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy
     from pysb_core.profile.schema import Located, ProfileSchema

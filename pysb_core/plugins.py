@@ -122,10 +122,6 @@ def _entry_points(group: str) -> list[EntryPoint]:
     return sorted(entry_points(group=group), key=lambda ep: ep.name)
 
 
-def guard_entry_points() -> list[EntryPoint]:
-    return _entry_points(GUARDS_GROUP)
-
-
 def get_plugin_manager(
     *,
     guards: bool = True,

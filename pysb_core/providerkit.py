@@ -26,6 +26,7 @@ Groups (see docs/writing-providers.md for the guide):
 - the plan: :class:`LaunchPlan`, :class:`LaunchSpec`, :class:`ChildSetup`, :class:`Policy`,
   :class:`Exposure`, :class:`NetworkRule`, :class:`Limits`, :class:`CheckReport`;
 - errors: :class:`SandboxError`, :class:`ProviderUnavailableError`;
+- paths: :func:`is_within` (is this path under that root);
 - probing the machine: :func:`which`, :func:`cached_probe`;
 - the system files a provider with its own ``/etc`` must show: :data:`ETC_BASE`,
   :data:`ETC_NETWORK`, :data:`ETC_HOSTS`, :data:`ETC_RESOLV`, :data:`ALWAYS_HIDDEN`,
@@ -75,6 +76,8 @@ _EXPORTS: dict[str, str] = {
     # errors
     "SandboxError": "pysb_core.errors:SandboxError",
     "ProviderUnavailableError": "pysb_core.errors:ProviderUnavailableError",
+    # paths
+    "is_within": "pysb_core.paths:is_within",
     # probing the machine
     "which": "pysb_core.probecache:which",
     "cached_probe": "pysb_core.probecache:cached_probe",
@@ -149,6 +152,7 @@ __all__ = [
     "hookimpl",
     "hosts_file_text",
     "install_seccomp",
+    "is_within",
     "mutable_record",
     "record",
     "seccomp_child_setup",
@@ -183,6 +187,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.errors import ProviderUnavailableError, SandboxError
     from pysb_core.markers import hookimpl
     from pysb_core.netns.session import NetnsNetwork
+    from pysb_core.paths import is_within
     from pysb_core.pidlimit import PidsCgroup
     from pysb_core.pidlimit import find_controller as find_pids_controller
     from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec

@@ -10,6 +10,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pysb_core import guardkit, kitversion, providerkit
 from pysb_core.testing import Project
@@ -151,3 +153,27 @@ def test_a_guard_built_for_another_kit_is_refused_naming_its_distribution(
     r = project.run("check", env=env)
     assert r.returncode == 125 and "Traceback" not in r.stderr, r.stderr
     assert "pysb-newguard 0.4" in r.stderr and says in r.stderr, r.stderr
+
+
+# -- the one path-containment helper ------------------------------------------------------
+
+_component = st.sampled_from(["a", "b", "ab", "a b", ".x", "x.", "é"])
+_paths = st.lists(_component, max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+@given(_paths, _paths, st.booleans())
+def test_is_within_answers_as_pathlib_does(path: str, root: str, slash: bool) -> None:
+    from pathlib import PurePosixPath
+
+    from pysb_core.paths import is_within
+
+    spelled = root + "/" if slash and root != "/" else root
+    assert is_within(path, spelled) == PurePosixPath(path).is_relative_to(root)
+
+
+def test_is_within_is_component_wise() -> None:
+    from pysb_core.paths import is_within
+
+    assert is_within("/a/b/c", "/a/b") and is_within("/a/b", "/a/b/")
+    assert not is_within("/a/bc", "/a/b") and not is_within("/a", "/a/b")
+    assert is_within("/anything", "/") and not is_within("relative", "/")

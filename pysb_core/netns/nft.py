@@ -381,8 +381,3 @@ def compile_network(
 def _chain(name: str, kind: str, hook: str, prio: int, policy: str, lines: list[str]) -> list[str]:
     head = f"  chain {name} {{\n    type {kind} hook {hook} priority {prio}; policy {policy};"
     return [head, *(f"    {ln}" for ln in lines), "  }"]
-
-
-def loopback_only_ruleset() -> str:
-    """No allow rule: nothing leaves the namespace (there is no interface but ``lo``)."""
-    return "# no allow rule: the namespace has only its own loopback, no route out\n"

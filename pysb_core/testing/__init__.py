@@ -19,7 +19,6 @@ it), where it is a failure, so a run cannot silently skip the OS layer.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -101,13 +100,6 @@ def require_provider(name: str) -> None:
     if name in required_providers():
         pytest.fail(message + " (required by PYSB_REQUIRE_PROVIDERS)")
     pytest.skip(message)
-
-
-def require_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 def wheelhouse() -> Path:

@@ -207,19 +207,6 @@ def test_interfaces_are_loopback_only(run_plan, mkplan):
     assert names == ["lo"]
 
 
-def test_network_allow_rule_fails_closed_without_filter_layer(
-    mkplan, mkrule, bwrap_available, monkeypatch
-):
-    from pysb_bwrap import netlayer
-
-    # As if pysb-core shipped no pysb_core.netns: refuse, never run without the filter.
-    monkeypatch.setattr(netlayer, "netns_module", lambda: None)
-    plan = mkplan(["/bin/true"], network=(mkrule(),))
-    with pytest.raises(SandboxError, match="filtering layer"):
-        BwrapProvider().prepare(plan)
-    assert any("REFUSED" in line for line in BwrapProvider().describe(plan))
-
-
 @pytest.mark.parametrize(("script", "status"), [("exit 3", 3), ("kill -9 $$", 128 + 9)])
 def test_exit_status_passes_through(run_plan, mkplan, script, status):
     assert run_plan(mkplan(["/bin/sh", "-c", script])).returncode == status

@@ -54,7 +54,7 @@ class BwrapProvider(Provider):
 
     name = "bwrap"
     description = "bubblewrap: private mount, user, pid, ipc, uts, cgroup and network namespaces"
-    capabilities = BASE_CAPABILITIES | netlayer.layer_capabilities()
+    capabilities = BASE_CAPABILITIES | netlayer.NETWORK_CAPABILITIES
     install_hint = INSTALL_FIX
     #: bwrap itself and its init (PID 1 of the sandbox) are counted by the pids cgroup.
     own_processes = 2

@@ -1273,12 +1273,6 @@ def _pickle_faces_by_name() -> None:
 _pickle_faces_by_name()
 
 
-def face_codes() -> tuple[Any, ...]:
-    """Kept for callers of older versions: faces are told by :func:`builders`'
-    ``IS_GUARD_FRAME`` now (each face has code of its own)."""
-    return ()
-
-
 def private_recorder(recorder: Any) -> Any:
     """The event recorder as judges call it: ``.deny``, ``.learn``, ``.learning``.
 

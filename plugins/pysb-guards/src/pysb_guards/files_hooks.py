@@ -32,10 +32,7 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     payload = getattr(plan, "payload", None)
     if not isinstance(payload, dict) or not isinstance(payload.get("policy"), dict):
         return
-    try:
-        from pysb_core.records import asdict
-    except ImportError:  # pragma: no cover - pysb_core with dataclass records
-        from dataclasses import asdict  # type: ignore[assignment]
+    from pysb_core.records import asdict
 
     known = {(e["path"], e["target"]) for e in payload["policy"].get("exposures", ())}
     extra = [asdict(e) for e in plan.exposures if e.implicit and (e.path, e.target) not in known]

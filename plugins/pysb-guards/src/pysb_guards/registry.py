@@ -335,10 +335,6 @@ def applicable(
     return (e for e in ENTRIES if e.applies(version, platform))
 
 
-def group_members(group: str) -> tuple[Entry, ...]:
-    return tuple(e for e in ENTRIES if e.group == group)
-
-
 def resolve(
     rules: Sequence[tuple[str, str]], entries: tuple[Entry, ...] = ENTRIES
 ) -> dict[str, bool]:

@@ -154,13 +154,6 @@ def own_ephemeral(policy: Policy) -> tuple[int, int] | None:
     return None
 
 
-def rule_lines(rule: NetworkRule, pins: dict[str, tuple[str, ...]]) -> list[str]:
-    """The main-chain nft statements of one outbound rule (none for an ``in`` rule)."""
-    chains = _Chains(pins)
-    chains.add(rule)
-    return chains.main
-
-
 def needs_nat(policy: Policy) -> bool:
     """True when a rule allows the host's loopback (127.0.0.0/8) or forwards a port in."""
     chains = _Chains(policy.pins, own_ephemeral(policy))
