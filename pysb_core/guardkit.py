@@ -29,7 +29,8 @@ Groups:
 - what a guard judges by: :class:`Policy`, :class:`Exposure`, :class:`NetworkRule`,
   :class:`ApiRule`, :class:`Limits`, :func:`implicit_exposures`, :func:`is_within`,
   :data:`netmatch` (the
-  reference network matcher: plain functions a guard may re-create with private globals);
+  reference network matcher: plain functions a guard may re-create with private globals),
+  :func:`ephemeral_ports` (where a bind to port 0 lands);
 - what it reports with: :class:`Recorder` (``deny`` / ``learn``), :class:`Event`,
   :func:`reporter_functions` (the recorder's encoder, for sealed judges);
 - what it raises: :class:`DeniedError` and its kinds :class:`FileDeniedError`,
@@ -66,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "implicit_exposures": "pysb_core.pyenv:implicit_exposures",
     "is_within": "pysb_core.paths:is_within",
     "netmatch": "pysb_core.netmatch:",
+    "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
     # reporting
     "Recorder": "pysb_core.events:Recorder",
     "Event": "pysb_core.events:Event",
@@ -122,6 +124,7 @@ __all__ = [
     "SandboxError",
     "WriteDeniedError",
     "asdict",
+    "ephemeral_ports",
     "field",
     "hookimpl",
     "implicit_exposures",
@@ -164,6 +167,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.events import Event, Recorder, reporter_functions
     from pysb_core.learning import LearnedProfile
     from pysb_core.markers import hookimpl
+    from pysb_core.netmatch import ephemeral_ports
     from pysb_core.paths import is_within
     from pysb_core.plan import ChildSetup, LaunchPlan
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy

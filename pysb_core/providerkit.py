@@ -33,11 +33,13 @@ Groups (see docs/writing-providers.md for the guide):
   :func:`hosts_file_text`;
 - processes: :func:`adopt_wrapper` (a wrapper command whose signals must reach the
   program), :class:`PidsCgroup` and :func:`find_pids_controller` (``limits: processes``
-  for a root pysb);
+  for a root pysb), :class:`ProgramStart` (``wall-time`` counted from the program's start
+  when the sandbox boots first);
 - the common seccomp refusals: :class:`SeccompRules`, :func:`seccomp_covers`,
   :func:`seccomp_filter_bytes`, :func:`install_seccomp`, :func:`seccomp_child_setup`;
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
-  filtered by the profile's rules);
+  filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
+  lands);
 - C calls without ``ctypes``: :func:`c_function`, :class:`CInt`, :class:`CLong`,
   :class:`CPointer`, :func:`c_errno`;
 - light records (no ``dataclasses`` import in the sandbox): :func:`record`,
@@ -90,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "hosts_file_text": "pysb_core.sysfiles:hosts_file_text",
     # processes
     "adopt_wrapper": "pysb_core.wrapper_process:adopt",
+    "ProgramStart": "pysb_core.execute:ProgramStart",
     "PidsCgroup": "pysb_core.pidlimit:PidsCgroup",
     "find_pids_controller": "pysb_core.pidlimit:find_controller",
     # seccomp
@@ -100,6 +103,7 @@ _EXPORTS: dict[str, str] = {
     "seccomp_child_setup": "pysb_core.seccomp:child_setup",
     # network layer
     "NetnsNetwork": "pysb_core.netns.session:NetnsNetwork",
+    "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
     # C calls
     "c_function": "pysb_core.cfuncs:function",
     "CInt": "pysb_core.cfuncs:Int",
@@ -136,6 +140,7 @@ __all__ = [
     "NetworkRule",
     "PidsCgroup",
     "Policy",
+    "ProgramStart",
     "Provider",
     "ProviderStatus",
     "ProviderUnavailableError",
@@ -147,6 +152,7 @@ __all__ = [
     "c_errno",
     "c_function",
     "cached_probe",
+    "ephemeral_ports",
     "field",
     "find_pids_controller",
     "hookimpl",
@@ -185,7 +191,9 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.cfuncs import get_errno as c_errno
     from pysb_core.check import CheckReport
     from pysb_core.errors import ProviderUnavailableError, SandboxError
+    from pysb_core.execute import ProgramStart
     from pysb_core.markers import hookimpl
+    from pysb_core.netmatch import ephemeral_ports
     from pysb_core.netns.session import NetnsNetwork
     from pysb_core.paths import is_within
     from pysb_core.pidlimit import PidsCgroup
