@@ -15,6 +15,10 @@ reach past both and are refused here, for every provider alike:
 - TCP Fast Open: ``sendto``/``sendmsg``/``sendmmsg`` with ``MSG_FASTOPEN`` and
   ``setsockopt(TCP_FASTOPEN_CONNECT)`` open a connection without ``connect()``, which is
   where Landlock checks its TCP rules (``EPERM``);
+- a set-user-ID or set-group-ID bit in a mode (``chmod`` family, ``open``/``openat`` with
+  ``O_CREAT``, ``creat``, ``mknod``): a file left in a writable exposure must not run with
+  its owner's rights for whoever starts it later (``EPERM``); ``openat2``, whose mode the
+  filter cannot read, fails with ``ENOSYS`` (callers fall back to ``openat``);
 - io_uring (its operations are not seen by seccomp or by Landlock's socket checks) and
   ``ioctl(TIOCSTI/TIOCLINUX)``, typing into the terminal the sandbox may share (``EPERM``).
 
@@ -109,6 +113,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
         "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466,
         "clone": 56, "unshare": 272, "setns": 308, "clone3": 435,
+        "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "open": 2, "creat": 85,
+        "openat": 257, "openat2": 437, "mknod": 133, "mknodat": 259,
     },
     "aarch64": {
         "socket": 198, "sendto": 206, "sendmsg": 211, "sendmmsg": 269, "setsockopt": 208,
@@ -121,12 +127,26 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14,
         "lremovexattr": 15, "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466,
         "clone": 220, "unshare": 97, "setns": 268, "clone3": 435,
+        "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "openat": 56, "openat2": 437,
+        "mknodat": 33,
     },
 }  # fmt: skip
 _SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 
+#: (call, index of its mode argument, index of its flags argument or None): the calls that
+#: set a file's mode. A set-user-ID or set-group-ID bit is refused: a file the sandbox
+#: leaves in a writable exposure must not run with its owner's rights for whoever starts it
+#: later (as root: a set-uid root binary for every user of the host).
+SET_MODE = (
+    ("chmod", 1, None), ("fchmod", 1, None), ("fchmodat", 2, None), ("fchmodat2", 2, None),
+    ("creat", 1, None), ("mknod", 1, None), ("mknodat", 2, None),
+    ("open", 2, 1), ("openat", 3, 2),
+)  # fmt: skip
+S_ISUID_ISGID = 0o6000
+#: open flags with which the mode argument is used: O_CREAT, and __O_TMPFILE.
+O_CREAT_TMPFILE = 0o100 | 0o20000000
 _TRACE = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
 _URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
@@ -194,6 +214,9 @@ def _native(machine: str, rules: Rules) -> list[tuple[str | int, ...]]:
         ("jeq", nr["setsockopt"], "sockopt"),
     ]
     prog += [("jeq", nr[name], "eperm") for name in (*_TRACE, *_URING)]
+    # openat2's mode sits in a struct behind a pointer: ENOSYS, callers fall back to openat.
+    prog.append(("jeq", nr["openat2"], "enosys"))
+    prog += [("jeq", nr[name], f"mode_{name}") for name, _, _ in SET_MODE if name in nr]
     if not rules.sysv_ipc:
         prog += [("jeq", nr[name], "eperm") for name in SYSV_IPC]
     if not rules.xattr:
@@ -229,6 +252,14 @@ def _native(machine: str, rules: Rules) -> list[tuple[str | int, ...]]:
         ("jeq", TIOCLINUX, "eperm"),
         ("ret", RET_ALLOW),
     ]
+    for name, mode_arg, flags_arg in SET_MODE:
+        if name not in nr:
+            continue
+        prog.append(("label", f"mode_{name}"))
+        if flags_arg is not None:
+            prog += [("ld", off_arg(flags_arg)), ("jset", O_CREAT_TMPFILE, f"mode_{name}_used")]
+            prog += [("ret", RET_ALLOW), ("label", f"mode_{name}_used")]
+        prog += [("ld", off_arg(mode_arg)), ("jset", S_ISUID_ISGID, "eperm"), ("ret", RET_ALLOW)]
     prog += _socket_block(rules)
     if not rules.namespaces:
         prog += [

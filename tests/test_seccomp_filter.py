@@ -165,3 +165,30 @@ def test_rules_round_trip_and_reject_unknown_ip_rules() -> None:
     assert sc.Rules(**LANDLOCK.to_dict()).key() == LANDLOCK.key()  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         sc.Rules(ip="udp")
+
+
+@pytest.mark.parametrize(("machine", "arch"), MACHINES)
+@pytest.mark.parametrize("rules", [sc.Rules(), LANDLOCK])
+def test_set_id_bits_are_refused_in_every_mode_setting_call(
+    machine: str, arch: int, rules: sc.Rules
+) -> None:
+    """A set-uid/set-gid file left in an exposure would run with its owner's rights later."""
+    o_creat, o_tmpfile_rdwr, o_rdonly = 0o100, 0o20200000 | 2, 0
+    assert decide(machine, rules, "fchmod", 3, 0o4755) == EPERM
+    assert decide(machine, rules, "fchmod", 3, 0o755) == ALLOW
+    assert decide(machine, rules, "fchmodat", -100, 0, 0o2755) == EPERM
+    assert decide(machine, rules, "fchmodat", -100, 0, 0o1777) == ALLOW  # sticky: harmless
+    assert decide(machine, rules, "fchmodat2", -100, 0, 0o6000, 0) == EPERM
+    assert decide(machine, rules, "openat", -100, 0, o_creat | 1, 0o4755) == EPERM
+    assert decide(machine, rules, "openat", -100, 0, o_tmpfile_rdwr, 0o2700) == EPERM
+    assert decide(machine, rules, "openat", -100, 0, o_creat | 1, 0o644) == ALLOW
+    assert decide(machine, rules, "openat", -100, 0, o_rdonly, 0o4755) == ALLOW  # mode unused
+    assert decide(machine, rules, "mknodat", -100, 0, 0o100000 | 0o4755, 0) == EPERM
+    assert decide(machine, rules, "mknodat", -100, 0, 0o10644, 0) == ALLOW  # a FIFO
+    assert decide(machine, rules, "openat2", -100, 0, 0, 24) == ENOSYS
+    if machine == "x86_64":
+        assert decide(machine, rules, "chmod", 0, 0o4755) == EPERM
+        assert decide(machine, rules, "open", 0, o_creat, 0o6755) == EPERM
+        assert decide(machine, rules, "open", 0, o_rdonly, 0o6755) == ALLOW
+        assert decide(machine, rules, "creat", 0, 0o4700) == EPERM
+        assert decide(machine, rules, "mknod", 0, 0o100000 | 0o2755, 0) == EPERM

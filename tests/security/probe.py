@@ -453,6 +453,16 @@ def set_xattr(path: str, name: str = "user.pysb", how: str = "path") -> str:
     return "ok"
 
 
+def create_mode(path: str, mode: int, how: str = "open") -> str:
+    """Create ``path`` with ``mode`` by ``open(O_CREAT)`` or ``mknod``, then report the mode
+    the file got (the umask may drop bits, never add them)."""
+    if how == "open":
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL, mode))
+    else:
+        os.mknod(path, 0o100000 | mode)
+    return "ok:" + oct(os.stat(path).st_mode & 0o7777)
+
+
 def ptrace_child() -> str:
     """PTRACE_ATTACH to a child of our own (a debugger's first step), then detach."""
     pid = os.fork()

@@ -195,3 +195,28 @@ def test_extended_attributes_outside_the_exposures_stay(provider: str, tmp_path:
     )
     assert_all_refused(out, ["set", "set-fd-readable", "remove"])
     assert os.listxattr(box.victim) == [] and os.listxattr(box.project / "ctl.txt") == []
+
+
+@pytest.mark.parametrize("provider", [*providers(), _qemu()])
+def test_no_set_id_file_is_left_in_an_exposure(provider: str, tmp_path: Path) -> None:
+    """A set-user-ID or set-group-ID file the sandbox leaves in ``expose-rw`` would run with
+    its owner's rights for whoever starts it later (for a root run: root, for any user of the
+    host). ``chmod``, ``open(O_CREAT)`` and ``mknod`` with such a bit are refused."""
+    box = bench(provider, tmp_path)
+    (box.rw / "tool").write_text("#!/bin/sh\n")
+    os.chmod(box.rw / "tool", 0o755)
+    out = box.run(
+        [
+            ("control-chmod", "chmod", {"path": "rw/tool", "mode": 0o750}),
+            ("control-create", "create_mode", {"path": "rw/plain", "mode": 0o640}),
+            ("chmod-setuid", "chmod", {"path": "rw/tool", "mode": 0o4755}),
+            ("chmod-setgid", "chmod", {"path": "rw/tool", "mode": 0o2755}),
+            ("open-setuid", "create_mode", {"path": "rw/su", "mode": 0o4755}),
+            ("mknod-setgid", "create_mode", {"path": "rw/sg", "mode": 0o2755, "how": "mknod"}),
+        ]
+    )
+    assert out["control-chmod"] == "ok" and out["control-create"] == "ok:0o640"
+    assert_all_refused(out, ["chmod-setuid", "chmod-setgid", "open-setuid", "mknod-setgid"])
+    modes = {p.name: p.stat().st_mode & 0o7777 for p in box.rw.iterdir()}
+    assert not any(mode & 0o6000 for mode in modes.values()), modes
+    assert sorted(modes) == ["plain", "tool"], modes

@@ -126,7 +126,9 @@ def test_kill_ends_the_program_before_it_returns() -> None:
             stat = ") Z"
         state = stat.rsplit(")", 1)[1].split()[0]
         assert state == "Z", f"program {program} still running ({state})"
-        assert proc.wait(timeout=10) == -signal.SIGKILL
+        # firejail itself dies of the SIGKILL, or (--deterministic-shutdown) exits first with
+        # the program's status: pysb reports 137 either way.
+        assert proc.wait(timeout=10) in (-signal.SIGKILL, 128 + signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
