@@ -99,7 +99,8 @@ class LearnedProfile:
 
         ``${VIRTUAL_ENV}/...`` inside the active venv, ``./...`` below the working
         directory, ``${TMPDIR:-/tmp}/...`` below the temporary directory, ``~/...`` below
-        the home directory, else the absolute path.
+        the home directory, else the absolute path; when several apply, the deepest root
+        (``~/.config/app`` for a home inside the working directory).
         """
         path = os.path.normpath(path)
         tmp = self.environ.get("TMPDIR") or "/tmp"
@@ -109,14 +110,15 @@ class LearnedProfile:
             (tmp, "${TMPDIR:-/tmp}"),
             (self.environ.get("HOME"), "~"),
         ]
+        best: tuple[int, str] | None = None  # the deepest root wins (a HOME inside the cwd)
         for root, spelled in forms:
             if not root:
                 continue
             root = os.path.normpath(root)
-            if root == "/":
+            if root == "/" or (best is not None and len(root) <= best[0]):
                 continue
             if path == root:
-                return spelled
-            if path.startswith(root + os.sep):
-                return f"{spelled}/{path[len(root) + 1 :]}"
-        return path
+                best = (len(root), spelled)
+            elif path.startswith(root + os.sep):
+                best = (len(root), f"{spelled}/{path[len(root) + 1 :]}")
+        return path if best is None else best[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -371,3 +372,39 @@ def test_every_compiler_reads_a_learned_ephemeral_range_as_the_programs_own() ->
     )
     bind = compile_plan(plan, 4).bind
     assert bind is not None and bind[0] == (0, 0)
+
+
+# -- child processes ------------------------------------------------------------------------
+
+RUNS_CHILDREN = """
+import os, subprocess
+print(subprocess.run(["ls", "/usr/bin"], capture_output=True, check=True).returncode)
+print(subprocess.run(["/bin/sh", "-c", "exit 0"]).returncode)
+os.system("true")
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_what_a_child_program_needs_is_learned(project: Project, provider: str) -> None:
+    """The binary, its ELF interpreter and its shared libraries: landlock and firejail then
+    start it too (they confine exec and the loader's reads)."""
+    project.file("app.py", RUNS_CHILDREN)
+    profile = learned(project, "app.py")
+    ro = exposures(profile)["expose-ro"]
+    assert "/usr/bin" in ro and "/" not in ro, profile
+    assert any(p.startswith(("/usr/lib", "/lib")) for p in ro), profile
+    run_under(project, provider, "app.py")
+
+
+def test_needed_files_reads_pt_interp_and_the_loaders_list() -> None:
+    from pysb_core import execdeps
+
+    ls = execdeps.find_executable("ls", "/nonexistent:/usr/bin:/bin", "/")
+    assert ls is not None
+    files = execdeps.needed_files(ls)
+    loader = execdeps.elf_interpreter(os.path.realpath(ls))
+    assert loader and os.path.realpath(loader) in files
+    assert any(os.path.basename(f).startswith("libc.so") for f in files), files
+    script = execdeps.find_executable("pysb", os.path.dirname(sys.executable), "/")
+    assert script is not None and os.path.realpath(sys.executable) in execdeps.needed_files(script)
+    assert execdeps.find_executable("pysb-no-such-tool", "/usr/bin", "/") is None

@@ -310,11 +310,29 @@ def _f_lexists(canon):
     return True
 
 
+def _f_by_import_system():
+    """Whether the import system is asking (its path finders, and ``importlib.metadata``
+    looking for distributions, list and stat every ``sys.path`` entry): a learning run
+    records the files it then reads, never the directories it scanned. (A program that
+    named its own file so would only learn less, and be refused what it needed.)"""
+    f = GETFRAME(2)
+    while f is not None:
+        name = FRAME_CODE(f).co_filename
+        if type(name) is str and (
+            name.startswith("<frozen importlib._bootstrap") or "/importlib/metadata/" in name
+        ):
+            return True
+        f = f.f_back
+    return False
+
+
 def _f_learn(canon, write, kind):
     exp = _f_exposure(canon)
     if exp is not None and exp[4]:
         return
     if canon in ST["devices"]:
+        return
+    if not write and (kind == "list" or kind == "stat") and _f_by_import_system():
         return
     try:
         isdir = _f_mode(STAT(canon)) & 0o170000 == 0o040000
@@ -332,6 +350,32 @@ def _f_learn(canon, write, kind):
         isdir=isdir,
         exists=exists,
     )
+
+
+def _f_make_exec_learner(event):
+    """A learning run's handler of an exec audit event: the program to run, recorded so that
+    the parent learns what starting it needs (``pysb_core.execdeps``). Only exact
+    str/bytes are read: nothing of the program's runs here."""
+
+    def handler(args):
+        if type(args) is not tuple or not args:
+            return None
+        name = args[0]
+        if name is None and event == "subprocess.Popen" and len(args) > 1:
+            argv = args[1]
+            name = argv[0] if (type(argv) is list or type(argv) is tuple) and argv else argv
+        text = _f_text(name) if type(name) is str or type(name) is bytes else None
+        if not text:
+            return None
+        if "/" in text:
+            absolute = _f_abs(text, None)
+            if absolute is None:
+                return None
+            text = absolute
+        RECORDER.learn("files", text, "exec", "", cwd=_f_cwd(), write=False)
+        return None
+
+    return handler
 
 
 _ALLOWED: Any = None  # a unique sentinel in the sealed namespace (see install)

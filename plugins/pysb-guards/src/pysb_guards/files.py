@@ -156,6 +156,10 @@ EVENTS: dict[str, tuple[tuple[tuple[int, int | None], ...], bool, bool | None, s
 }
 
 
+#: Audit events of an exec (their first argument names the program): a learning run
+#: records them, so that the profile exposes what starting that program needs.
+EXEC_EVENTS = ("os.exec", "os.posix_spawn", "subprocess.Popen")
+
 #: (module, attribute path, params): C code that opens a path without an audit event.
 #: Methods are patched on their Python class, so ``self`` is argument 0.
 C_PATH_FUNCTIONS: tuple[tuple[str, str, tuple], ...] = (
@@ -383,6 +387,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
         add_handler(event, handler)
+    if recorder.learning:
+        for event in EXEC_EVENTS:
+            add_handler(event, ns["_f_make_exec_learner"](event))
 
 
 def _file_error(cls: type, message: str, canon: str, rule: str, err: int) -> BaseException:

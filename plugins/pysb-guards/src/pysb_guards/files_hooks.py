@@ -103,6 +103,10 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
     for r in records:
         if r.guard != GUARD or r.action != "learn":
             continue
+        if r.detail == "exec":
+            for directory in _exec_directories(r.target, r.data):
+                dirs.setdefault(directory, False)
+            continue
         path = r.target
         if not path.startswith("/") or path.startswith(("/proc/", "/sys/", "/dev/")):
             continue
@@ -118,6 +122,26 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
             continue
         kept[d] = dirs[d]
     return [("expose-rw" if w else "expose-ro", d) for d, w in sorted(kept.items())]
+
+
+def _exec_directories(name: str, data: dict) -> list[str]:
+    """The directories holding what starting the executed program ``name`` needs: the
+    binary, its ``#!`` or ELF interpreter and its shared libraries (``pysb_core.execdeps``,
+    resolved on ``PATH`` as the learning run had it)."""
+    import os
+
+    from pysb_core.execdeps import find_executable, needed_files
+
+    cwd = str(data.get("cwd") or os.getcwd())
+    found = find_executable(name, os.environ.get("PATH"), cwd)
+    if found is None:
+        return []
+    out: list[str] = []
+    for path in needed_files(found):
+        directory = os.path.dirname(path) or "/"
+        if directory != "/" and directory not in out:
+            out.append(directory)
+    return out
 
 
 def _learned_directory(path: str, kind: str, data: dict, isdir: Any) -> str | None:
