@@ -1,7 +1,7 @@
 """pysb_core.seccomp: every decision of the shared filter, run through its BPF interpreter.
 
 What the filter does to real programs under each provider is tested in
-tests/security/test_os_syscalls.py and the providers' own test_seccomp/test_ttyfilter.
+tests/security/test_os_syscalls.py and the providers' own test_seccomp.py / test_seccomp_child.py.
 """
 
 from __future__ import annotations
