@@ -469,3 +469,13 @@ def child_setup(rules: Rules | None = None) -> ChildSetup | None:
     from pysb_core.plan import ChildSetup
 
     return ChildSetup("pysb_core.seccomp", "setup", (rules or Rules()).to_dict())
+
+
+def describe() -> str:
+    """One line for ``pysb check``: what the common filter refuses on this machine."""
+    if not covers():
+        return f"seccomp: none ({os.uname().machine} has no filter table)"
+    return (
+        "seccomp: ptrace, io_uring, TCP Fast Open, set-uid/set-gid modes, socket families "
+        "but unix/inet/inet6/netlink-route, TIOCSTI, 32-bit system calls: refused"
+    )

@@ -27,6 +27,7 @@ from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.seccomp import describe as seccomp_describe
 from pysb_core.seccomp import filter_bytes
 from pysb_core.wrapper_process import adopt
 
@@ -75,7 +76,7 @@ class BwrapProvider(Provider):
         return BASE_CAPABILITIES | netlayer.layer_usable()
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        lines = []
+        lines = [seccomp_describe()]
         if not netlayer.needs_layer(plan):
             lines.append("network: own namespace, loopback only (no allow rule)")
         else:

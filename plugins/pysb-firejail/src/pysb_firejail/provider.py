@@ -89,7 +89,7 @@ class FirejailProvider(Provider):
         return str(value) if value else None
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        lines = []
+        lines = [seccomp.describe() + ", and new namespaces; firejail's --seccomp too"]
         net_options: list[str] | None = None
         if not network.needs_network(plan.policy):
             how = (

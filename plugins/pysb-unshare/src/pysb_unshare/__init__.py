@@ -206,6 +206,7 @@ class UnshareProvider(Provider):
             "uts, cgroup",
             "root: tmpfs with read-only /usr, /lib*, generated /etc (hosts, resolv.conf, passwd), "
             "/dev (null zero full random urandom tty), private /tmp and /dev/shm, fresh /proc",
+            seccomp.describe(),
         ]
         for e in plan.exposures:
             if e.implicit:
