@@ -68,3 +68,39 @@ def test_imports_made_by_an_extension_initialising_are_its_own(
         f"import {module}\nprint('imported')", imports=(module,), cwd=tmp_path, python=python
     )
     assert res.stdout.strip() == "imported", res.stdout + res.stderr
+
+
+def test_interpreter_module_names_load_only_from_the_interpreters_files(
+    python: str, tmp_path: Path
+) -> None:
+    """A file below a site-packages directory (one the profile might expose read-write)
+    named like a module of the interpreter (``_bisect``) is not loaded under that name."""
+    import shutil
+    import subprocess
+
+    dynload = subprocess.run(
+        [python, "-c", "import os;print(os.path.join(os.path.dirname(os.__file__),'lib-dynload'))"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    original = next(p for p in Path(dynload).iterdir() if p.name.partition(".")[0] == "_bisect")
+    site = tmp_path / "env" / "site-packages"
+    site.mkdir(parents=True)
+    shutil.copy(original, site / original.name)
+    code = (
+        "import _imp\nfrom importlib.machinery import ModuleSpec\n"
+        f"spec = ModuleSpec('_bisect', None, origin={str(site / original.name)!r})\n"
+        "try:\n    _imp.create_dynamic(spec)\n    print('ESCAPED loaded')\n"
+        "except ImportError as e:\n    print('refused', e)\n"
+    )
+    res = guarded.run(
+        code,
+        imports=("_imp", "importlib", "_bisect"),
+        exposures=(guarded.expose(tmp_path),),
+        env={"PYTHONPATH": str(site)},
+        cwd=tmp_path,
+        python=python,
+    )
+    assert "refused" in res.stdout and "module of the interpreter" in res.stdout, (
+        res.stdout + res.stderr
+    )

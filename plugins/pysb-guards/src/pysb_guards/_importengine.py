@@ -57,6 +57,7 @@ READLINK: Any = None  # type: ignore[assignment]  # sealed
 GETCWD: Any = None  # type: ignore[assignment]  # sealed
 EXTENSION_ROOTS: Any = None  # type: ignore[assignment]  # sealed
 DYNLOAD: Any = None  # type: ignore[assignment]  # sealed
+INTERPRETER_MODULES: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -470,8 +471,9 @@ def _e_judge_dynamic(args, kwargs):
     path: not a copy in a writable exposure, not ``/proc/self/fd/N`` of a memfd); a file of
     the standard library's ``lib-dynload`` loads only under its own name (``readline``,
     never ``json.readline``: a fresh module under another name would miss the patches
-    registered for its own); and the C function is handed the canonical path, so that
-    the file loaded is the file judged."""
+    registered for its own), and the name of a module of the interpreter (built in, or in
+    ``lib-dynload``) only from that file; the C function is handed the canonical path, so
+    that the file loaded is the file judged."""
     verdict = _e_judge_create(args, kwargs)
     if verdict is not None:
         return verdict
@@ -498,8 +500,13 @@ def _e_judge_dynamic(args, kwargs):
     stem = filename.partition(".")[0]
     if name.rpartition(".")[2] != stem:
         return _e_extension_refusal(name, origin, f"'{filename}' is not the module '{name}'")
-    if canon.rpartition("/")[0] == DYNLOAD and name != stem:
+    in_dynload = canon.rpartition("/")[0] == DYNLOAD
+    if in_dynload and name != stem:
         return _e_extension_refusal(name, origin, f"'{filename}' is the module '{stem}'")
+    if not in_dynload and name in INTERPRETER_MODULES:
+        return _e_extension_refusal(
+            name, origin, f"'{name}' is a module of the interpreter, not of this file"
+        )
     if canon == origin:
         return None
     return ((NAMESPACE(name=name, origin=canon), *args[1:]), kwargs)

@@ -372,7 +372,8 @@ def internal_importers() -> frozenset[tuple[str, str]]:
 def _extension_places() -> dict[str, Any]:
     """Where extension modules may come from, as canonical paths: ``EXTENSION_ROOTS``
     (prefixes, each ending in ``/``: the standard library, site-packages, pysb's own
-    packages) and ``DYNLOAD`` (the standard library's ``lib-dynload``)."""
+    packages) and ``DYNLOAD`` (the standard library's ``lib-dynload``); and the names of the
+    interpreter's own modules (``INTERPRETER_MODULES``)."""
     import os
 
     from pysb_guards._where import library_prefixes
@@ -383,7 +384,16 @@ def _extension_places() -> dict[str, Any]:
         if real != "/" and real not in roots:
             roots.append(real)
     dynload = os.path.realpath(os.path.join(os.path.dirname(os.__file__), "lib-dynload"))
-    return {"EXTENSION_ROOTS": tuple(roots), "DYNLOAD": dynload}
+    try:
+        stems = {name.partition(".")[0] for name in os.listdir(dynload)}
+    except OSError:
+        stems = set()
+    return {
+        "EXTENSION_ROOTS": tuple(roots),
+        "DYNLOAD": dynload,
+        # Names only the interpreter's own files may load under (built in, or lib-dynload).
+        "INTERPRETER_MODULES": frozenset(stems | set(sys.builtin_module_names)),
+    }
 
 
 def _probe() -> Any:
