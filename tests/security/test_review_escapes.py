@@ -245,7 +245,7 @@ def test_threads_changing_directory_do_not_race_the_judge(box: Box) -> None:
         "subprocess",
         *(
             pytest.param(p, marks=pytest.mark.provider(p), id=p)
-            for p in ("bwrap", "unshare", "qemu")
+            for p in ("bwrap", "unshare", "qemu", "landlock", "firejail")
         ),
     ],
     indirect=True,
