@@ -1,0 +1,30 @@
+"""The function Ray runs for every ``.remote()`` call of a ``@sandboxed`` function."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ray
+
+from pysb_ray import warm
+from pysb_ray.spec import ProfileSpec
+
+_lock = threading.Lock()
+_functions: dict[tuple[tuple[str, Any], ...], Any] = {}
+
+
+def execute(spec: ProfileSpec, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Body of the Ray task: the call, in this worker's warm sandbox for ``spec``."""
+    return warm.run(spec, fn, args, kwargs)
+
+
+def remote_function(options: dict[str, Any]) -> Any:
+    """``ray.remote(**options)(execute)``, one per set of options (Ray exports each once)."""
+    key = tuple(sorted((k, repr(v)) for k, v in options.items()))
+    with _lock:
+        found = _functions.get(key)
+        if found is None:
+            found = ray.remote(**options)(execute) if options else ray.remote(execute)
+            _functions[key] = found
+        return found

@@ -1,0 +1,82 @@
+"""What the driver checks before any task leaves it (no cluster needed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pysb_ray
+import pytest
+from pysb_ray.decorator import check_importable
+from pysb_ray.spec import load_spec
+
+from pysb_core import ProfileError, SandboxError
+
+
+def test_a_nested_function_is_refused_at_remote_time() -> None:
+    def inner() -> int:
+        return 1
+
+    fn = pysb_ray.sandboxed(inner, profile="unused.yaml")
+    with pytest.raises(SandboxError, match="top level of a module"):
+        fn.remote()
+
+
+def test_a_function_of_the_main_script_is_refused_with_the_fix() -> None:
+    def scripted() -> int:
+        return 1
+
+    scripted.__module__ = "__main__"
+    scripted.__qualname__ = "scripted"
+    fn = pysb_ray.sandboxed(scripted)
+    with pytest.raises(SandboxError, match=r"runs as __main__.*Move it into a module"):
+        check_importable(fn)
+
+
+def test_a_replaced_function_is_refused(tools: ModuleType) -> None:
+    original = tools.add
+    try:
+        tools.add = pysb_ray.sandboxed(original.__pysb_wrapped__, profile=tools.PROFILE)
+        with pytest.raises(SandboxError, match="does not name this sandboxed function"):
+            check_importable(original)
+    finally:
+        tools.add = original
+
+
+def test_the_profile_content_travels_with_profile_dir_bound_to_the_driver(
+    tools: ModuleType,
+) -> None:
+    spec = load_spec(tools.PROFILE, "landlock")
+    assert spec.text == Path(tools.PROFILE).read_text()
+    here = os.path.dirname(tools.PROFILE)
+    assert f'expose-ro: ["{here}"]' in spec.node_text()
+    assert spec.node_text().count("\n") == spec.text.count("\n")  # lines keep their numbers
+    assert load_spec(tools.PROFILE, "landlock") is spec  # checked once while unchanged
+    assert load_spec(tools.PROFILE, "bwrap").key != spec.key
+
+
+def test_a_profile_with_an_error_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pysb.yaml"
+    bad.write_text("version: 1\nimports: [os]\nnetwork:\n  - allow tcp nowhere\n")
+    with pytest.raises(ProfileError) as info:
+        load_spec(bad, None)
+    assert f"{bad}:4" in str(info.value)
+
+
+def test_includes_are_refused_since_only_one_file_travels(tmp_path: Path) -> None:
+    (tmp_path / "base.pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    main = tmp_path / "main.pysb.yaml"
+    main.write_text("version: 1\ninclude: [base.pysb.yaml]\n")
+    with pytest.raises(ProfileError, match=r"main\.pysb\.yaml:2: include: .*one profile file"):
+        load_spec(main, None)
+
+
+def test_no_profile_at_all_is_an_error_not_an_open_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYSB_PROFILE", raising=False)
+    with pytest.raises(ProfileError, match="no profile for this sandboxed Ray function"):
+        load_spec(None, None, near=str(tmp_path / "tools.py"))
+    with pytest.raises(ProfileError, match="cannot be read"):
+        load_spec(tmp_path / "missing.yaml", None)
