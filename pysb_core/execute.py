@@ -139,7 +139,8 @@ def wait(
     forwarded = 0
     kill_at: float | None = None  # set by a request to end
 
-    def ending(signo: int) -> None:
+    def ending() -> None:
+        """A request to end: the sandbox gets TERM_GRACE seconds, a second one none."""
         nonlocal kill_at
         now = time.monotonic()
         kill_at = now if kill_at is not None else now + TERM_GRACE
@@ -154,7 +155,7 @@ def wait(
                 if proc.poll() is None:
                     proc.send_signal(signo)
                     if signo in _ENDING or signo in _ENDING_IF_SENT:
-                        ending(signo)
+                        ending()
             if proc.poll() is not None:
                 return status_of(proc.returncode)
             if awaiting_start and wall_time is not None and started is not None:
@@ -195,6 +196,6 @@ def wait(
                 if info.si_signo in _ENDING or (
                     info.si_signo in _ENDING_IF_SENT and info.si_code == _SI_USER
                 ):
-                    ending(info.si_signo)
+                    ending()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
