@@ -557,6 +557,15 @@ def render(results: dict[str, Any]) -> str:
         lines += guards(sections["guards"])
     if "memory" in sections:
         lines += memory(sections["memory"])
+    if "learning" in sections:
+        import learning_corpus
+
+        lines += [
+            "## Learning corpus: learned once, run unchanged under each provider",
+            "",
+            *learning_corpus.markdown(sections["learning"]),
+            "",
+        ]
     if results.get("errors"):
         lines += ["## Errors in this run", ""]
         lines += [f"- {e}".replace("\n", " ") for e in results["errors"]]

@@ -1,6 +1,6 @@
 """Benchmark pysb against plain Python and pysandboxes 0.7.0: ``make bench``.
 
-``benchmarks/run.py [--quick] [--only startup,partial,guards,memory] [--providers a,b]
+``benchmarks/run.py [--quick] [--only startup,partial,guards,memory,learning] [--providers a,b]
 [--no-reference] [--json PATH] [--markdown PATH] [--report-only]``
 
 A full run (all sections) writes ``benchmarks/results/latest.json`` and regenerates
@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 import guards
+import learning_corpus
 import memory
 import partial
 import profiles
@@ -42,6 +43,7 @@ SECTIONS = {
     "partial": partial.run,
     "guards": guards.run,
     "memory": memory.run,
+    "learning": learning_corpus.run,
 }
 
 
@@ -216,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     ns.json.parent.mkdir(parents=True, exist_ok=True)
     ns.json.write_text(json.dumps(results, indent=2) + "\n")
     report.write(ns.markdown, results)
+    if "learning" in results["sections"] and ns.markdown == common.ROOT / "docs" / "performance.md":
+        # A complete run also refreshes the corpus table of docs/learning.md.
+        learning_corpus.write_docs(
+            common.ROOT / "docs" / "learning.md", results["sections"]["learning"], results["meta"]
+        )
     ctx.log(f"wrote {ns.json} and {ns.markdown} in {results['meta']['duration_s']:.0f} s")
     for error in ctx.errors:
         ctx.log(f"error: {error}")

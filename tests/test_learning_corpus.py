@@ -54,3 +54,27 @@ def test_the_learned_profile_runs_unchanged(learned: corpus.Learned, provider: s
     r = learned.run(provider)
     assert r.returncode == 0, f"{learned.program.name} under {provider}:\n{r.stderr}"
     assert learned.program.prints in r.stdout, r.stdout
+
+
+def test_the_table_marks_each_cell_and_replaces_itself(tmp_path: Path) -> None:
+    result = {
+        "providers": ["subprocess", "bwrap"],
+        "programs": {
+            "a": {
+                "shape": "A",
+                "tight": [],
+                "cells": {"subprocess": {"status": "ok"}, "bwrap": {"status": "fails",
+                                                                   "detail": "boom"}},
+            },
+            "b": {"shape": "B", "tight": ["expose-rw: . (never needed)"], "cells": {}},
+        },
+    }  # fmt: skip
+    lines = corpus.markdown(result)
+    assert "| a | A | yes | ✅ | ❌ |" in lines and "- a under bwrap: `boom`" in lines
+    assert "| b | B | no: expose-rw: . (never needed) | — | — |" in lines
+    doc = tmp_path / "learning.md"
+    doc.write_text("# Learning\n\nintro\n")
+    corpus.write_docs(doc, result)
+    corpus.write_docs(doc, result)  # again: replaced, not appended
+    text = doc.read_text()
+    assert text.count(corpus.BEGIN) == 1 and text.startswith("# Learning\n\nintro\n")
