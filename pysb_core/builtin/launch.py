@@ -6,12 +6,12 @@ from pysb_core.markers import hookimpl
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
-    from typing import Any
+    import subprocess
 
     from pysb_core.plan import LaunchPlan
     from pysb_core.provider import Provider
 
 
 @hookimpl(trylast=True)
-def pysb_launch(plan: LaunchPlan, provider: Provider) -> Any:
+def pysb_launch(plan: LaunchPlan, provider: Provider) -> subprocess.Popen[bytes]:
     return provider.launch(plan, **plan.popen_kwargs)
