@@ -104,3 +104,38 @@ def test_interpreter_module_names_load_only_from_the_interpreters_files(
     assert "refused" in res.stdout and "module of the interpreter" in res.stdout, (
         res.stdout + res.stderr
     )
+
+
+def test_extension_modules_of_unexposed_library_directories_are_refused(
+    python: str, tmp_path: Path
+) -> None:
+    """``dlopen`` opens the file itself (no audit event): a site-packages directory on
+    ``sys.path`` that no exposure covers gives no extension module."""
+    import shutil
+    import subprocess
+
+    dynload = subprocess.run(
+        [python, "-c", "import os;print(os.path.join(os.path.dirname(os.__file__),'lib-dynload'))"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    original = next(p for p in Path(dynload).iterdir() if p.name.partition(".")[0] == "_bisect")
+    site = tmp_path / "hidden" / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    shutil.copy(original, site / "pkg" / original.name)
+    (tmp_path / "work").mkdir()
+    code = (
+        "import _imp\nfrom importlib.machinery import ModuleSpec\n"
+        f"spec = ModuleSpec('pkg._bisect', None, origin={str(site / 'pkg' / original.name)!r})\n"
+        "try:\n    _imp.create_dynamic(spec)\n    print('ESCAPED loaded')\n"
+        "except ImportError as e:\n    print('refused', e)\n"
+    )
+    res = guarded.run(
+        code,
+        imports=("_imp", "importlib", "pkg"),
+        exposures=(guarded.expose(tmp_path / "work"),),
+        env={"PYTHONPATH": str(site)},
+        cwd=tmp_path / "work",
+        python=python,
+    )
+    assert "refused" in res.stdout and "not exposed" in res.stdout, res.stdout + res.stderr

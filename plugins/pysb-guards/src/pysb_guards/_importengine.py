@@ -58,6 +58,7 @@ GETCWD: Any = None  # type: ignore[assignment]  # sealed
 EXTENSION_ROOTS: Any = None  # type: ignore[assignment]  # sealed
 DYNLOAD: Any = None  # type: ignore[assignment]  # sealed
 INTERPRETER_MODULES: Any = None  # type: ignore[assignment]  # sealed
+EXPOSED: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -496,6 +497,10 @@ def _e_judge_dynamic(args, kwargs):
         return _e_extension_refusal(name, origin, "the file cannot be resolved")
     if not canon.startswith(EXTENSION_ROOTS):
         return _e_extension_refusal(name, origin, f"'{canon}' is not a library file")
+    if EXPOSED is not None and not (canon + "/").startswith(EXPOSED):
+        # dlopen opens the file with C code of its own (no audit event): a library
+        # directory on sys.path that the profile does not expose stays closed.
+        return _e_extension_refusal(name, origin, f"'{canon}' is not exposed to the sandbox")
     filename = canon.rpartition("/")[2]
     stem = filename.partition(".")[0]
     if name.rpartition(".")[2] != stem:

@@ -285,6 +285,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         READLINK=posix.readlink,
         GETCWD=posix.getcwd,
         **_extension_places(),
+        EXPOSED=_exposed_prefixes(policy),
         IMPORT_NAME=import_name,
         EXTENDED_ARG=extended_arg,
     )
@@ -367,6 +368,15 @@ def internal_importers() -> frozenset[tuple[str, str]]:
     # Code objects of the standard library carry the path it was found under, os's too.
     stdlib = os.path.dirname(os.__file__)
     return frozenset((os.path.join(stdlib, rel), name) for rel, name in INTERNAL_IMPORTERS)
+
+
+def _exposed_prefixes(policy: Policy) -> tuple[str, ...] | None:
+    """The exposures' directories (each ending in ``/``) an extension module's file must
+    lie below, or None when the policy names no implicit exposure (a policy made by hand,
+    without the interpreter's own: the file guard then adds them itself)."""
+    if not any(e.implicit for e in policy.exposures):
+        return None
+    return tuple(e.path.rstrip("/") + "/" for e in policy.exposures)
 
 
 def _extension_places() -> dict[str, Any]:
