@@ -8,6 +8,7 @@ turns a missing Ray into a failure; a plain ``pytest`` run skips these tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import textwrap
@@ -62,6 +63,11 @@ def add(a, b):
 
 
 @pysb_ray.sandboxed(**OPTIONS)
+def add_one(a):
+    return a + 1
+
+
+@pysb_ray.sandboxed(**OPTIONS)
 def fail(message):
     raise ToolError(message)
 
@@ -93,9 +99,14 @@ def crash(marker):
 @pysb_ray.sandboxed(**OPTIONS)
 def hang(marker, seconds):
     with open(marker, "a") as f:
-        f.write("ran\\n")
+        f.write(f"{os.getpid()}\\n")
     time.sleep(seconds)
     return seconds
+
+
+@pysb_ray.sandboxed(profile=PROFILE, provider="bwrap", num_cpus=0.5)
+def add_under_bwrap(a, b):
+    return a + b
 
 
 @pysb_ray.sandboxed(profile=os.path.join(HERE, "broken.pysb.yaml"), provider="%(provider)s")
@@ -105,11 +116,22 @@ def broken():
 
 PROFILE = """\
 version: 1
-imports: [os, time]
+imports: [os, time, raytools]
 files:
   expose-ro: ["${PROFILE_DIR}"]
   expose-rw: ["${PROFILE_DIR}/out"]
 """
+
+MORE_TOOLS = '''
+"""A second module of sandboxed functions under the same profile."""
+import pysb_ray
+import raytools
+
+
+@pysb_ray.sandboxed(**raytools.OPTIONS)
+def double(a):
+    return 2 * a
+'''
 
 BROKEN = """\
 version: 1
@@ -125,6 +147,7 @@ def tools_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("pysb ray") / "my tools"
     (where / "out").mkdir(parents=True)
     (where / "raytools.py").write_text(textwrap.dedent(TOOLS % {"provider": PROVIDER}))
+    (where / "moretools.py").write_text(MORE_TOOLS)
     (where / "tools.pysb.yaml").write_text(PROFILE)
     (where / "broken.pysb.yaml").write_text(BROKEN)
     return where
@@ -139,18 +162,44 @@ def tools(tools_dir: Path) -> ModuleType:
     return raytools
 
 
-def start_cluster(tools_dir: Path, nodes: int) -> Any:
+def path_without(binary: str, where: Path) -> str:
+    """A ``PATH`` with every program of this machine's but ``binary``: the node image of
+    a node that lacks it (symbolic links to the others, in ``where``)."""
+    where.mkdir(parents=True, exist_ok=True)
+    for directory in ("/usr/local/bin", "/usr/bin"):
+        for entry in os.scandir(directory):
+            if entry.name != binary and not (where / entry.name).exists():
+                (where / entry.name).symlink_to(entry.path)
+    return os.pathsep.join([str(where), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+
+
+@contextlib.contextmanager
+def environment(**changes: str) -> Iterator[None]:
+    """``os.environ`` changed while node processes start (they inherit it)."""
+    saved = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def start_cluster(tools_dir: Path, nodes: int, node_env: dict[int, dict[str, str]]) -> Any:
     """A ``Cluster`` of ``nodes`` nodes (the head included), the driver connected to it.
 
     The nodes find the tools through ``PYTHONPATH`` (they share this file system here; on a
-    real cluster the module is in the image). Each node has a custom resource naming it,
-    so that a test can send a task to one node.
+    real cluster the module is in the image); ``node_env`` changes the environment of some
+    nodes. Each node has a custom resource naming it (``node0``, ``node1``...), so that a
+    test can send a task to one node.
     """
     from ray.cluster_utils import Cluster
 
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tools_dir), saved) if p)
-    try:
+    pythonpath = os.pathsep.join(p for p in (str(tools_dir), os.environ.get("PYTHONPATH")) if p)
+    with environment(PYTHONPATH=pythonpath, **node_env.get(0, {})):
         cluster = Cluster(
             initialize_head=True,
             head_node_args={
@@ -160,23 +209,28 @@ def start_cluster(tools_dir: Path, nodes: int) -> Any:
                 "resources": {"node0": 1},
             },
         )
-        for index in range(1, nodes):
+    for index in range(1, nodes):
+        with environment(PYTHONPATH=pythonpath, **node_env.get(index, {})):
             cluster.add_node(**NODE, node_ip_address="127.0.0.1", resources={f"node{index}": 1})
-        cluster.wait_for_nodes()
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    cluster.wait_for_nodes()
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     return cluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tools: ModuleType, tools_dir: Path) -> Iterator[Any]:
-    cluster = start_cluster(tools_dir, nodes=2)
+    """Two nodes; the second one's image has no bubblewrap (``bwrap`` is not on its PATH)."""
+    require_provider("bwrap")
+    no_bwrap = path_without("bwrap", tools_dir.parent / "node1-bin")
+    cluster = start_cluster(tools_dir, nodes=2, node_env={1: {"PATH": no_bwrap}})
     try:
         yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def cluster_factory(tools: ModuleType, tools_dir: Path) -> Any:
+    """``start_cluster`` for a test that starts (and shuts down) a cluster of its own."""
+    return lambda nodes, node_env: start_cluster(tools_dir, nodes=nodes, node_env=node_env)

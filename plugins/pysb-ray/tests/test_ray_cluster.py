@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pysb_ray
 import pytest
 import ray
 
-from pysb_core import DeniedError, FileDeniedError, ProfileError, sandbox_denials
+from pysb_core import (
+    DeniedError,
+    FileDeniedError,
+    ProfileError,
+    ProviderUnavailableError,
+    SandboxProtocolError,
+    SandboxTimeoutError,
+    sandbox_denials,
+)
+from pysb_core.proctree import descendants, running
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +92,103 @@ def test_a_profile_that_does_not_validate_fails_on_the_driver(
     with pytest.raises(ProfileError) as info:
         tools.broken.remote()
     assert "broken.pysb.yaml:4" in str(info.value)
+
+
+def test_a_node_without_the_provider_fails_the_task_naming_the_node(
+    cluster: Any, tools: ModuleType
+) -> None:
+    assert ray.get(tools.add_under_bwrap.options(**on_node(0)).remote(2, 3)) == 5
+    with pytest.raises(ProviderUnavailableError) as info:
+        ray.get(tools.add_under_bwrap.options(**on_node(1)).remote(2, 3))
+    message = str(info.value)
+    node_id = cluster.list_all_nodes()[1].node_id
+    assert f"Ray node 127.0.0.1 (node id {node_id})" in message
+    assert "bwrap" in message
+
+
+def test_a_sandbox_crash_mid_call_is_reported_and_the_call_never_runs_twice(
+    cluster: Any, tools: ModuleType
+) -> None:
+    marker = Path(tools.HERE) / "out" / "crash.txt"
+    with pytest.raises(SandboxProtocolError, match=r"exited with status 7.*not run again"):
+        ray.get(tools.crash.options(**on_node(1)).remote(str(marker)))
+    assert marker.read_text() == "ran\n"
+    # the Ray worker restarted its sandbox: the next task is served
+    assert ray.get(tools.add.options(**on_node(1)).remote(40, 2)) == 42
+    assert marker.read_text() == "ran\n"
+
+
+def test_a_ray_worker_killed_mid_call_is_not_retried_and_leaves_no_sandbox(
+    cluster: Any, tools: ModuleType
+) -> None:
+    marker = Path(tools.HERE) / "out" / "hang.txt"
+    ref = tools.hang.options(**on_node(1)).remote(str(marker), 60)
+    deadline = time.monotonic() + 30
+    while not marker.exists() or not marker.read_text().strip():
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.05)
+    sandboxed = int(marker.read_text().split()[0])
+    raylet = raylet_pid(cluster, 1)
+    ray_worker = sandboxed
+    while parent_of(ray_worker) != raylet:  # up the tree to the node's Ray worker
+        ray_worker = parent_of(ray_worker)
+        assert ray_worker > 1, "the sandbox does not descend from the node's raylet"
+    sandbox_processes = descendants(ray_worker)
+    assert sandboxed in sandbox_processes
+    os.kill(ray_worker, signal.SIGKILL)  # a descendant of our own cluster's raylet
+    with pytest.raises(ray.exceptions.RayError) as info:
+        ray.get(ref, timeout=60)
+    assert not isinstance(info.value, ray.exceptions.GetTimeoutError)
+    # the sandbox saw its socket close and went away with everything it started
+    deadline = time.monotonic() + 15
+    while any(running(pid) for pid in sandbox_processes):
+        assert time.monotonic() < deadline, [p for p in sandbox_processes if running(p)]
+        time.sleep(0.1)
+    time.sleep(1.0)  # Ray would have retried by now
+    assert len(marker.read_text().split()) == 1
+
+
+def test_a_timeout_raises_sandbox_timeout_error_and_the_worker_serves_on(
+    cluster: Any, tools: ModuleType
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(SandboxTimeoutError) as info:
+        ray.get(tools.sleep.options(**on_node(1)).remote(30))
+    assert isinstance(info.value, TimeoutError)
+    assert time.monotonic() - started < 20
+    assert ray.get(tools.sleep.options(**on_node(1)).remote(0.01)) == 0.01
+
+
+def test_the_pool_maps_in_order_with_bounded_concurrency(cluster: Any, tools: ModuleType) -> None:
+    with pysb_ray.SandboxPool(2, profile=tools.PROFILE, provider="landlock", num_cpus=0.5) as pool:
+        assert list(pool.map(tools.add_one, range(10))) == [i + 1 for i in range(10)]
+        assert sorted(pool.map_unordered(tools.add_one, range(5))) == [1, 2, 3, 4, 5]
+        pool.submit(tools.add, 2, 3)
+        pool.submit(tools.fail, "pooled")
+        assert pool.get_next() == 5
+        with pytest.raises(tools.ToolError, match="pooled"):
+            pool.get_next()
+        assert not pool.has_next()
+        # two actors, two warm sandboxes, whatever the number of calls
+        for _ in range(6):
+            pool.submit(tools.sandbox_pid)
+        pids = {pool.get_next() for _ in range(6)}
+        assert 1 <= len(pids) <= 2
+        with pytest.raises(TypeError, match="not a sandboxed function"):
+            pool.submit(len, [])
+
+
+def test_a_pool_with_a_bad_profile_fails_on_the_driver(cluster: Any, tools: ModuleType) -> None:
+    broken = os.path.join(tools.HERE, "broken.pysb.yaml")
+    with pytest.raises(ProfileError, match=r"broken\.pysb\.yaml:4"):
+        pysb_ray.SandboxPool(1, profile=broken)
+
+
+def test_a_warm_sandbox_takes_in_a_second_module_of_functions(
+    cluster: Any, tools: ModuleType
+) -> None:
+    import moretools  # type: ignore[import-not-found]
+
+    assert ray.get(tools.add.options(**on_node(1)).remote(1, 1)) == 2
+    assert ray.get(moretools.double.options(**on_node(1)).remote(21)) == 42
+    assert ray.get(tools.add.options(**on_node(1)).remote(2, 2)) == 4

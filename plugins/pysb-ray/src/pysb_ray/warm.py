@@ -31,8 +31,9 @@ INIT_FN = "pysb_ray.sandbox_side:ready"
 class WarmSandbox:
     """One running ``sandboxes()`` and the private directory holding its profile."""
 
-    def __init__(self, spec: ProfileSpec) -> None:
+    def __init__(self, spec: ProfileSpec, modules: frozenset[str]) -> None:
         self.key = spec.key
+        self.modules = modules
         self.failed_closed = False
         self.directory = tempfile.mkdtemp(prefix="pysb-ray-")
         path = os.path.join(self.directory, spec.name)
@@ -77,19 +78,38 @@ def _node_name() -> str:
 _lock = threading.Lock()
 _current: WarmSandbox | None = None
 _registered = False
+#: Top-level names of the modules whose functions this process has run sandboxed.
+_modules: set[str] = set()
 
 
-def ensure(spec: ProfileSpec) -> WarmSandbox:
-    """The warm sandbox for ``spec``, started (or replaced) when needed."""
+def _top_module(fn: Any) -> str:
+    target = getattr(fn, "__pysb_wrapped__", fn)
+    return str(getattr(target, "__module__", "") or "").partition(".")[0]
+
+
+def ensure(spec: ProfileSpec, fn: Any) -> WarmSandbox:
+    """The warm sandbox for ``spec`` that can run ``fn``, started (or replaced) if needed.
+
+    The sandboxed worker allows the imports of the modules that define sandboxed functions
+    when it starts (partial mode's rule): a function of a module the running sandbox was
+    not started with restarts it once, with that module too.
+    """
     global _current, _registered
     with _lock:
         current = _current
-        if current is not None and current.key == spec.key and not current.failed_closed:
+        top = _top_module(fn)
+        _modules.add(top)
+        if (
+            current is not None
+            and current.key == spec.key
+            and not current.failed_closed
+            and top in current.modules
+        ):
             return current
         if current is not None:
             _current = None
             current.stop()
-        _current = WarmSandbox(spec)
+        _current = WarmSandbox(spec, frozenset(_modules))
         if not _registered:
             atexit.register(stop)
             _registered = True
@@ -107,7 +127,7 @@ def stop() -> None:
 
 def run(spec: ProfileSpec, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call the ``@sandbox`` function ``fn`` in the warm sandbox of ``spec``."""
-    box = ensure(spec)
+    box = ensure(spec, fn)
     try:
         return fn(*args, **kwargs)
     except SandboxProtocolError as exc:
