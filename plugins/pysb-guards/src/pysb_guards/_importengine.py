@@ -172,10 +172,15 @@ def _e_library_own(name, top, loaded_ok, relative):
     own package, a module already in ``sys.modules`` (``loaded_ok``: nothing runs, nothing
     is put back), or the caller is one of the interpreter's internal importers (INTERNAL).
     A relative import follows the importing module's ``__package__``, which the program
-    can rewrite: it must stay in the package the library file belongs to.
+    can rewrite: it must stay in the package the library file belongs to. An import asked
+    by an extension module's C initialisation is its own too (``_e_by_extension_init``,
+    asked last: it is the rare case).
     """
-    if _e_by_extension_init():
-        return True
+    return _e_library_statement_own(name, top, loaded_ok, relative) or _e_by_extension_init()
+
+
+def _e_library_statement_own(name, top, loaded_ok, relative):
+    """``_e_library_own`` as the importing frame tells it."""
     f, code = _e_importer()
     if f is None:
         return False
