@@ -92,8 +92,28 @@ def elf_interpreter(path: str) -> str | None:
     return None
 
 
+#: Where a system's dynamic loaders live: a ``PT_INTERP`` elsewhere is not run.
+LOADER_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32")
+
+
+def is_system_loader(path: str) -> bool:
+    """Whether ``path`` (canonical) is a dynamic loader of the system (``ld-*.so*`` in a
+    library directory), the only kind :func:`shared_libraries` runs: a binary names its
+    own ``PT_INTERP``, and pysb runs none it does not trust."""
+    name = os.path.basename(path)
+    return (
+        name.startswith("ld")
+        and ".so" in name
+        and any(path.startswith(d + "/") for d in LOADER_DIRS)
+        and os.path.isfile(path)
+    )
+
+
 def shared_libraries(binary: str, loader: str) -> list[str]:
-    """The libraries ``loader`` maps for ``binary`` (``LOADER --list``; nothing is run)."""
+    """The libraries ``loader`` maps for ``binary`` (``LOADER --list``; nothing is run);
+    none when ``loader`` is not a system loader."""
+    if not is_system_loader(loader):
+        return []
     try:
         out = subprocess.run(
             [loader, "--list", binary],

@@ -408,3 +408,6 @@ def test_needed_files_reads_pt_interp_and_the_loaders_list() -> None:
     script = execdeps.find_executable("pysb", os.path.dirname(sys.executable), "/")
     assert script is not None and os.path.realpath(sys.executable) in execdeps.needed_files(script)
     assert execdeps.find_executable("pysb-no-such-tool", "/usr/bin", "/") is None
+    # a PT_INTERP that is not the system's loader is never run
+    assert execdeps.shared_libraries(os.path.realpath(ls), "/bin/true") == []
+    assert execdeps.is_system_loader(os.path.realpath(loader))
