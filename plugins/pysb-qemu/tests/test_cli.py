@@ -80,7 +80,8 @@ def test_env_is_the_whitelist_and_no_network(project) -> None:
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[-1] == "lo"
-    assert sorted(lines[:-1]) == ["FOO=bar", "LANG=C.UTF-8"]
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    assert sorted(lines[:-1]) == ["FOO=bar", "LANG=C.UTF-8", "TMPDIR=/tmp"]
 
 
 def test_check_describes_the_vm(project) -> None:
