@@ -177,3 +177,14 @@ def test_is_within_is_component_wise() -> None:
     assert is_within("/a/b/c", "/a/b") and is_within("/a/b", "/a/b/")
     assert not is_within("/a/bc", "/a/b") and not is_within("/a", "/a/b")
     assert is_within("/anything", "/") and not is_within("relative", "/")
+
+
+@pytest.mark.parametrize(
+    ("kit", "page"),
+    [(providerkit, "writing-providers.md"), (guardkit, "writing-guards.md")],
+    ids=["providerkit", "guardkit"],
+)
+def test_every_name_of_a_kit_is_documented_in_its_guide(kit: ModuleType, page: str) -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+    missing = [name for name in kit.__all__ if f"`{name}`" not in text]
+    assert not missing, f"docs/{page} does not document {missing}"
