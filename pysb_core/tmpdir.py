@@ -7,7 +7,8 @@ run nor meet another program's. Two shapes, chosen by the provider:
   (:attr:`Provider.private_tmp` = ``"/tmp"``: bwrap, unshare, the qemu guest) gives the
   program ``/tmp`` itself: ``TMPDIR=/tmp``, and the file guard allows it without a rule;
 - any other provider (subprocess, landlock, firejail) gets a fresh host directory made
-  here with ``mkdtemp`` (mode 0700, in the host's temporary directory), exposed read-write
+  here (mode 0700, ``pysb-UID/tmp-PID-RANDOM`` in the host's temporary directory, where
+  what a killed pysb left is collected), exposed read-write
   at its own path like an implicit exposure, named by ``TMPDIR``, and removed when the
   sandbox's clean-ups run.
 
@@ -52,8 +53,14 @@ class PrivateTmp:
         host_dir = self.host_dir
 
         def remove() -> None:
-            if host_dir is not None:
-                import shutil
+            if host_dir is None:
+                return
+            try:
+                os.rmdir(host_dir)  # the common case: nothing left (no shutil import)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                import shutil  # removes links, never what they point to
 
                 shutil.rmtree(host_dir, ignore_errors=True)
 
@@ -65,10 +72,78 @@ def make_private_tmp(provider: Provider, environ: Mapping[str, str]) -> PrivateT
     inside = getattr(provider, "private_tmp", None)
     if inside:
         return PrivateTmp(inside, Exposure(inside, inside, True, SOURCE, True), None)
-    import tempfile
-
-    base = environ.get("TMPDIR") or None
-    if base is not None and not os.path.isdir(base):
-        base = None  # as tempfile does: a TMPDIR that is not a directory is passed over
-    host_dir = os.path.realpath(tempfile.mkdtemp(prefix="pysb-tmp-", dir=base))
+    host_dir = os.path.realpath(_make_host_dir(environ))
     return PrivateTmp(host_dir, Exposure(host_dir, host_dir, True, SOURCE, True), host_dir)
+
+
+def _make_host_dir(environ: Mapping[str, str]) -> str:
+    """A new directory, mode 0700, for one sandbox: ``BASE/pysb-UID/tmp-PID-RANDOM`` in the
+    host's temporary directory (as ``tempfile`` picks it, without importing it: ``pysb run``
+    start-up is a budget). Directories left by a pysb that was killed (its PID gone) are
+    removed on the way; where ``pysb-UID`` is not a private directory of this user (someone
+    else made it first), the sandbox's directory goes straight into ``BASE``."""
+    candidates = [environ.get(n) for n in ("TMPDIR", "TEMP", "TMP")] + ["/tmp", "/var/tmp"]
+    for base in candidates:
+        if not base or not os.path.isdir(base) or not os.access(base, os.W_OK | os.X_OK):
+            continue
+        parent = _private_parent(base)
+        if parent is not None:
+            _remove_stale(parent)
+        where = parent or base
+        prefix = f"tmp-{os.getpid()}-" if parent else "pysb-tmp-"
+        for _ in range(16):
+            path = os.path.join(where, prefix + os.urandom(6).hex())
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            except OSError:
+                break
+            return path
+    from pysb_core.errors import SandboxError
+
+    raise SandboxError(
+        "cannot create the sandbox's private temporary directory: no writable TMPDIR, "
+        "/tmp or /var/tmp"
+    )
+
+
+def _private_parent(base: str) -> str | None:
+    """``BASE/pysb-UID``, made if needed, when it is a real directory of this user that no
+    one else can enter; else None."""
+    import stat
+
+    uid = os.getuid()
+    path = os.path.join(base, f"pysb-{uid}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        return None
+    return path
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove what a pysb killed before its clean-ups left (``tmp-PID-*``, PID gone)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name.split("-")[1] if name.startswith("tmp-") and name.count("-") >= 2 else ""
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            os.rmdir(path)
+        except OSError:
+            import shutil  # removes links, never what they point to
+
+            shutil.rmtree(path, ignore_errors=True)

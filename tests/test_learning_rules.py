@@ -225,6 +225,40 @@ def test_every_provider_gives_a_private_temporary_directory(
         assert not os.path.exists(report["tmpdir"]), "the private directory outlived the run"
 
 
+def test_a_killed_pysb_leaves_no_temporary_directory_behind(project: Project) -> None:
+    """A pysb killed by SIGKILL runs no clean-up: the next run removes what it left."""
+    import signal
+    import subprocess
+    import time
+
+    from pysb_core.testing import BASE_ENV, pysb_command
+
+    project.profile("imports: [os, time]\n")
+    code = "import os, time; print(os.environ['TMPDIR'], flush=True); time.sleep(60)"
+    proc = subprocess.Popen(
+        [*pysb_command(), "run", "--provider", "subprocess", "-c", code],
+        cwd=project.root,
+        env=BASE_ENV,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        left = proc.stdout.readline().strip()
+        assert os.path.isdir(left), left
+        os.kill(proc.pid, signal.SIGKILL)  # our own child, by its PID
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(left) and time.monotonic() < deadline:
+        assert project.run("run", "--provider", "subprocess", "-c", "pass").returncode == 0
+        time.sleep(0.2)
+    assert not os.path.exists(left)
+
+
 def test_learning_never_writes_a_rule_for_the_temporary_directory(project: Project) -> None:
     project.file("app.py", USES_TMP)
     profile = learned(project, "app.py")
