@@ -27,6 +27,7 @@ SUPPORT_FILES = (
     "_procs.py",
     "_partial_worker.py",
     "_guard_loops.py",
+    "_ray_worker.py",
 )
 #: Every provider either implementation knows, in the order the tables show them.
 PROVIDER_ORDER = ("subprocess", "landlock", "bwrap", "unshare", "firejail", "qemu")

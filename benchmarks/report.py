@@ -557,6 +557,10 @@ def render(results: dict[str, Any]) -> str:
         lines += guards(sections["guards"])
     if "memory" in sections:
         lines += memory(sections["memory"])
+    if "ray" in sections:
+        import ray_calls
+
+        lines += ray_calls.markdown(sections["ray"])
     if "learning" in sections:
         import learning_corpus
 

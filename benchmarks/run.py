@@ -1,6 +1,6 @@
 """Benchmark pysb against plain Python and pysandboxes 0.7.0: ``make bench``.
 
-``benchmarks/run.py [--quick] [--only startup,partial,guards,memory,learning] [--providers a,b]
+``benchmarks/run.py [--quick] [--only startup,partial,guards,memory,learning,ray] [--providers a,b]
 [--no-reference] [--json PATH] [--markdown PATH] [--report-only]``
 
 A full run (all sections) writes ``benchmarks/results/latest.json`` and regenerates
@@ -34,6 +34,7 @@ import learning_corpus
 import memory
 import partial
 import profiles
+import ray_calls
 import reference
 import report
 import startup
@@ -44,6 +45,7 @@ SECTIONS = {
     "guards": guards.run,
     "memory": memory.run,
     "learning": learning_corpus.run,
+    "ray": ray_calls.run,
 }
 
 

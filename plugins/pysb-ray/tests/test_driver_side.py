@@ -80,3 +80,16 @@ def test_no_profile_at_all_is_an_error_not_an_open_sandbox(
         load_spec(None, None, near=str(tmp_path / "tools.py"))
     with pytest.raises(ProfileError, match="cannot be read"):
         load_spec(tmp_path / "missing.yaml", None)
+
+
+def test_a_ray_sandboxed_function_is_also_a_local_partial_mode_function(
+    tools: ModuleType, tmp_path: Path
+) -> None:
+    """The module imports ``pysb_ray`` inside the sandbox too: it must be allowed there
+    without an ``imports`` line, as ``pysb_core`` is."""
+    from pysb_core import FileDeniedError, sandboxes
+
+    with sandboxes(profile=tools.PROFILE, provider="landlock"):
+        assert tools.add(2, 3) == 5
+        with pytest.raises(FileDeniedError):
+            tools.read(str(tmp_path))

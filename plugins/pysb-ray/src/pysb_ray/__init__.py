@@ -2,10 +2,10 @@
 
 Names are resolved lazily: the sandboxed worker imports this package too (the modules that
 define sandboxed functions import it to decorate them), and must import neither Ray nor the
-driver-side modules there. The modules the sandbox loads (this one, ``decorator``,
-``sandbox_side``) import nothing but ``sys`` and ``pysb_core``: when pysb-ray is not
-installed in site-packages (an editable install), the import guard judges their imports as
-the program's, against the user's profile.
+driver-side modules there. The two modules the sandbox loads (this one and ``decorator``)
+import nothing but ``sys`` and ``pysb_core``: when pysb-ray is not installed in
+site-packages (an editable install), the import guard judges their imports as the
+program's, against the user's profile.
 """
 
 import sys

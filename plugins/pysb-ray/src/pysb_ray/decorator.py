@@ -17,6 +17,19 @@ if TYPE_CHECKING:
     import os
     from typing import Any
 
+
+def _note_pysb_ray() -> None:
+    """Never called: decorating it makes ``pysb_ray`` one of partial mode's program modules.
+
+    Partial mode lets the sandboxed worker import, without an ``imports`` line, the
+    top-level packages of the modules that define sandboxed functions (and ``pysb_core``).
+    The user's modules import ``pysb_ray`` to decorate their functions, so it must be one
+    of them -- in a Ray worker and in a local ``with sandboxes()`` alike.
+    """
+
+
+sandbox(_note_pysb_ray)
+
 #: Ray's own retries would run a call again after a worker died: never (SPEC §5).
 RAY_DEFAULTS: "dict[str, Any]" = {"max_retries": 0, "retry_exceptions": False}
 

@@ -22,11 +22,6 @@ from typing import Any
 from pysb_core import ProviderUnavailableError, SandboxProtocolError, sandboxes
 from pysb_ray.spec import ProfileSpec
 
-#: Makes ``pysb_ray`` one of the sandboxed worker's program modules (allowed by its import
-#: guard without an ``imports`` line, like ``pysb_core``): modules that define sandboxed
-#: functions import it to decorate them.
-INIT_FN = "pysb_ray.sandbox_side:ready"
-
 
 class WarmSandbox:
     """One running ``sandboxes()`` and the private directory holding its profile."""
@@ -40,7 +35,7 @@ class WarmSandbox:
         with open(path, "w", encoding="utf-8") as f:
             f.write(spec.node_text())
         cwd = spec.cwd if os.path.isdir(spec.cwd) else None
-        self.box = sandboxes(profile=path, provider=spec.provider, cwd=cwd, init_fn=INIT_FN)
+        self.box = sandboxes(profile=path, provider=spec.provider, cwd=cwd)
         try:
             self.box.__enter__()
         except ProviderUnavailableError as exc:
