@@ -445,3 +445,21 @@ def test_needed_files_reads_pt_interp_and_the_loaders_list() -> None:
     # a PT_INTERP that is not the system's loader is never run
     assert execdeps.shared_libraries(os.path.realpath(ls), "/bin/true") == []
     assert execdeps.is_system_loader(os.path.realpath(loader))
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_project_below_tmp_runs_while_tmp_is_private(tmp_path: Path, provider: str) -> None:
+    """Projects live anywhere, /tmp too: the private /tmp of bwrap, unshare and the qemu guest
+    still shows the exposed project below it (qemu copied the script into a /tmp its tmpfs
+    then hid)."""
+    if provider != "subprocess":
+        require_provider(provider)
+    assert str(tmp_path).startswith(tempfile.gettempdir())
+    here = Project(tmp_path)
+    here.file("data/in.txt", "abc")
+    here.file(
+        "app.py", "import os\nprint(open('data/in.txt').read(), os.listdir(os.environ['TMPDIR']))\n"
+    )
+    here.profile("files:\n  expose-ro: [./data]\nimports: [os]\n")
+    r = here.run("run", "--provider", provider, "app.py", timeout=240)
+    assert r.returncode == 0 and r.stdout.split()[0] == "abc", f"{provider}: {r.stderr}"

@@ -49,7 +49,15 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+# /tmp is the program's private tmpfs (pysb_core.tmpdir). Exposed files the host copied
+# into the archive below /tmp (a script in a project under the host's /tmp) go onto it.
+if [ -n "$(ls -A /tmp)" ]; then
+  mkdir -p /pysb/tmp-seed && mount --bind /tmp /pysb/tmp-seed || fail "cannot keep /tmp"
+fi
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+if [ -d /pysb/tmp-seed ]; then
+  cp -a /pysb/tmp-seed/. /tmp/ && umount /pysb/tmp-seed || fail "cannot fill /tmp"
+fi
 stage "init started"
 while read -r m; do
   insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
