@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
 	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" \
 	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
-	    "mypy>=2.4,<2.5" "ray>=2.9" \
+	    "mypy>=2.4,<2.5" "ray>=2.9" "uv>=0.4" \
 	    "requests>=2.31" "flask>=3.0"  # the learning corpus (benchmarks/learning_corpus.py)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling pytest
 	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)

@@ -62,7 +62,8 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
     if ldlib.endswith(".so") or ".so." in ldlib:
-        files += _existing([os.path.join(libdir, ldlib)])
+        files += [p for p in _existing([os.path.join(libdir, ldlib), *mapped_libpython()])
+                  if p not in files]  # fmt: skip
     paths = sysconfig.get_paths()
     dirs = _existing(
         [
@@ -83,6 +84,25 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
     if not any(core == d or core.startswith(d + os.sep) for d in dirs):
         dirs.append(core)
     return tuple(files), tuple(dirs)
+
+
+def mapped_libpython() -> list[str]:
+    """The shared ``libpython`` this process runs, as the kernel mapped it.
+
+    ``LIBDIR`` is where the build was *configured* to live: a relocated build (a copy of a
+    pyenv build with its RUNPATH set to ``$ORIGIN/../lib``, python-build-standalone's
+    builds that uv installs) loads it from elsewhere, and the sandbox must show that file.
+    """
+    out: list[str] = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if os.path.basename(path).startswith("libpython") and path not in out:
+                    out.append(path)
+    except OSError:
+        pass
+    return out
 
 
 def import_roots() -> list[str]:

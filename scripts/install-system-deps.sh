@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(bubblewrap firejail slirp4netns passt nftables iptables iproute2 uidmap
       qemu-system-x86 busybox-static linux-image-amd64 curl socat netcat-openbsd
-      hyperfine python3-venv)
+      hyperfine python3-venv python3-tk patchelf)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
