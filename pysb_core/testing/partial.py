@@ -56,7 +56,13 @@ def _runs_python(pid: int) -> bool:
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
-        return False
+        # Not ours to look into (a normal user's firejail sandbox runs in a user namespace
+        # firejail made as root): the command name is readable by anyone.
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                return f.read().startswith("python")
+        except OSError:
+            return False
     return os.path.basename(exe).startswith("python")
 
 

@@ -118,7 +118,7 @@ def test_decisions_through_proc_fd_are_not_cached(box: Box) -> None:
 
 @pytest.mark.parametrize("box", _os_params(), indirect=True)
 def test_extension_modules_come_only_from_library_files(box: Box) -> None:
-    box.profile("os, sys, _imp, importlib, _bisect, json")
+    box.profile("os, sys, _imp, importlib, _bisect, _queue, _json, json")
     out = box.run(NATIVE_FROM_MEMORY)
     assert "control True" in out, out
     assert refusals(out) == 2, out

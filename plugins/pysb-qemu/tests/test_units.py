@@ -276,8 +276,15 @@ def test_run_archive_carries_pins_env_and_no_host_etc(tmp_path: Path) -> None:
     archive = guest.build_run_archive(plan, layout, ports, {5: b"payload"}, "<<m>>", None)
     out = tmp_path / "x"
     out.mkdir()
+    # As a normal user, extract as uid 0 of a user namespace: the archive holds a 0500
+    # directory (pysb/fd) with files in it, which only root's DAC override can fill.
+    as_root = [] if os.getuid() == 0 else ["unshare", "--user", "--map-root-user"]
     subprocess.run(
-        ["busybox", "cpio", "-i", "-d"], input=archive, cwd=out, check=True, capture_output=True
+        [*as_root, "busybox", "cpio", "-i", "-d"],
+        input=archive,
+        cwd=out,
+        check=True,
+        capture_output=True,
     )
     assert (out / "etc/hosts").read_text() == "192.0.2.10\tapi.example.com\n"
     assert "root:x:0:0" in (out / "etc/passwd").read_text()
