@@ -414,3 +414,23 @@ def test_bwraps_own_failure_is_the_first_error_with_network(mkplan, mkrule, bwra
         finally:
             for fn in plan.cleanups:
                 fn()
+
+
+def test_bwraps_own_failure_is_125_with_pysbs_words(mkplan, bwrap_available, tmp_path, capsys):
+    """bwrap exits 1 when it cannot build the sandbox, like a program that exits 1: its
+    --json-status-fd tells them apart (no exit code = the program never ran)."""
+    gone = "/nonexistent/pysb-vanished-exposure"
+    failing = mkplan(["/bin/true"], exposures=[Exposure(gone, gone, False, "test.yaml:2")])
+    exiting = mkplan(["/bin/sh", "-c", "exit 1"])
+    for plan, status, words in ((failing, 125, b"pysb-vanished-exposure"), (exiting, 1, b"")):
+        err = tmp_path / f"stderr-{status}"
+        with open(err, "wb") as stderr:
+            try:
+                proc = BwrapProvider({}).launch(plan, stdout=subprocess.DEVNULL, stderr=stderr)
+                assert proc.wait(timeout=60) == status
+            finally:
+                for fn in plan.cleanups:
+                    fn()
+        assert words in err.read_bytes()  # bwrap's own words (on the program's stderr) ...
+        said = "bwrap could not set the sandbox up" in capsys.readouterr().err  # ... pysb's
+        assert said == (status == 125)

@@ -189,6 +189,7 @@ def build_argv(
     disable_userns: bool = True,
     seccomp_fd: int | None = None,
     copies: Mapping[str, int] | None = None,
+    json_status_fd: int | None = None,
 ) -> BwrapCommand:
     """Return the bwrap command that runs ``plan.argv`` under ``plan``'s view of the system.
 
@@ -234,6 +235,8 @@ def build_argv(
         argv += ["--info-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
+    if json_status_fd is not None:
+        argv += ["--json-status-fd", str(json_status_fd)]
 
     root_exposed = [e for e in exposures if e.target == "/"]
     for e in sorted(root_exposed, key=lambda e: e.writable):

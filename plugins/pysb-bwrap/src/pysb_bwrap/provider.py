@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from functools import partial
 
 from pysb_bwrap import netlayer, options
+from pysb_bwrap import status as setup_status
 from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv, etc_copies
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
@@ -168,6 +169,10 @@ class BwrapProvider(Provider):
                     extra["hosts_file"] = res.memfile(net.hosts_text().encode())
                     child_fds.append(extra["hosts_file"])
                 child_fds.append(extra["resolv_file"])
+            # bwrap's set-up failure vs the program's exit 1 (pysb_bwrap.status)
+            status_r, status_w = res.pipe()
+            extra["json_status_fd"] = status_w
+            child_fds.append(status_w)
             bpf = filter_bytes()
             if bpf is not None:
                 seccomp_r, seccomp_w = res.pipe()
@@ -196,6 +201,7 @@ class BwrapProvider(Provider):
             cleanups=[res.release],
         )
         spec.on_started.append(partial(adopt, own_session=not shares_terminal(plan)))
+        spec.on_started.append(setup_status.watch(status_r))
         # bwrap has its own copies now; ours would only keep the pipes alive.
         spec.on_started.append(lambda _proc: res.close_all(child_fds))
         if netlaunch is not None:
