@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         ) from exc
     pytest.skip(f"Ray is not installed ({exc})", allow_module_level=True)
 
+from pysb_core.proctree import descendants, running
 from pysb_core.testing import require_provider
 
 MB = 1024 * 1024
@@ -222,12 +224,23 @@ def cluster(tools: ModuleType, tools_dir: Path) -> Iterator[Any]:
     """Two nodes; the second one's image has no bubblewrap (``bwrap`` is not on its PATH)."""
     require_provider("bwrap")
     no_bwrap = path_without("bwrap", tools_dir.parent / "node1-bin")
+    before = set(descendants(os.getpid()))
     cluster = start_cluster(tools_dir, nodes=2, node_env={1: {"PATH": no_bwrap}})
     try:
         yield cluster
     finally:
+        started = set(descendants(os.getpid())) - before
         ray.shutdown()
         cluster.shutdown()
+        wait_gone(started)
+
+
+def wait_gone(pids: set[int], timeout: float = 30.0) -> None:
+    """Let the cluster's processes finish exiting before the next tests run (their own
+    process checks must not see them); test_ray_cleanup.py asserts that they do exit."""
+    deadline = time.monotonic() + timeout
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 @pytest.fixture

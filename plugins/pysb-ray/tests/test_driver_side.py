@@ -93,3 +93,10 @@ def test_a_ray_sandboxed_function_is_also_a_local_partial_mode_function(
         assert tools.add(2, 3) == 5
         with pytest.raises(FileDeniedError):
             tools.read(str(tmp_path))
+
+
+def test_a_learning_profile_is_refused_on_the_driver(tmp_path: Path) -> None:
+    learning = tmp_path / "learning.pysb.yaml"
+    learning.write_text("version: 1\nimports: [os]\nlearn: true\n")
+    with pytest.raises(ProfileError, match=r"learning\.pysb\.yaml:3: learn: .*never runs learning"):
+        load_spec(learning, None)

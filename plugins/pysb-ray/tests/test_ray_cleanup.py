@@ -32,16 +32,28 @@ def test_no_process_is_left_behind_after_shutdown(
     tools: ModuleType, cluster_factory: Callable[..., Any]
 ) -> None:
     before = set(descendants(os.getpid()))
+    started: dict[int, str | None] = {}
+
+    def note_processes() -> None:
+        """Every process of the cluster now (Ray may end idle workers at any time: the
+        snapshots are taken right after each call, while its sandbox surely runs)."""
+        for pid in descendants(os.getpid()):
+            if pid not in before and pid not in started:
+                started[pid] = start_time(pid)
+
     cluster = cluster_factory(2, {})
     try:
         with pysb_ray.SandboxPool(1, profile=tools.PROFILE, provider="landlock", num_cpus=0.5):
             pass  # a pool shut down before the end
-        on_node = [tools.sandbox_pid.options(resources={f"node{i}": 0.01}) for i in (0, 1)]
-        sandboxes = set(ray.get([fn.remote() for fn in on_node]))
+        sandboxes = set()
+        for node in (0, 1):
+            fn = tools.sandbox_pid.options(resources={f"node{node}": 0.01})
+            sandboxes.add(ray.get(fn.remote()))
+            note_processes()
         pool = pysb_ray.SandboxPool(1, profile=tools.PROFILE, provider="landlock", num_cpus=0.5)
         pool.submit(tools.sandbox_pid)
         sandboxes.add(pool.get_next())  # left running: ray.shutdown() must end it too
-        started = {pid: start_time(pid) for pid in descendants(os.getpid()) if pid not in before}
+        note_processes()
         assert sandboxes <= set(started), "the sandboxes descend from the cluster's processes"
     finally:
         ray.shutdown()

@@ -192,3 +192,32 @@ def test_a_warm_sandbox_takes_in_a_second_module_of_functions(
     assert ray.get(tools.add.options(**on_node(1)).remote(1, 1)) == 2
     assert ray.get(moretools.double.options(**on_node(1)).remote(21)) == 42
     assert ray.get(tools.add.options(**on_node(1)).remote(2, 2)) == 4
+
+
+def test_a_function_no_node_can_import_fails_with_rays_own_error(
+    cluster: Any, tools: ModuleType, tools_dir: Path, tmp_path: Path
+) -> None:
+    """The driver imports a module that the nodes cannot (here: deleted before the task
+    runs, as a module that exists only on the driver's machine)."""
+    import importlib
+    import shutil
+    import sys
+
+    where = tmp_path / "driver only"
+    where.mkdir()
+    (where / "driveronly.py").write_text(
+        "import pysb_ray\n\n"
+        f"@pysb_ray.sandboxed(profile={tools.PROFILE!r}, provider='landlock', num_cpus=0.5)\n"
+        "def here():\n    return 1\n"
+    )
+    sys.path.insert(0, str(where))
+    try:
+        module = importlib.import_module("driveronly")
+        shutil.rmtree(where)
+        with pytest.raises(ray.exceptions.RayError) as info:
+            ray.get(module.here.options(**on_node(1)).remote(), timeout=120)
+        assert "driveronly" in str(info.value)
+        assert "No module named 'driveronly'" in str(info.value), str(info.value)
+    finally:
+        sys.path.remove(str(where))
+        sys.modules.pop("driveronly", None)

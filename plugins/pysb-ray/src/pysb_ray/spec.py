@@ -122,8 +122,22 @@ def _validate(path: str, text: str, provider: str | None, cwd: str) -> None:
     pm, _ = get_plugin_manager(light=True)
     schema = ProfileSchema()
     Hooks(pm).add_profile_keys(schema)
-    load_policy(path, cwd=cwd, environ=os.environ, provider=provider, schema=schema)
+    policy = load_policy(path, cwd=cwd, environ=os.environ, provider=provider, schema=schema)
     _refuse_includes(path, text)
+    if policy.learn:
+        raise ProfileError(
+            [
+                f"{path}:{_line_of('learn', text)}: learn: a cluster never runs learning runs "
+                "(they run unsandboxed, and the rules would be written on a node); learn "
+                "locally with pysb_core.sandboxes(learn=...) and send the reviewed profile"
+            ]
+        )
+
+
+def _line_of(key: str, text: str) -> int:
+    """The line of the top-level ``key:`` of the profile (1 when it is not found)."""
+    lines = text.splitlines()
+    return next((n for n, line in enumerate(lines, 1) if line.startswith(f"{key}:")), 1)
 
 
 def _refuse_includes(path: str, text: str) -> None:
@@ -133,11 +147,10 @@ def _refuse_includes(path: str, text: str) -> None:
     tree = yaml.safe_load(text)
     if not (isinstance(tree, dict) and tree.get("include")):
         return
-    lines = text.splitlines()
-    number = next((n for n, line in enumerate(lines, 1) if line.startswith("include")), 1)
     raise ProfileError(
         [
-            f"{path}:{number}: include: pysb-ray sends one profile file with each task "
-            "and the nodes do not have the included ones; copy their rules into this file"
+            f"{path}:{_line_of('include', text)}: include: pysb-ray sends one profile file "
+            "with each task and the nodes do not have the included ones; copy their rules "
+            "into this file"
         ]
     )

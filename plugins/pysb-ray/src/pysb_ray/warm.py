@@ -35,7 +35,8 @@ class WarmSandbox:
         with open(path, "w", encoding="utf-8") as f:
             f.write(spec.node_text())
         cwd = spec.cwd if os.path.isdir(spec.cwd) else None
-        self.box = sandboxes(profile=path, provider=spec.provider, cwd=cwd)
+        # learn=False: a node never runs a learning run (the driver refuses such profiles)
+        self.box = sandboxes(profile=path, provider=spec.provider, cwd=cwd, learn=False)
         try:
             self.box.__enter__()
         except ProviderUnavailableError as exc:
