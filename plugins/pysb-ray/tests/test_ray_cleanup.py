@@ -12,10 +12,10 @@ from typing import Any
 
 import pysb_ray
 import pytest
-import ray
 
 from pysb_core.proctree import descendants
 
+ray = pytest.importorskip("ray", reason="Ray is not installed (PYSB_REQUIRE_RAY=1: a failure)")
 pytestmark = pytest.mark.slow
 
 
