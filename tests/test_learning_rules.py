@@ -23,10 +23,8 @@ PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail", "qemu"]
 
 @pytest.fixture
 def project() -> Iterator[Project]:
-    """A project in the home directory: projects live anywhere, and the temporary
-    directories are where providers have known limits of their own (the qemu guest's
-    private /tmp hides a script below the host's /tmp; firejail cannot enter a working
-    directory below /var/tmp) that would hide what these tests are about."""
+    """A project in the home directory (projects live anywhere; one below /tmp is tested
+    on its own, test_a_project_below_tmp_runs_while_tmp_is_private)."""
     root = Path(tempfile.mkdtemp(prefix=".pysb-learn-", dir=Path.home()))
     try:
         yield Project(root)
