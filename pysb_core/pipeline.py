@@ -372,7 +372,7 @@ class Session:
                 exposures.append(Exposure(script, script, False, "<program>", True))
         from pysb_core.tmpdir import make_private_tmp
 
-        tmp = make_private_tmp(self.provider, self.environ)
+        tmp = make_private_tmp(self.provider, self.environ, policy.exposures)
         env["TMPDIR"] = tmp.inside
         if tmp.provider_sees_it:
             exposures.append(tmp.exposure)

@@ -4,9 +4,9 @@ A program may always write temporary files, without a rule, and they never outli
 run nor meet another program's. Two shapes, chosen by the provider:
 
 - a provider with a mount namespace that mounts a fresh tmpfs on ``/tmp``
-  (:attr:`Provider.private_tmp` = ``"/tmp"``: bwrap, unshare, the qemu guest) gives the
+  (:attr:`Provider.private_tmp` = ``"/tmp"``: bwrap, unshare, firejail, the qemu guest) gives the
   program ``/tmp`` itself: ``TMPDIR=/tmp``, and the file guard allows it without a rule;
-- any other provider (subprocess, landlock, firejail) gets a fresh host directory made
+- any other provider (subprocess, landlock) gets a fresh host directory made
   here (mode 0700, ``pysb-UID/tmp-PID-RANDOM`` in the host's temporary directory, where
   what a killed pysb left is collected), exposed read-write
   at its own path like an implicit exposure, named by ``TMPDIR``, and removed when the
@@ -24,7 +24,7 @@ from pysb_core.policy import Exposure
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from pysb_core.provider import Provider
 
@@ -67,10 +67,17 @@ class PrivateTmp:
         return remove
 
 
-def make_private_tmp(provider: Provider, environ: Mapping[str, str]) -> PrivateTmp:
-    """The temporary directory for one sandbox started by ``provider``."""
+def make_private_tmp(
+    provider: Provider, environ: Mapping[str, str], exposures: Iterable[Exposure] = ()
+) -> PrivateTmp:
+    """The temporary directory for one sandbox started by ``provider``.
+
+    A profile that exposes ``/tmp`` itself, or all of ``/``, shows the host's ``/tmp`` (or
+    may, depending on the provider): the program then gets a host directory of its own
+    whatever the provider, never a ``/tmp`` the guard would allow without a rule.
+    """
     inside = getattr(provider, "private_tmp", None)
-    if inside:
+    if inside and not any(e.target.rstrip("/") in ("", inside) for e in exposures):
         return PrivateTmp(inside, Exposure(inside, inside, True, SOURCE, True), None)
     host_dir = os.path.realpath(_make_host_dir(environ))
     return PrivateTmp(host_dir, Exposure(host_dir, host_dir, True, SOURCE, True), host_dir)

@@ -209,7 +209,7 @@ def test_every_provider_gives_a_private_temporary_directory(
         require_provider(provider)
     project.file("app.py", USES_TMP)
     project.profile("imports: [json, os, sys, tempfile]\n")
-    namespace = provider in ("bwrap", "unshare", "qemu")
+    namespace = provider in ("bwrap", "unshare", "firejail", "qemu")
     args = ["slash-tmp"] if namespace else []
     r = project.run("run", "--provider", provider, "app.py", *args, timeout=240)
     report = _tmp_report(r)
@@ -456,8 +456,34 @@ def test_a_project_below_tmp_runs_while_tmp_is_private(tmp_path: Path, provider:
     here = Project(tmp_path)
     here.file("data/in.txt", "abc")
     here.file(
-        "app.py", "import os\nprint(open('data/in.txt').read(), os.listdir(os.environ['TMPDIR']))\n"
+        "app.py",
+        "import os\n"
+        "open(os.path.join(os.environ['TMPDIR'], 'pysb-probe-below-tmp'), 'w').write('x')\n"
+        "print(open('data/in.txt').read(), os.listdir(os.environ['TMPDIR']))\n",
     )
     here.profile("files:\n  expose-ro: [./data]\nimports: [os]\n")
     r = here.run("run", "--provider", provider, "app.py", timeout=240)
     assert r.returncode == 0 and r.stdout.split()[0] == "abc", f"{provider}: {r.stderr}"
+    assert not os.path.exists("/tmp/pysb-probe-below-tmp")  # private: not the host's /tmp
+
+
+@pytest.mark.parametrize("provider", ["bwrap", "firejail"])
+def test_a_profile_exposing_tmp_itself_still_gets_a_private_directory(
+    project: Project, provider: str
+) -> None:
+    """``expose-ro: [/tmp]`` shows the host's /tmp: TMPDIR is then a directory of the
+    sandbox's own, and writing /tmp itself stays refused (read-only, as the profile says)."""
+    require_provider(provider)
+    project.file(
+        "app.py",
+        "import os, tempfile\n"
+        "with tempfile.NamedTemporaryFile() as f: f.write(b'x')\n"
+        "try:\n"
+        "    open('/tmp/pysb-probe-exposed-ro', 'w')\n"
+        "except OSError:\n"
+        "    print('refused', os.environ['TMPDIR'] != '/tmp')\n",
+    )
+    project.profile("files:\n  expose-ro: [/tmp]\nimports: [os, tempfile]\n")
+    r = project.run("run", "--provider", provider, "app.py", timeout=240)
+    assert r.returncode == 0 and r.stdout.strip() == "refused True", r.stderr
+    assert not os.path.exists("/tmp/pysb-probe-exposed-ro")

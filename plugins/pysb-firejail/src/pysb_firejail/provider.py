@@ -56,6 +56,7 @@ class FirejailProvider(Provider):
     capabilities = BASE_CAPABILITIES | network.NETWORK_CAPABILITIES
     install_hint = INSTALL_FIX
     manages_process_limit = True  # its own pids cgroup (pysb_firejail.limits)
+    private_tmp = "/tmp"  # firejail's own tmpfs (pysb_firejail.argv)
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
