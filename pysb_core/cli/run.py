@@ -164,7 +164,9 @@ def run_main(argv: list[str]) -> int:
             verbose=bool(args.get("verbose")),
         )
     except ProfileNotFoundError as exc:
-        return _fail("\n".join(exc.with_hint(learn_command(argv)).errors))
+        return _fail(
+            "\n".join([*_provider_problem(args), *exc.with_hint(learn_command(argv)).errors])
+        )
     except ProfileError as exc:
         return _fail_with(exc, "\n".join(exc.errors))
     except SandboxError as exc:
@@ -172,6 +174,17 @@ def run_main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     return _run(session, args)
+
+
+def _provider_problem(args: RunArgs) -> list[str]:
+    """An unknown ``--provider`` name, said beside a missing profile (every reason at once)."""
+    name = args.get("provider") or os.environ.get("PYSB_PROVIDER")
+    if not name:
+        return []
+    from pysb_core.drivers import provider_names, unknown_provider
+
+    installed = provider_names()
+    return [] if name in installed else [str(unknown_provider(name, installed))]
 
 
 def learn_command(argv: list[str]) -> str:

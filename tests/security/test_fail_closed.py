@@ -160,6 +160,15 @@ def test_mistyped_provider_suggests_the_installed_one_and_no_install(project: Pr
         assert "pip install" not in r.stderr  # a typo is not a package name to install
 
 
+def test_mistyped_provider_without_a_profile_is_named_beside_the_missing_profile(
+    project: Project,
+) -> None:
+    project.file("evil.py", EVIL)
+    r = project.run("run", "--provider", "bwarp", "evil.py")
+    _refused(project, r)
+    assert "did you mean 'bwrap'" in r.stderr and "no profile found" in r.stderr
+
+
 def test_unknown_provider_in_a_learning_run_without_profile(project: Project) -> None:
     project.file("evil.py", EVIL)
     r = project.run("run", "--learn", "--provider", "nosuchprovider", "evil.py")
