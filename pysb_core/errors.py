@@ -197,3 +197,9 @@ def sandbox_denials(exc: BaseException | None) -> list[str]:
 
     walk(exc)
     return found
+
+
+class UntrustedProfileError(SandboxError):
+    """A discovered profile (found, not named) that the user has not trusted as it is now
+    (``pysb trust``): a program an earlier run let write its directory may have planted
+    or rewritten it. The run must not start (exit 125)."""

@@ -82,13 +82,18 @@ def _memory_text(policy: Policy) -> str | None:
 
 
 def _with_state_dirs(policy: Policy, environ: Mapping[str, str]) -> Policy:
-    """Name pysb's state directory in the policy, so that no layer lets the sandbox write
-    the caches the next run trusts (:mod:`pysb_core.statedir`)."""
+    """Name pysb's state directories in the policy, so that no layer lets the sandbox write
+    the caches the next run uses (:mod:`pysb_core.statedir`) or the records of the
+    profiles the user trusts (:mod:`pysb_core.trust`)."""
     from pysb_core.statedir import ensure, state_dir
+    from pysb_core.trust import trust_dir
 
-    path = state_dir(environ)
-    real = ensure(path) if path else None
-    return policy.replace(state_dirs=(real,)) if real else policy
+    found = []
+    for path in (state_dir(environ), trust_dir(environ)):
+        real = ensure(path) if path else None
+        if real and real not in found:
+            found.append(real)
+    return policy.replace(state_dirs=tuple(found)) if found else policy
 
 
 def unenforced_messages(missing: Sequence[RuleReport], report: CheckReport) -> list[str]:
@@ -192,6 +197,8 @@ class Session:
         self.stderr = stderr
         self.verbose = verbose
         self.learned: list[Event] = []
+        #: Whether the profile was found rather than named (it then needs the user's trust).
+        self.discovered = False
         #: Every sandbox started and not yet released: host PID -> (plan, report reader).
         self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
         self._spawned = False
@@ -218,15 +225,22 @@ class Session:
         verbose: bool = False,
         extra_plugins: Sequence[Any] = (),
         enforce: bool = True,
+        discovered: bool = False,
     ) -> Session:
         """Load everything a run needs; raise a SandboxError subclass (exit 125) if not sound.
 
         With no profile to enforce (none found, or the named one does not exist) the run is
         refused unless ``learn`` asks for a learning run: a ``ProfileNotFoundError`` that
         says how to start one from the API (the CLI rewords it with ``with_hint``).
+
+        ``discovered``: ``profile`` was found by looking (partial mode's package profile),
+        not named by the user; like a profile this function discovers itself, it is used
+        only when trusted (:mod:`pysb_core.trust`). ``enforce=False`` (``pysb check``)
+        skips that refusal and the one of unenforced rules: they are reported instead.
         """
         from pysb_core.drivers import load_provider, load_provider_class
         from pysb_core.profile import choose_profile, load_policy
+        from pysb_core.profile.discovery import DISCOVERED
         from pysb_core.profile.schema import ProfileSchema
 
         environ = dict(os.environ if environ is None else environ)
@@ -259,6 +273,11 @@ class Session:
                 learn=learn,
                 schema=schema,
             )
+            discovered = discovered or choice.origin == DISCOVERED
+            if discovered and enforce:  # found, not named: used only as the user trusted it
+                from pysb_core.trust import require_trusted_policy
+
+                require_trusted_policy(policy, environ)
             if policy.learn:
                 load_provider_class(policy.provider)  # an unknown provider is refused here too
                 _warn(stderr, _learning_notice(policy, cwd))
@@ -307,6 +326,7 @@ class Session:
                 stderr=stderr,
                 verbose=verbose,
             )
+            session.discovered = discovered
             if verbose:
                 _warn(
                     stderr,
@@ -575,6 +595,12 @@ class Session:
 
     # -- the end --------------------------------------------------------------------
 
+    def _trust_written(self, path: str, data: bytes) -> None:
+        """A learning run trusts the profile it writes (the user asked for the run)."""
+        from pysb_core.trust import trust_written
+
+        trust_written(path, data, cwd=self.policy.cwd, environ=self.environ)
+
     def finish(self, returncode: int | None = None) -> str | None:
         """Collect reports, run cleanups, and write a learning run's profile.
 
@@ -604,6 +630,6 @@ class Session:
         except Exception as exc:
             raise self._failure(exc, "while writing the learned profile") from exc
         path = self.policy.learn_path or os.path.join(self.policy.cwd, ".pysb.yaml")
-        summary = merge_learned(path, profile)
+        summary = merge_learned(path, profile, on_write=self._trust_written)
         _warn(self.stderr, summary)
         return summary

@@ -148,6 +148,9 @@ class Policy(Record):
     learn_path: str | None = None
     locked: bool = False
     profile_files: tuple[str, ...] = ()
+    #: The digest of each profile file's bytes as parsed, in ``profile_files`` order
+    #: (:mod:`pysb_core.trust` compares them with what the user trusted).
+    profile_digests: tuple[str, ...] = ()
     profile_path: str | None = None
     #: pysb's own state directories (caches): like the profile files, never writable inside.
     state_dirs: tuple[str, ...] = ()
@@ -183,6 +186,7 @@ class Policy(Record):
         d["api"] = tuple(ApiRule(**r) for r in d.get("api", ()))
         d["limits"] = Limits(**d.get("limits", {}))
         d["profile_files"] = tuple(d.get("profile_files", ()))
+        d["profile_digests"] = tuple(d.get("profile_digests", ()))
         d["state_dirs"] = tuple(d.get("state_dirs", ()))
         return cls(**d)
 

@@ -28,6 +28,7 @@ from pysb_core import (
     sandbox,
     sandboxes,
 )
+from pysb_core.testing import trust_profile
 from pysb_core.testing.partial import profile_text, wait_for_file, write_module
 
 FUNCTIONS = """
@@ -482,6 +483,7 @@ def test_the_default_profile_is_the_one_of_the_calling_module_s_package(tmp_path
     (root / ".pysb.yaml").write_text(
         profile_text("subprocess", tmp_path) + "env: {WHICH_PROFILE: the-package-one}\n"
     )
+    trust_profile(root / ".pysb.yaml")  # found, not named: used once trusted (pysb trust)
     (root / "tools.py").write_text(
         "import os\nfrom pysb_core import sandbox, sandboxes\n"
         "@sandbox\ndef which():\n    return os.environ.get('WHICH_PROFILE')\n"
@@ -492,3 +494,36 @@ def test_the_default_profile_is_the_one_of_the_calling_module_s_package(tmp_path
     monkeypatch.delenv("PYSB_PROFILE", raising=False)
     tools = importlib.import_module(f"{pkg}.tools")
     assert tools.main() == "the-package-one"
+
+
+def test_an_untrusted_package_profile_is_refused(tmp_path, monkeypatch):
+    """A profile found next to the calling module was not named: it is used only once the
+    user trusted it (a sandboxed function that could write the package may have put it
+    there), and only as it was trusted."""
+    import importlib
+    import uuid
+
+    from pysb_core.errors import UntrustedProfileError
+
+    pkg = f"pkg_{uuid.uuid4().hex[:8]}"
+    root = tmp_path / pkg
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    profile = root / ".pysb.yaml"
+    profile.write_text(profile_text("subprocess", tmp_path))
+    (root / "tools.py").write_text(
+        "from pysb_core import sandbox, sandboxes\n"
+        "@sandbox\ndef one():\n    return 1\n"
+        "def main():\n    with sandboxes():\n        return one()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYSB_PROFILE", raising=False)
+    tools = importlib.import_module(f"{pkg}.tools")
+    with pytest.raises(UntrustedProfileError, match="pysb trust"):
+        tools.main()
+    trust_profile(profile)
+    assert tools.main() == 1
+    profile.write_text(profile.read_text() + "unenv: [PATH]\n")
+    with pytest.raises(UntrustedProfileError, match="changed since it was trusted"):
+        tools.main()

@@ -84,6 +84,12 @@ def run_check(
         # The same words as `pysb run`'s refusal, with what the user can do about it.
         errors.extend(unenforced_messages(report.unenforced(), report))
         notes = [*report.notes, *_provider_notes(policy)]
+        if session.discovered:
+            from pysb_core.trust import untrusted_reason
+
+            why = untrusted_reason(policy, session.environ)
+            if why is not None:
+                notes.append(f"{why}; `pysb run` refuses it until you trust it (pysb trust)")
         if policy.learn:
             notes.append("learn: this profile asks for a learning run (no sandbox)")
         try:

@@ -1,4 +1,4 @@
-"""click commands: ``check``, ``providers``, ``plugins`` (and ``run --help``).
+"""click commands: ``check``, ``trust``, ``providers``, ``plugins`` (and ``run --help``).
 
 Domain errors never import click; they are mapped to exit codes here, in one place.
 """
@@ -185,6 +185,22 @@ def import_profile(path: str, output: str | None, verbose: bool, quiet: bool) ->
     from pysb_core.cli.import_profile import import_profile as convert
 
     sys.exit(convert(path, output, verbosity=level(verbose, quiet)))
+
+
+@cli.command()
+@click.argument("profile", required=False, type=click.Path(dir_okay=False))
+@click.option("--list", "list_", is_flag=True, help="List the trusted profiles.")
+@click.option("--revoke", is_flag=True, help="Forget the trust of PROFILE.")
+def trust(profile: str | None, list_: bool, revoke: bool) -> None:
+    """Trust PROFILE (default ./.pysb.yaml) as it is now, with every file it includes.
+
+    A profile that pysb finds by itself (next to the script, in the module's package, in
+    the working directory) is used only once trusted, and only while its files are
+    unchanged: review it first with `pysb check --profile PROFILE`.
+    """
+    from pysb_core.cli.trust import run_trust
+
+    sys.exit(run_trust(profile, list_=list_, revoke=revoke))
 
 
 def fail(exc: SandboxError) -> NoReturn:

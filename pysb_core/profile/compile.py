@@ -406,6 +406,7 @@ def load_policy(
         learn_path=learn_path,
         locked=locked,
         profile_files=tuple(pf.path for pf in files),
+        profile_digests=tuple(pf.digest for pf in files),
         profile_path=profile_path if files else None,
         cwd=cwd,
         extra=dict(collected.extra),

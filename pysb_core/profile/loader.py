@@ -21,6 +21,7 @@ import os
 
 from pysb_core.profile import cache
 from pysb_core.profile.variables import VariableError, expand, is_absent
+from pysb_core.trust import digest
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -34,15 +35,19 @@ _MAP_TAG = "tag:yaml.org,2002:map"
 
 
 class ProfileFile:
-    """One file read for a profile: its canonical path, display name and node tree."""
+    """One file read for a profile: its canonical path, display name, node tree, and the
+    digest of the bytes that were parsed (what :mod:`pysb_core.trust` compares)."""
 
-    __slots__ = ("directory", "display", "path", "tree")
+    __slots__ = ("digest", "directory", "display", "path", "tree")
 
-    def __init__(self, path: str, display: str, directory: str, tree: Node | None) -> None:
+    def __init__(
+        self, path: str, display: str, directory: str, tree: Node | None, digest: str = ""
+    ) -> None:
         self.path = path
         self.display = display
         self.directory = directory
         self.tree = tree
+        self.digest = digest
 
     def loc(self, node_or_line: Node | int) -> str:
         line = node_or_line if isinstance(node_or_line, int) else node_or_line[1]
@@ -135,23 +140,27 @@ def _convert(node: Any, loader: Any, active: set[int]) -> Node:
         active.discard(id(node))
 
 
-def read_tree(path: str, display: str, cache_dir: str | None) -> tuple[Node | None, list[str]]:
-    """Read ``path`` (already known to exist) through the cache; OSError propagates."""
+def read_tree(path: str, display: str, cache_dir: str | None) -> tuple[Node | None, list[str], str]:
+    """Read ``path`` (already known to exist) through the cache; OSError propagates.
+
+    Returns the tree, the errors and the digest of the bytes read (:func:`trust.digest`).
+    """
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         data = f.read()
+    dig = digest(data)
     cached = cache.load(cache_dir, path, st, data)
     if cached is not None:
-        return cached[0], []
+        return cached[0], [], dig
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        return None, [f"{display}:{line}: not valid UTF-8"]
+        return None, [f"{display}:{line}: not valid UTF-8"], dig
     tree, errors = parse_text(text, display)
     if not errors:
         cache.store(cache_dir, path, st, data, (tree,))
-    return tree, errors
+    return tree, errors, dig
 
 
 # ---------------------------------------------------------------------------------------
@@ -200,7 +209,7 @@ def load_files(
             return
         shown = display_path(os.path.abspath(path), cwd)
         try:
-            tree, errs = read_tree(real, shown, cache_dir)
+            tree, errs, dig = read_tree(real, shown, cache_dir)
         except (FileNotFoundError, NotADirectoryError):
             if where is None:
                 errors.append(f"{shown}:1: profile not found")
@@ -214,7 +223,7 @@ def load_files(
             return
         seen.add(real)
         directory = os.path.dirname(os.path.abspath(path))
-        pf = ProfileFile(real, shown, directory, tree)
+        pf = ProfileFile(real, shown, directory, tree, dig)
         files.append(pf)
         errors.extend(errs)
         for entry in _include_entries(tree):

@@ -23,7 +23,7 @@ import datetime
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pysb_core.errors import ProfileError, SandboxError
@@ -580,7 +580,12 @@ def _merge_text(original: str, rules: list[LearnedRule], display: str) -> tuple[
     return text, added
 
 
-def merge_learned(path: str, additions: LearnedProfile) -> str:
+def merge_learned(
+    path: str,
+    additions: LearnedProfile,
+    *,
+    on_write: Callable[[str, bytes], None] | None = None,
+) -> str:
     """Merge ``additions`` into the profile at ``path`` (created when absent); return a summary.
 
     The summary (one line, then one indented line per section) has no ``pysb:`` prefix:
@@ -591,7 +596,8 @@ def merge_learned(path: str, additions: LearnedProfile) -> str:
     as ``FILE.bak``. When the existing file cannot be merged into (invalid YAML, a layout
     the text merge does not handle), it is left untouched and the learned rules are written
     to ``FILE.learned.yaml``; the summary says so. Raises :class:`SandboxError` when the
-    file cannot be read or written.
+    file cannot be read or written. ``on_write(path, data)`` is called with the exact bytes
+    once ``path`` itself has been written (the pipeline trusts them: :mod:`pysb_core.trust`).
     """
     path = os.path.abspath(path)
     display = display_path(path, os.getcwd())
@@ -622,6 +628,8 @@ def merge_learned(path: str, additions: LearnedProfile) -> str:
                 return f"nothing new learned; {display} already holds every rule of this run"
             _write_atomic(path + ".bak", original, mode)
         _write_atomic(path, text, mode)
+        if on_write is not None:
+            on_write(path, text.encode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise SandboxError(f"cannot write the learned profile {display}: {reason}") from None

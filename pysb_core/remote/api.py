@@ -242,12 +242,15 @@ class Sandboxes:
         stop_timeout: float = 10.0,
         _depth: int = 1,
     ) -> None:
+        #: A profile found next to the caller, not named: used only when trusted (pysb trust).
+        self.discovered = False
         # The caller's package profile, unless PYSB_PROFILE (of the environment the
         # sandbox is built from) names one: the pipeline refuses a missing one either way.
         if profile is None and not (environ if environ is not None else os.environ).get(
             "PYSB_PROFILE"
         ):
             profile = _package_profile(_depth)
+            self.discovered = profile is not None
         self.profile = os.fspath(profile) if profile is not None else None
         self.provider = provider
         self.init_fn = init_fn
@@ -287,6 +290,7 @@ class Sandboxes:
             allowed = allowlist(self.result_classes)
             launcher = SessionLauncher(
                 profile=self.profile,
+                discovered=self.discovered,
                 provider=self.provider,
                 cli=self.cli,
                 python_guards=self.python_guards,

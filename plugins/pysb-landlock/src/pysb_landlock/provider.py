@@ -132,8 +132,9 @@ class LandlockProvider(Provider):
     @hookimpl
     def pysb_check(self, policy: Policy, provider: Provider | None, report: CheckReport) -> None:
         """Report what no capability flag shows: Landlock grants the union of all rules on a
-        path, so a read-only exposure or a profile file inside an ``expose-rw`` directory
-        is writable at the OS layer. Only the Python file guard keeps it read-only (and
+        path, so a read-only exposure, a profile file or pysb's state directory (caches,
+        trusted-profile records) inside an ``expose-rw`` directory is writable at the OS
+        layer. Only the Python file guard keeps it read-only (and
         without it, ``pysb run`` refuses to start)."""
         if provider is not self:
             return
@@ -146,6 +147,11 @@ class LandlockProvider(Provider):
             w = next((e for e in writable if _under(real, e.path)), None)
             if w is not None:
                 rule = f"files: profile {p} stays read-only (inside expose-rw {w.path})"
+                report.add(rule, w.source, layers, "files")
+        for p in policy.state_dirs:  # caches and trusted-profile records steer the next run
+            w = next((e for e in writable if _under(p, e.path)), None)
+            if w is not None:
+                rule = f"files: pysb's state {p} stays read-only (inside expose-rw {w.path})"
                 report.add(rule, w.source, layers, "files")
         for e in policy.exposures:
             if e.writable or e.implicit:
