@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pysb_core.testing import BASE_ENV, pysb_command
+from pysb_core.testing import BASE_ENV, pysb_command, trust_profile
 
 # Run in a fresh interpreter: the test runner itself registers atexit callbacks.
 DECIDE = """
@@ -69,6 +69,7 @@ def test_quick_exit_only_when_nothing_needs_finalization() -> None:
 
 def test_exit_status_and_output_survive_the_quick_exit(tmp_path: Path) -> None:
     (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [sys]\n")
+    trust_profile(tmp_path / ".pysb.yaml")
     big = "print('x' * 200000); import sys; sys.stderr.write('done\\n'); sys.exit(7)"
     r = subprocess.run(
         [*pysb_command(), "run", "--verbose", "-c", big],

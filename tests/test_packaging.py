@@ -49,19 +49,23 @@ def _run(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[st
     )
 
 
+#: This venv's pysb runs with no HOME (no trust store): the profile is named, not found.
+NAMED = ("--profile", ".pysb.yaml")
+
+
 def test_core_alone_refuses_the_implicit_python_rules_unless_opted_out(
     core_only_env: Path, tmp_path: Path
 ) -> None:
     """An empty profile denies every import and sensitive call; with no Python layer
     installed nobody enforces that, so the run refuses -- until the user opts out."""
     (tmp_path / ".pysb.yaml").write_text("version: 1\n")
-    r = _run(core_only_env, "run", "-c", "open('RAN', 'w')", cwd=tmp_path)
+    r = _run(core_only_env, "run", *NAMED, "-c", "open('RAN', 'w')", cwd=tmp_path)
     assert r.returncode == 125, r.stderr
     assert not (tmp_path / "RAN").exists()
     assert "imports: (none" in r.stderr and "api: (none" in r.stderr
     assert "pip install pysb-guards" in r.stderr and "--no-python-guards" in r.stderr
     assert "Traceback" not in r.stderr
-    r = _run(core_only_env, "run", "--no-python-guards", "-c", "print(1)", cwd=tmp_path)
+    r = _run(core_only_env, "run", *NAMED, "--no-python-guards", "-c", "print(1)", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "1\n"
     assert "pysb-guards" in r.stderr and "not installed" in r.stderr
@@ -81,6 +85,8 @@ def test_third_party_provider_installs_and_runs(core_only_env: Path, tmp_path: P
     r = _run(
         core_only_env,
         "run",
+        "--profile",
+        ".pysb.yaml",
         "--provider",
         "nnp",
         "--no-python-guards",
@@ -277,12 +283,15 @@ def _works(env_dir: Path, tmp_path: Path) -> None:
     (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
     for provider in ("subprocess", "landlock"):
         ok = _run(
-            env_dir, "run", "--provider", provider, "-c", "import json; print(1)", cwd=tmp_path
-        )
+            env_dir, "run", *NAMED, "--provider", provider, "-c", "import json; print(1)",
+            cwd=tmp_path,
+        )  # fmt: skip
         if provider != "subprocess" and "unavailable" in ok.stderr:
             continue  # this machine's kernel; tests/ of the provider cover it
         assert (ok.returncode, ok.stdout) == (0, "1\n"), ok.stderr
-        denied = _run(env_dir, "run", "--provider", provider, "-c", "import csv", cwd=tmp_path)
+        denied = _run(
+            env_dir, "run", *NAMED, "--provider", provider, "-c", "import csv", cwd=tmp_path
+        )
         assert denied.returncode == 1 and "csv" in denied.stderr
     python = str(env_dir / "bin" / "python")
     no_pytest = subprocess.run(

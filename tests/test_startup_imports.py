@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pysb_core.testing import BASE_ENV, require_provider
+from pysb_core.testing import BASE_ENV, require_provider, trust_profile
 
 NEVER_ON_THE_HOST = {
     # pluggy and what it drags in: the run path calls hooks without it (lighthooks)
@@ -77,6 +77,7 @@ def _python(code: str, cwd: Path, *args: str) -> str:
 
 def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
     (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\nenv: {TERM: xterm}\n")
+    trust_profile(tmp_path / ".pysb.yaml")
     _python(RUN, tmp_path)  # fills the profile cache
     out = json.loads(_python(RUN, tmp_path))
     assert out["status"] == 0
@@ -87,6 +88,7 @@ def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
 def test_a_firejail_run_imports_none_of_it(tmp_path: Path) -> None:
     require_provider("firejail")
     (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    trust_profile(tmp_path / ".pysb.yaml")
     _python(RUN, tmp_path, "--provider", "firejail")
     out = json.loads(_python(RUN, tmp_path, "--provider", "firejail"))
     assert out["status"] == 0
@@ -96,6 +98,7 @@ def test_a_firejail_run_imports_none_of_it(tmp_path: Path) -> None:
 
 def test_the_sandbox_still_gets_every_guard(tmp_path: Path) -> None:
     (tmp_path / ".pysb.yaml").write_text("version: 1\n")
+    trust_profile(tmp_path / ".pysb.yaml")
     guards = json.loads(_python(PLAN, tmp_path))
     assert sorted(guards) == [
         "pysb_guards.api",

@@ -18,13 +18,16 @@ it), where it is a failure, so a run cannot silently skip the OS layer.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,12 +44,33 @@ if TYPE_CHECKING:
     from pysb_core.policy import Exposure, NetworkRule
     from pysb_core.provider import Provider
 
+#: Where the tests' pysb keeps the records of trusted profiles (``pysb trust``): a store
+#: of this test session's own, never the user's. The test process uses it too (set in
+#: :func:`pytest_configure`), so that in-process ``sandboxes()`` agrees with ``pysb run``.
+STATE_HOME = tempfile.mkdtemp(prefix="pysb-test-state-")
+atexit.register(shutil.rmtree, STATE_HOME, True)
+
 #: Environment a test's pysb starts with: enough to run, nothing secret.
 BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
     "HOME": os.environ.get("HOME", "/root"),
+    "XDG_STATE_HOME": STATE_HOME,
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["XDG_STATE_HOME"] = STATE_HOME
+
+
+def trust_profile(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> None:
+    """Trust the profile at ``path`` as ``pysb trust`` would, in the store the tests' pysb
+    uses: a profile the test wrote stands for one a person wrote and trusted. A discovered
+    profile that is not trusted is refused (exit 125; :mod:`pysb_core.trust`)."""
+    from pysb_core.trust import trust_profile as trust
+
+    path = os.fspath(path)
+    trust(path, cwd=os.path.dirname(os.path.abspath(path)), environ={**BASE_ENV, **(env or {})})
 
 
 def pysb_command() -> list[str]:
@@ -133,10 +157,17 @@ class Project:
     """A temporary project directory with a profile, for end-to-end runs."""
 
     root: Path
+    #: The profiles written with ``trust=True`` (re-trusted before each run).
+    trusted: set[Path] = field(default_factory=set)
 
-    def profile(self, text: str, name: str = ".pysb.yaml") -> Path:
+    def profile(self, text: str, name: str = ".pysb.yaml", *, trust: bool = True) -> Path:
+        """Write a profile; trusted (:func:`trust_profile`) unless ``trust=False``: the
+        project's own profile stands for one its author reviewed and trusted."""
         path = self.root / name
         path.write_text(text)
+        if trust:
+            trust_profile(path)
+            self.trusted.add(path)
         return path
 
     def file(self, rel: str, text: str = "") -> Path:
@@ -146,6 +177,11 @@ class Project:
         return path
 
     def run(self, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        """``pysb ARGS`` in the project; the profiles it wrote trusted are trusted again
+        first, as they are now (a file written later may be one of their includes)."""
+        for path in self.trusted:
+            if path.is_file():
+                trust_profile(path, kwargs.get("env"))  # type: ignore[arg-type]
         return run_pysb(*args, cwd=self.root, **kwargs)  # type: ignore[arg-type]
 
 

@@ -122,6 +122,8 @@ class Bench:
         return [
             *pysb_command(),
             "run",
+            "--profile",  # named: the bench's own profile (a found one would need trust)
+            str(self.profile_path),
             "--provider",
             self.provider,
             "--no-python-guards",

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from pysb_core.testing import require_provider, run_pysb
+from pysb_core.testing import require_provider, run_pysb, trust_profile
 
 PROFILE = """\
 version: 1
@@ -32,6 +32,7 @@ def project(tmp_path):
     (tmp_path / "data" / "x.txt").write_text("hello\n")
     (tmp_path / "data" / ".env").write_text("API_KEY=SECRET\n")
     (tmp_path / ".pysb.yaml").write_text(PROFILE)
+    trust_profile(tmp_path / ".pysb.yaml")  # found, not named: used once trusted
     secret = tmp_path.parent / f"{tmp_path.name}-secret.txt"
     secret.write_text("TOP-SECRET\n")
     yield tmp_path, secret

@@ -59,7 +59,9 @@ def test_profile_is_enforced_by_the_python_layer(app: Path) -> None:
         "version: 1\nfiles:\n  expose-ro: [./data]\n  expose-rw: [./out]\n"
         "imports: [os, json]\nenv:\n  PYSB_E2E: ${PYSB_E2E}\n"
     )
-    res = pysb("run", "app.py", cwd=app, env={"PYSB_E2E": "v", "OTHER": "x"})
+    res = pysb(
+        "run", "--profile", ".pysb.yaml", "app.py", cwd=app, env={"PYSB_E2E": "v", "OTHER": "x"}
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [
         "hello",
@@ -75,6 +77,8 @@ def test_env_is_the_whitelist(app: Path) -> None:
     (app / ".pysb.yaml").write_text("version: 1\nimports: [os]\nenv:\n  A: ${SECRET}\n")
     res = pysb(
         "run",
+        "--profile",
+        ".pysb.yaml",
         "-c",
         "import os; print(os.environ.get('A'), 'SECRET' in os.environ)",
         cwd=app,

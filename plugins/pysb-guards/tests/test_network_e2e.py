@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, require_provider, run_pysb
+from pysb_core.testing import BASE_ENV, require_provider, run_pysb, trust_profile
 
 
 @pytest.fixture
@@ -42,6 +42,7 @@ def write_profile(directory: Path, *rules: str) -> Path:
     lines += [f"  - {r}" for r in rules]
     path = directory / ".pysb.yaml"
     path.write_text("\n".join(lines) + "\n")
+    trust_profile(path)  # found, not named: used once trusted
     return path
 
 
@@ -220,6 +221,7 @@ def test_pinned_name_under_os_providers(
         "imports: [socket]\nfiles:\n  expose-ro: [.]\nnetwork:\n"
         f"  - allow tcp svc.pysb.test {server} out\n"
     )
+    trust_profile(tmp_path / ".pysb.yaml")
     flags = [] if guards else ["--no-python-guards"]
     out = run_pysb(
         "run", "--provider", provider, *flags, "-c", PINNED_PROBE, str(server),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from guarded import FAMILIES, probe
 
-from pysb_core.testing import run_pysb
+from pysb_core.testing import run_pysb, trust_profile
 
 ALL = (*FAMILIES, "network")
 
@@ -151,6 +151,7 @@ def test_a_non_ascii_name_fails_on_the_rule(python: str) -> None:
 def test_a_program_without_network_does_not_load_it(tmp_path: Path) -> None:
     """Start-up cost: neither ``socket`` nor the IDNA codec is imported for ``pass``."""
     (tmp_path / ".pysb.yaml").write_text("imports: [json]\n")
+    trust_profile(tmp_path / ".pysb.yaml")
     out = run_pysb("run", "-X", "importtime", "-c", "pass", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line}

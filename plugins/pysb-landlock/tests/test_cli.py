@@ -159,8 +159,9 @@ def test_profile_inside_expose_rw_refused_without_python_layer(box):
     profile = box / "rw" / ".pysb.yaml"
     profile.write_text(f"version: 1\nfiles:\n  expose-rw: [{box / 'rw'}]\n")
     code = f"open({str(profile)!r}, 'a').write('# changed from inside')"
+    argv = [*PYSB, "run", "--profile", str(profile), "--provider", "landlock"]
     r = subprocess.run(
-        [*PYSB, "run", "--provider", "landlock", "--no-python-guards", "-c", code],
+        [*argv, "--no-python-guards", "-c", code],
         capture_output=True,
         text=True,
         cwd=box / "rw",

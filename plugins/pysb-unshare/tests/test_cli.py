@@ -181,6 +181,8 @@ def test_sigkill_of_pysb_leaves_no_helper_or_namespace(project):
         [
             *pysb_command(),
             "run",
+            "--profile",  # named: this environment has no HOME for a trust store
+            ".pysb.yaml",
             "--provider",
             "unshare",
             "--no-python-guards",
