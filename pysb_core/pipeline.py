@@ -368,9 +368,11 @@ class Session:
         popen_kwargs: Mapping[str, Any] | None = None,
     ) -> LaunchPlan:
         """Build the launch plan for ``program`` (guards contribute, pins are announced)."""
+        from pysb_core.profile.compile import verify_exposures
         from pysb_core.pyenv import implicit_exposures, import_roots
 
         policy = self.policy
+        verify_exposures(policy.exposures)  # no link swapped in since the profile was read
         python = sys.executable
         payload_fd = os.memfd_create("pysb-payload", 0)
         report_r = report_w = None

@@ -9,7 +9,9 @@ and raised together as one :class:`ProfileError`.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 
 from pysb_core.errors import ProfileError
 from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Limits, NetworkRule, Policy
@@ -66,17 +68,54 @@ class _Compiler:
 
     def exposures(self) -> tuple[Exposure, ...]:
         found: dict[tuple[str, str], Exposure] = {}
+        links: list[tuple[Exposure, str, str, list[tuple[str, str]]]] = []
         for key, writable in (("files.expose-ro", False), ("files.expose-rw", True)):
             for item in self.items(key):
-                exp = self.exposure(item, key, writable)
-                if exp is None:
+                resolved = self.exposure(item, key, writable)
+                if resolved is None:
                     continue
+                exp, followed = resolved
+                if followed:
+                    links.append((exp, key, item.value, followed))
                 old = found.get((exp.path, exp.target))
                 if old is None or (writable and not old.writable):
                     found[(exp.path, exp.target)] = exp  # rw wins over ro of the same dir
+        writable_dirs = [e for e in found.values() if e.writable]
+        for exp, key, text, followed in links:
+            self.refuse_planted_links(exp, key, text, followed, writable_dirs)
         return tuple(found.values())
 
-    def exposure(self, item: Item, key: str, writable: bool) -> Exposure | None:
+    def refuse_planted_links(
+        self,
+        exp: Exposure,
+        key: str,
+        text: str,
+        followed: list[tuple[str, str]],
+        writable: list[Exposure],
+    ) -> None:
+        """An exposure must never be resolved through a path the sandbox could write: a
+        symbolic link inside a read-write exposure may have been put there by an earlier
+        run to point this exposure anywhere on the host (issue 22). The run is refused
+        rather than the link followed."""
+        for link, target in followed:
+            parent = os.path.dirname(link)
+            holder = next((w for w in writable if _below(parent, w.path)), None)
+            if holder is None:
+                continue
+            self.err(
+                exp.source,
+                f"{key}: {text!r} is reached through the symbolic link {link} -> {target}, "
+                f"which lies inside the read-write exposure {holder.path} ({holder.source}): "
+                "a sandboxed program could have made it to redirect this exposure. Name the "
+                "directory by its real path, or remove the link",
+            )
+            return
+
+    def exposure(
+        self, item: Item, key: str, writable: bool
+    ) -> tuple[Exposure, list[tuple[str, str]]] | None:
+        """The exposure an entry names, with the symbolic links its resolution followed
+        (checked by :meth:`refuse_planted_links` once every read-write exposure is known)."""
         text: str = item.value
         src, dest = text, None
         if ":" in text and not os.path.isdir(self.abspath(text)):
@@ -92,9 +131,13 @@ class _Compiler:
                 why = "does not exist (an exposure must be an existing directory)"
             self.err(item.loc, f"{key}: {src!r} {why}")
             return None
-        real = os.path.realpath(path)
+        try:
+            real, followed = resolve(path)
+        except OSError as exc:
+            self.err(item.loc, f"{key}: {src!r} cannot be resolved: {exc.strerror or exc}")
+            return None
         target = real if dest is None else self.abspath(dest)
-        return Exposure(path=real, target=target, writable=writable, source=item.loc)
+        return Exposure(path=real, target=target, writable=writable, source=item.loc), followed
 
     def ignore(self) -> tuple[IgnoreRule, ...]:
         rules: list[IgnoreRule] = []
@@ -265,6 +308,68 @@ class _Compiler:
             values[attr] = value
             sources[key] = item.loc
         return Limits(**values, sources=sources)
+
+
+def _below(path: str, root: str) -> bool:
+    """``path`` is ``root`` or lies under it (both canonical)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def resolve(path: str) -> tuple[str, list[tuple[str, str]]]:
+    """The canonical form of the absolute ``path``, as :func:`os.path.realpath` gives it,
+    and every symbolic link followed on the way: ``(link, link text)``, each link named by
+    its canonical directory. Who could have made a link is decided from where it lies.
+    ``OSError`` (ELOOP) on a link loop; a missing component ends the walk as is."""
+    pending = [p for p in reversed(path.split(os.sep)) if p]
+    current = os.sep
+    followed: list[tuple[str, str]] = []
+    while pending:
+        name = pending.pop()
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError:  # gone or unreadable: the rest is taken literally
+            return os.path.normpath(os.path.join(candidate, *reversed(pending))), followed
+        if not stat.S_ISLNK(st.st_mode):
+            current = candidate
+            continue
+        if len(followed) >= 40:  # as the kernel's MAXSYMLINKS
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        target = os.readlink(candidate)
+        followed.append((candidate, target))
+        if target.startswith(os.sep):
+            current = os.sep
+        pending.extend(p for p in reversed(target.split(os.sep)) if p)
+    return current, followed
+
+
+def verify_exposures(exposures: tuple[Exposure, ...] | list[Exposure]) -> None:
+    """Refuse (:class:`SandboxError`, exit 125) when a profile exposure, canonical when
+    the profile was read, now reaches its directory through a symbolic link: a component
+    was swapped for a link in between (a sandbox running meanwhile can do that inside its
+    read-write exposures). Checked again for every sandbox started, just before the
+    provider mounts or opens the paths; Landlock then opens them without following links
+    at all, the namespace providers bind them by path (docs/security.md)."""
+    from pysb_core.errors import SandboxError
+
+    for exp in exposures:
+        if exp.implicit:
+            continue
+        try:
+            real, followed = resolve(exp.path)
+        except OSError as exc:
+            raise SandboxError(f"{exp.source}: exposure {exp.path}: {exc.strerror}") from None
+        if followed or real != exp.path:
+            link, target = followed[0] if followed else (exp.path, real)
+            raise SandboxError(
+                f"{exp.source}: the exposure {exp.path} now goes through the symbolic link "
+                f"{link} -> {target}, made after the profile was read: refusing to start"
+            )
 
 
 def _cli_items(values: list[str] | None) -> list[Item]:

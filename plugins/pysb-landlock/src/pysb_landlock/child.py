@@ -74,6 +74,7 @@ def restrict(
     udp: bool = False,
     unix: bool = False,
     sysv_ipc: bool = False,
+    exact: Sequence[str] = (),
 ) -> int:
     """Restrict this process with Landlock; return the kernel's ABI version.
 
@@ -87,7 +88,8 @@ def restrict(
     seccomp filter (:mod:`pysb_core.seccomp`) refuses non-TCP IP sockets (UDP too unless
     ``udp``), Unix sockets unless ``unix``, SysV IPC unless ``sysv_ipc``, setting extended
     attributes, and what it refuses under every provider (ptrace, TCP Fast Open, io_uring,
-    vsock and other socket families, terminal injection).
+    vsock and other socket families, terminal injection). The ``exact`` paths (the
+    profile's exposures, canonical) are opened without following any symbolic link.
     """
     try:
         kernel_abi = ll.abi_version()
@@ -114,10 +116,11 @@ def restrict(
     try:
         rs = ll.Ruleset(kernel_abi, net=net, scope=scope)
         try:
+            exact_paths = frozenset(exact)
             for path in read:
-                rs.add_path(path, ll.FS_READ)
+                rs.add_path(path, ll.FS_READ, no_symlinks=path in exact_paths)
             for path in write:
-                rs.add_path(path, ll.FS_WRITE)
+                rs.add_path(path, ll.FS_WRITE, no_symlinks=path in exact_paths)
             for path in [*devices, *(_terminals() if terminal else ())]:
                 rs.add_path(path, ll.FS_DEVICE)
             if connect is not None:

@@ -134,6 +134,8 @@ class Compiled:
         self.abi = abi
         self.read: list[str] = []
         self.write: list[str] = []
+        #: The profile's exposures (canonical paths): opened without following symlinks.
+        self.exact: list[str] = []
         self.devices: list[str] = []
         self.connect: Ranges | None = None
         self.bind: Ranges | None = None
@@ -169,6 +171,7 @@ class Compiled:
             "udp": self.udp,
             "unix": self.unix,
             "sysv_ipc": self.sysv_ipc,
+            "exact": self.exact,
         }
 
     def describe(self) -> list[str]:
@@ -299,6 +302,8 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
                 add(c.read, path)
             continue
         add(c.write if e.writable else c.read, e.path)
+        if not e.implicit:
+            add(c.exact, e.path)
         if e.renamed:
             c.gaps.append(
                 f"{e.path}:{e.target} ({e.source}): landlock cannot rename; the OS rule covers "

@@ -25,6 +25,10 @@ from pysb_landlock import _libc
 _SYS_CREATE_RULESET = 444
 _SYS_ADD_RULE = 445
 _SYS_RESTRICT_SELF = 446
+#: openat2(2): the same number on every architecture (Linux >= 5.6, older than Landlock).
+_SYS_OPENAT2 = 437
+_AT_FDCWD = -100
+_RESOLVE_NO_SYMLINKS = 0x04
 #: Machines known to use the unified syscall table for these calls.
 _SUPPORTED_MACHINES = frozenset(
     {
@@ -153,6 +157,27 @@ class _NetPortAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
 
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _open_path(path: str, *, no_symlinks: bool) -> int:
+    """An ``O_PATH`` fd for ``path`` (-1 and errno on failure). With ``no_symlinks`` the
+    kernel refuses (ELOOP) a path with a symbolic link anywhere in it: the rule is then
+    bound to the very directory the profile named, even if a component was swapped for a
+    link after the profile was read (issue 22)."""
+    if not no_symlinks:
+        return int(_libc.open_(os.fsencode(path), os.O_PATH | os.O_CLOEXEC))
+    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
+    return _syscall(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(_AT_FDCWD),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+
+
 def _syscall(*args: object) -> int:
     return int(_libc.syscall(*args))
 
@@ -213,12 +238,20 @@ class Ruleset:
             "landlock_create_ruleset",
         )
 
-    def add_path(self, path: str, access: int) -> bool:
+    def add_path(self, path: str, access: int, *, no_symlinks: bool = False) -> bool:
         """Grant ``access`` beneath ``path`` (a file gets only file rights). Return False when
-        the path does not exist (nothing granted: fail closed)."""
-        fd = _libc.open_(os.fsencode(path), os.O_PATH | os.O_CLOEXEC)
+        the path does not exist (nothing granted: fail closed). ``no_symlinks``: ``path``
+        is canonical (a profile's exposure) and must still be; a symbolic link in it now
+        is an error, never followed."""
+        fd = _open_path(path, no_symlinks=no_symlinks)
         if fd < 0:
             err = _libc.get_errno()
+            if no_symlinks and err == errno.ELOOP:
+                raise LandlockError(
+                    err,
+                    f"{path}: a component of this exposure was replaced by a symbolic link "
+                    "after the profile was read; refusing to follow it",
+                )
             if err in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ELOOP):
                 return False
             raise LandlockError(err, f"open({path!r}, O_PATH): {os.strerror(err)}")
