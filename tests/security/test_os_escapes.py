@@ -867,7 +867,8 @@ def test_events_file_swapped_for_a_symlink_is_not_followed(provider: str, tmp_pa
         "assert libc.unlink(b'rw/events.jsonl') == 0\n"
         f"assert libc.symlink({str(box.victim).encode()!r}, b'rw/events.jsonl') == 0\n"
     )
-    base = ["run", "--provider", provider, "--events", "rw/events.jsonl", "-c"]
+    base = ["run", "--profile", ".pysb.yaml", "--provider", provider, "--events", "rw/events.jsonl"]
+    base.append("-c")
     control = subprocess.run(
         [*pysb_command(), *base, provoke], cwd=box.project, env=BASE_ENV,
         capture_output=True, text=True, timeout=120, check=False,
@@ -907,8 +908,9 @@ def test_file_backed_stdio_reaches_the_program_as_pipes(provider: str, tmp_path:
 
         from pysb_core.testing import BASE_ENV, pysb_command
 
+        run = ["run", "--profile", ".pysb.yaml", "--provider", provider, "--no-python-guards"]
         r = subprocess.run(
-            [*pysb_command(), "run", "--provider", provider, "--no-python-guards", "-c", code],
+            [*pysb_command(), *run, "-c", code],
             cwd=project,
             env=BASE_ENV,
             stdin=fin,
