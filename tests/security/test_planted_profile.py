@@ -94,3 +94,62 @@ def test_a_profile_planted_by_one_run_grants_nothing_to_the_next(
     assert SECRET not in included.stdout + included.stderr
     assert included.returncode == 125, included.stdout + included.stderr
     assert "has changed since it was trusted (rw/extra.yaml is new" in included.stderr
+
+
+FORGE = """\
+import os, sys
+store = sys.argv[1]
+for attempt in (
+    lambda: open(os.path.join(store, "forged.trust"), "w").write("pysb-trust 1\\n"),
+    lambda: os.rename(store, store + ".moved"),
+):
+    try:
+        attempt()
+        print("ALLOWED")
+    except OSError as e:
+        print("refused", type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    "provider, guards",
+    [
+        ("subprocess", True),
+        ("landlock", True),
+        ("landlock", False),
+        ("bwrap", False),
+        ("unshare", False),
+        ("firejail", False),
+    ],
+)
+def test_the_trust_store_is_never_writable_inside(
+    tmp_path: Path, provider: str, guards: bool
+) -> None:
+    """The records of trusted profiles steer the next run: a sandbox that exposes their
+    directory read-write (here: the whole state home) still cannot write or move them.
+    Landlock cannot keep a directory inside a read-write exposure read-only: with the
+    Python layer that layer refuses; without it the run does not start."""
+    if provider != "subprocess":
+        require_provider(provider)
+    state = tmp_path / "project" / "state"
+    store = state / "pysb" / "trust"
+    store.mkdir(parents=True)
+    project = tmp_path / "project"
+    (project / "p.yaml").write_text(
+        'version: 1\nimports: ["*"]\nfiles:\n  expose-ro: [.]\n  expose-rw: [./state]\n'
+    )
+    (project / "forge.py").write_text(FORGE)
+    flags = [] if guards else ["--no-python-guards"]
+    r = _pysb(
+        "run", "--profile", "p.yaml", "--provider", provider, *flags, "forge.py", str(store),
+        cwd=project, env={"XDG_STATE_HOME": str(state)},
+    )  # fmt: skip
+    assert sorted(p.name for p in store.iterdir()) == []
+    assert store.is_dir()
+    if provider == "landlock" and not guards:
+        assert r.returncode == 125, r.stdout + r.stderr
+        assert f"pysb's state {store} stays read-only" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert "ALLOWED" not in r.stdout
+    assert r.stdout.count("refused") == 2, r.stdout
