@@ -190,6 +190,7 @@ def build_argv(
     seccomp_fd: int | None = None,
     copies: Mapping[str, int] | None = None,
     json_status_fd: int | None = None,
+    exposure_fds: Mapping[str, int] | None = None,
 ) -> BwrapCommand:
     """Return the bwrap command that runs ``plan.argv`` under ``plan``'s view of the system.
 
@@ -201,7 +202,10 @@ def build_argv(
     bind, or an fd whose content bwrap copies. ``copies`` maps host /etc files (from
     :func:`etc_copies`) to fds holding their content: each becomes a read-only file of the
     sandbox's root instead of a bind mount (bwrap reads the whole mount table for every
-    bind; a copy costs no mount).
+    bind; a copy costs no mount). ``exposure_fds`` maps exposure paths to descriptors
+    opened without following links (:func:`pysb_core.nofollow.open_dir_nofollow`): those
+    are bound with ``--bind-fd`` / ``--ro-bind-fd``, so the mount is of the very directory
+    the profile named, whatever happened to its path since.
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(
@@ -329,7 +333,11 @@ def build_argv(
         if same_ro and e.path in layout.canonical and _redundant(e.target, mounts):
             bound.append(e.target)
             continue
-        argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
+        fd = (exposure_fds or {}).get(e.path)
+        if fd is not None:
+            argv += ["--bind-fd" if e.writable else "--ro-bind-fd", str(fd), e.target]
+        else:
+            argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
         bound.append(e.target)
         mounts.append((e.target, same_ro))
 

@@ -134,6 +134,8 @@ class BwrapProvider(Provider):
                 copies[path] = fd
                 if child_fds is not None:
                     child_fds.append(fd)
+        if res is not None and _binds_fds(status.version or ""):
+            kwargs["exposure_fds"] = _exposure_fds(plan, res, child_fds)
         return build_argv(
             plan,
             layout,
@@ -253,3 +255,47 @@ def shares_terminal(plan: LaunchPlan) -> bool:
     """An interactive run stays in the terminal's session and process group (job control,
     Ctrl-C), which is safe only with the seccomp filter against terminal injection."""
     return plan.interactive and filter_bytes() is not None
+
+
+#: The first bwrap with ``--bind-fd`` / ``--ro-bind-fd``.
+BIND_FD_VERSION = (0, 8, 0)
+
+
+def _binds_fds(version: str) -> bool:
+    """Whether this bwrap binds from descriptors (older ones bind by path only)."""
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        return False
+    return parts >= BIND_FD_VERSION
+
+
+def _exposure_fds(plan: LaunchPlan, res: Resources, child_fds: list[int] | None) -> dict[str, int]:
+    """Open each of the profile's exposures without following links (issue 22): bwrap then
+    binds the very directory the profile named, even if a running sandbox swapped a
+    directory of its path for a link since the profile was read. A link there now is an
+    error (exit 125), never followed."""
+    from pysb_core.nofollow import open_dir_nofollow
+
+    fds: dict[str, int] = {}
+    for e in plan.exposures:
+        if e.implicit or e.target == "/" or e.path in fds:
+            continue
+        try:
+            fd = open_dir_nofollow(e.path)
+        except OSError as exc:
+            import errno
+
+            why = (
+                "a directory of its path was replaced by a symbolic link since the profile was read"
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+                else exc.strerror
+            )
+            raise SandboxError(
+                f"{e.source}: the exposure {e.path} cannot be opened ({why}); refusing to start"
+            ) from None
+        res.fds.add(fd)
+        if child_fds is not None:
+            child_fds.append(fd)
+        fds[e.path] = fd
+    return fds
