@@ -26,6 +26,7 @@ check and the parse cannot slip through.
 from __future__ import annotations
 
 import os
+import stat
 
 from pysb_core.errors import UntrustedProfileError
 from pysb_core.statedir import trusted
@@ -108,11 +109,12 @@ def _decode(data: bytes) -> tuple[str, dict[str, str]] | None:
 def _read(path: str) -> tuple[str, dict[str, str]] | None:
     """A record this user alone could have written, or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if not trusted("", os.fstat(fd)):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not trusted("", st):
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(1 << 20)
