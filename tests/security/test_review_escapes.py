@@ -76,6 +76,8 @@ class Box:
         script.write_text(program(code, str(self.secret), str(self.outside), str(self.project)))
         r = run_pysb(
             "run",
+            "--profile",  # named: a found profile would need the user's trust
+            ".pysb.yaml",
             "--provider",
             self.provider,
             *args,
