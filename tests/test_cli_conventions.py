@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from pysb_core.cli import catalog
 from pysb_core.cli.commands import cli
 from pysb_core.drivers import load_provider_class, provider_names
-from pysb_core.testing import BASE_ENV, pysb_command, run_pysb
+from pysb_core.testing import BASE_ENV, pysb_command, run_pysb, trust_profile
 
 VERSION = version("pysb-core")
 
@@ -50,6 +50,7 @@ def test_run_double_dash_h_is_cpythons_help_without_a_sandbox(tmp_path: Path) ->
 
 def test_after_the_program_dash_h_is_the_programs(tmp_path: Path) -> None:
     (tmp_path / ".pysb.yaml").write_text("version: 1\n")
+    trust_profile(tmp_path / ".pysb.yaml")  # found, not named: used once trusted
     r = run_pysb("run", "-c", "import sys; print(sys.argv)", "-h", cwd=tmp_path)
     assert (r.returncode, r.stdout) == (0, "['-c', '-h']\n"), r.stderr
 

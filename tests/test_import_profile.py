@@ -378,7 +378,8 @@ def test_converted_template_decides_as_the_reference(
 
     r = run_pysb("import-profile", ".py-sandboxes", "-o", ".pysb.yaml", cwd=project)
     assert r.returncode == 0, r.stderr
-    ours = run_pysb(*["run", "--provider", provider, *argv], cwd=project, env={
+    run = ["run", "--profile", ".pysb.yaml", "--provider", provider]  # named: found needs trust
+    ours = run_pysb(*[*run, *argv], cwd=project, env={
         k: v for k, v in env.items() if k != "OS_SANDBOX"
     })  # fmt: skip
     assert ours.returncode == 0, ours.stderr

@@ -191,7 +191,8 @@ def import_profile(path: str, output: str | None, verbose: bool, quiet: bool) ->
 @click.argument("profile", required=False, type=click.Path(dir_okay=False))
 @click.option("--list", "list_", is_flag=True, help="List the trusted profiles.")
 @click.option("--revoke", is_flag=True, help="Forget the trust of PROFILE.")
-def trust(profile: str | None, list_: bool, revoke: bool) -> None:
+@verbosity_options
+def trust(profile: str | None, list_: bool, revoke: bool, verbose: bool, quiet: bool) -> None:
     """Trust PROFILE (default ./.pysb.yaml) as it is now, with every file it includes.
 
     A profile that pysb finds by itself (next to the script, in the module's package, in
@@ -200,7 +201,7 @@ def trust(profile: str | None, list_: bool, revoke: bool) -> None:
     """
     from pysb_core.cli.trust import run_trust
 
-    sys.exit(run_trust(profile, list_=list_, revoke=revoke))
+    sys.exit(run_trust(profile, list_=list_, revoke=revoke, verbosity=level(verbose, quiet)))
 
 
 def fail(exc: SandboxError) -> NoReturn:

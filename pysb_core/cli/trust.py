@@ -25,7 +25,10 @@ def _located(line: str) -> bool:
     return ":" in head and head.rsplit(":", 1)[1].isdigit()
 
 
-def run_trust(profile: str | None, *, list_: bool = False, revoke: bool = False) -> int:
+def run_trust(
+    profile: str | None, *, list_: bool = False, revoke: bool = False, verbosity: int = 0
+) -> int:
+    """``--quiet`` (verbosity < 0): nothing on success; ``--verbose``: each file's digest."""
     from pysb_core import trust
 
     environ = dict(os.environ)
@@ -42,7 +45,8 @@ def run_trust(profile: str | None, *, list_: bool = False, revoke: bool = False)
     shown = display_path(path, cwd)
     if revoke:
         if trust.revoke(path, environ):
-            print(f"pysb: {shown} is no longer trusted")
+            if verbosity >= 0:
+                print(f"pysb: {shown} is no longer trusted")
             return 0
         return _error([f"{shown} was not trusted"])
     if not os.path.isfile(path):
@@ -55,5 +59,9 @@ def run_trust(profile: str | None, *, list_: bool = False, revoke: bool = False)
         return _error(str(exc).splitlines())
     included = sorted(display_path(p, cwd) for p in files if p != os.path.realpath(path))
     with_ = f", with {', '.join(included)}" if included else ""
-    print(f"pysb: trusted {shown}{with_}, as they are now")
+    if verbosity >= 0:
+        print(f"pysb: trusted {shown}{with_}, as they are now")
+    if verbosity > 0:
+        for real, digest in sorted(files.items()):
+            print(f"  {digest}  {display_path(real, cwd)}")
     return 0

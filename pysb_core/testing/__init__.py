@@ -47,7 +47,11 @@ if TYPE_CHECKING:
 #: Where the tests' pysb keeps the records of trusted profiles (``pysb trust``): a store
 #: of this test session's own, never the user's. The test process uses it too (set in
 #: :func:`pytest_configure`), so that in-process ``sandboxes()`` agrees with ``pysb run``.
-STATE_HOME = tempfile.mkdtemp(prefix="pysb-test-state-")
+#: Not below /tmp: the sandboxes' /tmp is their own, and a state directory under the
+#: host's /tmp would make the guards treat /tmp as holding a protected path.
+STATE_HOME = tempfile.mkdtemp(
+    prefix="pysb-test-state-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None
+)
 atexit.register(shutil.rmtree, STATE_HOME, True)
 
 #: Environment a test's pysb starts with: enough to run, nothing secret.

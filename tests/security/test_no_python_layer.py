@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import offline_venv, require_provider
+from pysb_core.testing import offline_venv, require_provider, trust_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +23,10 @@ def core_and_bwrap_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """pysb-core and pysb-bwrap, nothing else: no Python layer."""
     env_dir = tmp_path_factory.mktemp("core-bwrap") / "venv"
     return offline_venv(env_dir, str(ROOT), str(ROOT / "plugins" / "pysb-bwrap"))
+
+
+#: This venv's pysb runs with no HOME (no trust store): the profile is named, not found.
+NAMED = ("--profile", ".pysb.yaml")
 
 
 def _pysb(
@@ -47,7 +51,7 @@ def test_without_the_python_layer_an_imports_rule_is_refused(
     project.mkdir()
     (project / ".pysb.yaml").write_text("version: 1\nimports: [json]\nfiles:\n  expose-rw: [.]\n")
     program = "import os; open('RAN', 'w'); print(len(os.listdir('/')))"
-    r = _pysb(core_and_bwrap_env, "run", "--provider", "bwrap", "-c", program, cwd=project)
+    r = _pysb(core_and_bwrap_env, "run", *NAMED, "--provider", "bwrap", "-c", program, cwd=project)
     assert r.returncode == 125, r.stderr
     assert not (project / "RAN").exists()
     assert ".pysb.yaml:2: 'imports: json' is not enforced" in r.stderr, r.stderr
@@ -58,7 +62,7 @@ def test_without_the_python_layer_an_imports_rule_is_refused(
     assert "imports: json" in r.stdout and "[NONE]" in r.stdout
     r = _pysb(core_and_bwrap_env, "check", "--provider", "bwrap", "--no-python-guards", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
-    opted_out = ("run", "--provider", "bwrap", "--no-python-guards", "-c", program)
+    opted_out = ("run", *NAMED, "--provider", "bwrap", "--no-python-guards", "-c", program)
     r = _pysb(core_and_bwrap_env, *opted_out, cwd=project)
     assert r.returncode == 0, r.stderr
     assert (project / "RAN").exists()  # the exposure is the kernel's: bwrap mounted it rw
@@ -66,7 +70,7 @@ def test_without_the_python_layer_an_imports_rule_is_refused(
     (project / ".pysb.yaml").write_text(
         "version: 1\npython-guards: false\nimports: [json]\nfiles:\n  expose-rw: [.]\n"
     )
-    r = _pysb(core_and_bwrap_env, "run", "--provider", "bwrap", "-c", program, cwd=project)
+    r = _pysb(core_and_bwrap_env, "run", *NAMED, "--provider", "bwrap", "-c", program, cwd=project)
     assert r.returncode == 0, r.stderr
 
 
@@ -104,7 +108,7 @@ def test_a_guard_named_imports_that_does_nothing_enforces_nothing(
     r = _pysb(core_and_bwrap_env, "check", cwd=project, env=env)
     assert r.returncode == 125, r.stdout + r.stderr
     assert "[NONE]" in r.stdout and "imports: json" in r.stdout
-    r = _pysb(core_and_bwrap_env, "run", "-c", "open('RAN', 'w')", cwd=project, env=env)
+    r = _pysb(core_and_bwrap_env, "run", *NAMED, "-c", "open('RAN', 'w')", cwd=project, env=env)
     assert r.returncode == 125, r.stderr
     assert not (project / "RAN").exists()
 
@@ -130,12 +134,12 @@ def test_a_family_the_profile_needs_that_the_child_did_not_arm_refuses_the_run(
     project.mkdir()
     (project / ".pysb.yaml").write_text(PROFILE)
     env = {"PYTHONPATH": str(site)}
-    r = _pysb(core_and_bwrap_env, "run", "-c", "open('RAN', 'w')", cwd=project, env=env)
+    r = _pysb(core_and_bwrap_env, "run", *NAMED, "-c", "open('RAN', 'w')", cwd=project, env=env)
     assert r.returncode == 125, r.stderr
     assert not (project / "RAN").exists()
     assert "'api'" in r.stderr and "pysb-lazy 1.0" in r.stderr and "not armed" in r.stderr
     assert "Traceback" not in r.stderr
-    r = _pysb(core_and_bwrap_env, "run", "--verbose", "-c", "pass", cwd=project, env=env)
+    r = _pysb(core_and_bwrap_env, "run", *NAMED, "--verbose", "-c", "pass", cwd=project, env=env)
     assert "armed: imports (pysb-lazy 1.0)" in r.stderr, r.stderr
     # Partial mode: the worker refuses before serving a call; the caller gets an error.
     code = (
@@ -165,6 +169,7 @@ def test_partial_mode_without_the_python_layer_refuses_too(
     project = tmp_path / "project"
     project.mkdir()
     (project / ".pysb.yaml").write_text(PROFILE)
+    trust_profile(project / ".pysb.yaml")  # found by sandboxes(): used once trusted
     code = (
         "import pysb_core\n"
         "try:\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, pysb_command, require_provider
+from pysb_core.testing import BASE_ENV, pysb_command, require_provider, trust_profile
 
 PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail"]
 
@@ -34,6 +34,7 @@ def _project(tmp_path: Path, program: str, extra: str = "", *, files: bool = Tru
         f'version: 1\napi: {{allow: ["*"]}}\nimports: "*"\n{exposure}{extra}'
     )
     (tmp_path / "prog.py").write_text(program)
+    trust_profile(tmp_path / ".pysb.yaml")  # found, not named: used once trusted
     return tmp_path
 
 

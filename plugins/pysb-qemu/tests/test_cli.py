@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pysb_core.testing import require_provider, run_pysb
+from pysb_core.testing import require_provider, run_pysb, trust_profile
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +34,7 @@ def project(tmp_path):
     (tmp_path / "data" / "x.txt").write_text("hello\n")
     (tmp_path / "data" / ".env").write_text("API_KEY=SECRET\n")
     (tmp_path / ".pysb.yaml").write_text(PROFILE)
+    trust_profile(tmp_path / ".pysb.yaml")  # found, not named: used once trusted
     secret = tmp_path.parent / f"{tmp_path.name}-secret.txt"
     secret.write_text("TOP-SECRET\n")
     yield tmp_path, secret
@@ -152,6 +153,7 @@ def test_bad_provider_options_are_refused_with_125(tmp_path) -> None:
     (tmp_path / ".pysb.yaml").write_text(
         "version: 1\nlearn: false\nproviders:\n  qemu: {memory: lots, accel: warp, disk: 1G}\n"
     )
+    trust_profile(tmp_path / ".pysb.yaml")
     res = run_pysb("run", "--provider", "qemu", "-c", "print(1)", cwd=tmp_path)
     assert res.returncode == 125
     assert "memory" in res.stderr and "accel" in res.stderr and "disk" in res.stderr
