@@ -28,6 +28,8 @@ Groups (see docs/writing-providers.md for the guide):
 - errors: :class:`SandboxError`, :class:`ProviderUnavailableError`;
 - paths: :func:`is_within` (is this path under that root);
 - probing the machine: :func:`which`, :func:`cached_probe`;
+- exposures by descriptor: :func:`open_dir_nofollow` (a canonical exposure opened without
+  following any link, for a mechanism that binds from an fd);
 - the system files a provider with its own ``/etc`` must show: :data:`ETC_BASE`,
   :data:`ETC_NETWORK`, :data:`ETC_HOSTS`, :data:`ETC_RESOLV`, :data:`ALWAYS_HIDDEN`,
   :func:`hosts_file_text`;
@@ -83,6 +85,8 @@ _EXPORTS: dict[str, str] = {
     # probing the machine
     "which": "pysb_core.probecache:which",
     "cached_probe": "pysb_core.probecache:cached_probe",
+    # exposures by descriptor
+    "open_dir_nofollow": "pysb_core.nofollow:open_dir_nofollow",
     # system files
     "ALWAYS_HIDDEN": "pysb_core.sysfiles:ALWAYS_HIDDEN",
     "ETC_BASE": "pysb_core.sysfiles:ETC_BASE",
@@ -160,6 +164,7 @@ __all__ = [
     "install_seccomp",
     "is_within",
     "mutable_record",
+    "open_dir_nofollow",
     "record",
     "seccomp_child_setup",
     "seccomp_covers",
@@ -195,6 +200,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.markers import hookimpl
     from pysb_core.netmatch import ephemeral_ports
     from pysb_core.netns.session import NetnsNetwork
+    from pysb_core.nofollow import open_dir_nofollow
     from pysb_core.paths import is_within
     from pysb_core.pidlimit import PidsCgroup
     from pysb_core.pidlimit import find_controller as find_pids_controller

@@ -275,7 +275,7 @@ def _exposure_fds(plan: LaunchPlan, res: Resources, child_fds: list[int] | None)
     binds the very directory the profile named, even if a running sandbox swapped a
     directory of its path for a link since the profile was read. A link there now is an
     error (exit 125), never followed."""
-    from pysb_core.nofollow import open_dir_nofollow
+    from pysb_core.providerkit import open_dir_nofollow
 
     fds: dict[str, int] = {}
     for e in plan.exposures:
