@@ -199,6 +199,29 @@ def ensure(root: str, target: str, *, is_dir: bool) -> str:
     return cur
 
 
+_NOFOLLOW_DIR = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def open_exact(path: str) -> int:
+    """An ``O_PATH`` fd of the canonical directory ``path``, opened one component at a
+    time without following any symbolic link (a link swapped in since the profile was
+    read is an error, never followed)."""
+    fd = os.open("/", _NOFOLLOW_DIR)
+    try:
+        for name in path.split("/"):
+            if name:
+                nxt = os.open(name, _NOFOLLOW_DIR, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+    except OSError as exc:
+        os.close(fd)
+        raise SetupError(
+            f"cannot expose {path}: a directory of its path is no longer the one the profile "
+            f"named (a symbolic link now, or gone: {exc.strerror})"
+        ) from None
+    return fd
+
+
 def host_root(root: str, readonly: bool) -> tuple[str, str]:
     """``expose-ro: [/]`` (or ``-rw``): bind the host's tree at ``ROOT/host``, which becomes
     the root to build on and pivot into; generated files go to ``ROOT/files`` (the staging
@@ -217,8 +240,9 @@ def run_ops(root: str, ops: list[list], files_dir: str | None = None) -> None:
     files are written there and bound over their targets (the root is the host's tree)."""
     for op in ops:
         kind = op[0]
-        if kind == "bind":  # ["bind", src, target, readonly]
-            _, src, target, ro = op
+        if kind == "bind":  # ["bind", src, target, readonly, exact]
+            _, src, target, ro = op[:4]
+            exact = len(op) > 4 and op[4]
             try:
                 is_dir = os.path.isdir(src)
             except OSError:
@@ -226,7 +250,14 @@ def run_ops(root: str, ops: list[list], files_dir: str | None = None) -> None:
             if not os.path.exists(src):
                 raise SetupError(f"cannot expose {src}: it does not exist")
             dst = ensure(root, target, is_dir=is_dir)
-            mount(src, dst, None, MS_BIND | MS_REC)
+            if exact and is_dir:
+                fd = open_exact(src)
+                try:  # the descriptor's own directory, whatever its path became
+                    mount(f"/proc/self/fd/{fd}", dst, None, MS_BIND | MS_REC)
+                finally:
+                    os.close(fd)
+            else:
+                mount(src, dst, None, MS_BIND | MS_REC)
             set_readonly(dst, readonly=bool(ro))
         elif kind == "optbind":  # a base directory that may be absent on this host
             _, src, target = op

@@ -82,6 +82,9 @@ def _exposure_ops(
     ``/`` is the root (``True`` read-write, ``False`` read-only), the widest such bind.
     """
     wanted: dict[tuple[str, str], bool] = {}
+    # The profile's own exposures are canonical: nsinit opens them without following any
+    # link and mounts the descriptor (a link swapped in since the profile was read fails).
+    exact = {e.path for e in exposures if not e.implicit}
     for e in exposures:
         if os.path.lexists(e.path):
             key = (e.path, e.target)
@@ -107,7 +110,7 @@ def _exposure_ops(
             continue
         kept = [k for k in kept if not _under(k[1], dst)]  # hidden below the new bind
         kept.append((src, dst, rw))
-        ops.append(["bind", src, dst, not rw])
+        ops.append(["bind", src, dst, not rw, src in exact])
     return ops
 
 
