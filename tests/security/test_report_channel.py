@@ -67,8 +67,8 @@ def _run(provider: str, tmp_path: Path, mode: str, size: int) -> tuple[str, str,
     )
     (tmp_path / "flood.py").write_text(FLOOD)
     events = tmp_path / "events.jsonl"
-    cmd = [*pysb_command(), "run", "--provider", provider, "--no-python-guards",
-           "--events", str(events), "flood.py", mode, str(size)]  # fmt: skip
+    cmd = [*pysb_command(), "run", "--profile", ".pysb.yaml", "--provider", provider,
+           "--no-python-guards", "--events", str(events), "flood.py", mode, str(size)]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", MEASURE, *cmd],
         cwd=tmp_path, env=BASE_ENV, capture_output=True, text=True, timeout=300, check=False,
