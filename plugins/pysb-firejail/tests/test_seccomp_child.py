@@ -81,7 +81,8 @@ def test_tiocsti_is_refused_inside_and_other_ioctls_work(project: Project) -> No
         "except OSError as e:\n"
         "    print('tiocsti refused', e.errno)\n"
     )
-    argv = [*pysb_command(), "run", "--provider", "firejail", "--no-python-guards", "-c", code]
+    argv = [*pysb_command(), "run", "--profile", ".pysb.yaml", "--provider", "firejail"]
+    argv += ["--no-python-guards", "-c", code]  # named: _on_pty passes no HOME (no trust store)
     if not os.path.isabs(argv[0]):
         pytest.skip("pysb's console script is needed as an absolute path")
     out = _on_pty(argv, str(project.root)).decode(errors="replace")
