@@ -145,7 +145,7 @@ def test_a_family_the_profile_needs_that_the_child_did_not_arm_refuses_the_run(
     code = (
         "import pysb_core\n"
         "try:\n"
-        "    with pysb_core.sandboxes(start_timeout=20):\n"
+        "    with pysb_core.sandboxes(profile='.pysb.yaml', start_timeout=20):\n"
         "        print('STARTED')\n"
         "except pysb_core.SandboxError as exc:\n"
         "    print('REFUSED', type(exc).__name__)\n"

@@ -400,9 +400,11 @@ def test_bwraps_own_failure_is_the_first_error_with_network(mkplan, mkrule, bwra
     if not netlayer.layer_usable():
         pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
     gone = "/nonexistent/pysb-vanished-exposure"
+    # implicit: bwrap binds it by path and fails itself (a profile's exposure is opened by
+    # pysb first, and a vanished one is refused before bwrap starts)
     plan = mkplan(
         ["/bin/true"],
-        exposures=[Exposure(gone, gone, False, "test.yaml:2")],
+        exposures=[Exposure(gone, gone, False, "test.yaml:2", True)],
         network=(mkrule(port=9),),
     )
     with tempfile.TemporaryFile() as stderr:
