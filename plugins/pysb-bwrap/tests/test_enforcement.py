@@ -422,7 +422,9 @@ def test_bwraps_own_failure_is_125_with_pysbs_words(mkplan, bwrap_available, tmp
     """bwrap exits 1 when it cannot build the sandbox, like a program that exits 1: its
     --json-status-fd tells them apart (no exit code = the program never ran)."""
     gone = "/nonexistent/pysb-vanished-exposure"
-    failing = mkplan(["/bin/true"], exposures=[Exposure(gone, gone, False, "test.yaml:2")])
+    # implicit: bwrap binds it by path and fails itself (pysb opens a profile's exposure
+    # first and refuses a vanished one before bwrap starts)
+    failing = mkplan(["/bin/true"], exposures=[Exposure(gone, gone, False, "test.yaml:2", True)])
     exiting = mkplan(["/bin/sh", "-c", "exit 1"])
     for plan, status, words in ((failing, 125, b"pysb-vanished-exposure"), (exiting, 1, b"")):
         err = tmp_path / f"stderr-{status}"
