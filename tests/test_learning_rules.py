@@ -356,6 +356,11 @@ def test_a_learned_ephemeral_server_runs_everywhere(project: Project, provider: 
     if provider != "subprocess":
         require_provider(provider)
     r = project.run("run", "--provider", provider, "app.py", timeout=240)
+    if provider == "firejail" and os.getuid() != 0:
+        # Documented (docs/providers.md, root and normal users): firejail enforces network
+        # rules for root only; a normal user is refused with the reason and the fix.
+        assert r.returncode == 125 and "bwrap or unshare" in r.stderr, r.stderr
+        return
     assert r.returncode == 0 and r.stdout.strip() == "PING", f"{provider}: {r.stderr}"
 
 

@@ -156,7 +156,9 @@ class Slirp4netns(UserNet):
             argv.append("--disable-dns")
         if not self.host_loopback:
             argv.append("--disable-host-loopback")
-        if sandbox and not namespaces.pid_in_owner():
+        # The sandbox process may still be in the owner now and move on while slirp4netns
+        # starts (bwrap does, asynchronously): for a normal user, always the stand-in.
+        if sandbox and os.geteuid() != 0 and namespaces.user_fd is not None:
             with namespaces.holder() as target:
                 self._run(argv, target, namespaces)
         else:
