@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 from pysb_core.proctree import children, running
 
@@ -83,3 +84,74 @@ def adopt(proc: subprocess.Popen[bytes], *, own_session: bool | None = None) -> 
     proc.__class__ = WrapperProcess
     if own_session is not None:
         proc.pysb_own_session = own_session  # type: ignore[attr-defined]
+
+
+class SetupCheckedProcess(WrapperProcess):
+    """A wrapper whose own set-up failure becomes status 125 with pysb's words.
+
+    Wrapper tools exit 1 with their message on stderr when they cannot build the sandbox,
+    the same status as a program that exits 1. The provider gives the launch a pipe that
+    receives ``marker`` only once the program ran (bwrap's ``--json-status-fd``, or a byte
+    the provider's child set-up writes); once the wrapper has exited with status 1, no
+    marker means the program never started: pysb says so after the tool's own message.
+    """
+
+    status_fd: int | None = None
+    marker: bytes = b""
+    tool: str = "the sandbox tool"
+
+    def _judge_exit(self) -> None:
+        fd, self.status_fd = self.status_fd, None
+        if fd is None:
+            return
+        try:
+            if self.returncode != 1:
+                return
+            os.set_blocking(fd, False)
+            data = b""
+            while True:
+                try:
+                    chunk = os.read(fd, 4096)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            if self.marker not in data:
+                import sys
+
+                sys.stderr.write(
+                    f"pysb: error: {self.tool} could not set the sandbox up (its own message, "
+                    "above, says what failed); the program was not started\n"
+                )
+                sys.stderr.flush()
+                self.returncode = 125
+        finally:
+            os.close(fd)
+
+    def poll(self) -> int | None:
+        status = super().poll()
+        if status is not None and self.status_fd is not None:
+            self._judge_exit()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        super().wait(timeout)
+        if self.status_fd is not None:
+            self._judge_exit()
+        return self.returncode  # type: ignore[return-value]
+
+
+def watch_setup(
+    status_r: int, *, tool: str, marker: bytes
+) -> Callable[[subprocess.Popen[bytes]], None]:
+    """``on_started`` hook, after :func:`adopt`: the process becomes a
+    :class:`SetupCheckedProcess` reading its own copy of ``status_r``."""
+
+    def started(proc: subprocess.Popen[bytes]) -> None:
+        proc.__class__ = SetupCheckedProcess
+        proc.status_fd = os.dup(status_r)  # type: ignore[attr-defined]
+        proc.tool = tool  # type: ignore[attr-defined]
+        proc.marker = marker  # type: ignore[attr-defined]
+
+    return started

@@ -193,3 +193,35 @@ def test_firejail_in_pysbs_own_network_namespace_is_stopped() -> None:
         for p in (same, other):
             p.kill()
             p.wait()
+
+
+def test_firejails_own_failure_is_125_with_pysbs_words(tmp_path, capsys, monkeypatch) -> None:
+    """firejail exits 1 with "Error: ..." when it cannot build the sandbox, like a program
+    exiting 1; the child set-up's started byte tells them apart. Here firejail is told to
+    start in a directory that does not exist (what /var/tmp did before --keep-var-tmp)."""
+    from pysb_firejail import provider as provider_module
+
+    real_build = provider_module.build_argv
+
+    def build(*args, **kwargs):
+        cmd = real_build(*args, **kwargs)
+        cmd.argv = [
+            "--private-cwd=/nonexistent/pysb-gone" if a.startswith("--private-cwd=") else a
+            for a in cmd.argv
+        ]
+        return cmd
+
+    monkeypatch.setattr(provider_module, "build_argv", build)
+    plan = make_plan([sys.executable, "-c", "pass"])
+    provider = FirejailProvider()
+    provider.pysb_contribute(plan.policy, plan)
+    err = tmp_path / "stderr"
+    with open(err, "wb") as stderr:
+        try:
+            proc = provider.launch(plan, stdout=subprocess.DEVNULL, stderr=stderr)
+            assert proc.wait(timeout=60) == 125
+        finally:
+            for fn in reversed(plan.cleanups):
+                fn()
+    assert b"unable to enter private working directory" in err.read_bytes()  # firejail's
+    assert "firejail could not set the sandbox up" in capsys.readouterr().err  # pysb's

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from functools import partial
 
 from pysb_bwrap import netlayer, options
-from pysb_bwrap import status as setup_status
 from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv, etc_copies
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
@@ -30,7 +29,7 @@ from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
 from pysb_core.seccomp import describe as seccomp_describe
 from pysb_core.seccomp import filter_bytes
-from pysb_core.wrapper_process import adopt
+from pysb_core.wrapper_process import adopt, watch_setup
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
@@ -171,7 +170,7 @@ class BwrapProvider(Provider):
                     extra["hosts_file"] = res.memfile(net.hosts_text().encode())
                     child_fds.append(extra["hosts_file"])
                 child_fds.append(extra["resolv_file"])
-            # bwrap's set-up failure vs the program's exit 1 (pysb_bwrap.status)
+            # bwrap's set-up failure vs the program's exit 1 (wrapper_process.watch_setup)
             status_r, status_w = res.pipe()
             extra["json_status_fd"] = status_w
             child_fds.append(status_w)
@@ -203,7 +202,8 @@ class BwrapProvider(Provider):
             cleanups=[res.release],
         )
         spec.on_started.append(partial(adopt, own_session=not shares_terminal(plan)))
-        spec.on_started.append(setup_status.watch(status_r))
+        # {"exit-code": N} only once the program ran: else bwrap's own set-up failed
+        spec.on_started.append(watch_setup(status_r, tool="bwrap", marker=b'"exit-code"'))
         # bwrap has its own copies now; ours would only keep the pipes alive.
         spec.on_started.append(lambda _proc: res.close_all(child_fds))
         if netlaunch is not None:

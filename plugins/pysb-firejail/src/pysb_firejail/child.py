@@ -53,11 +53,18 @@ def setup(
     foreground: bool = False,
     tty_filter: bool = False,
     namespaces: bool = False,
+    started_fd: int | None = None,
 ) -> None:
-    """Make ``os.environ`` exactly ``env``; load pysb's seccomp filter
-    (:mod:`pysb_core.seccomp`), with the namespace refusals if asked (the command then
-    has no ``--restrict-namespaces``: failing to load them fails the start), and take the
-    terminal's foreground if asked."""
+    """Say that firejail's set-up is done (a byte on ``started_fd``, which the host reads
+    to tell firejail's own failure from the program's exit 1); make ``os.environ``
+    exactly ``env``; load pysb's seccomp filter (:mod:`pysb_core.seccomp`), with the
+    namespace refusals if asked (the command then has no ``--restrict-namespaces``:
+    failing to load them fails the start), and take the terminal's foreground if asked."""
+    if started_fd is not None:
+        try:
+            os.write(started_fd, b"1")
+        finally:
+            os.close(started_fd)
     if tty_filter or namespaces:
         from pysb_core import seccomp
 

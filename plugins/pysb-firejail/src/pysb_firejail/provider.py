@@ -19,7 +19,7 @@ from pysb_core.markers import hookimpl
 from pysb_core.plan import ChildSetup, LaunchSpec
 from pysb_core.policy import Exposure
 from pysb_core.provider import Capability, Provider, ProviderStatus
-from pysb_core.wrapper_process import adopt
+from pysb_core.wrapper_process import adopt, watch_setup
 from pysb_firejail import mountns, netns, network, nsnet, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
@@ -62,6 +62,8 @@ class FirejailProvider(Provider):
         super().__init__(options)
         #: Filtered namespaces launch() made, by plan, for prepare() to take.
         self._started: dict[int, nsnet.NamespaceNetwork] = {}
+        #: The read end of each plan's started-marker pipe (pysb_contribute).
+        self._started_fds: dict[int, int] = {}
 
     # -- configuration --------------------------------------------------------------
 
@@ -208,6 +210,9 @@ class FirejailProvider(Provider):
         if (net is None and self._own_netns(plan)) or namespace_net is not None:
             spec.on_started.append(netns.check_started)
         spec.on_started.append(adopt)
+        started_r = self._started_fds.pop(id(plan), None)
+        if started_r is not None:
+            spec.on_started.append(watch_setup(started_r, tool="firejail", marker=b"1"))
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
@@ -296,6 +301,12 @@ class FirejailProvider(Provider):
         """Undo what firejail adds to the program's start (see :mod:`pysb_firejail.child`)."""
         here = os.path.dirname(os.path.realpath(__file__))
         plan.add_exposure(Exposure(path=here, target=here, writable=False, implicit=True))
+        # firejail exits 1 with "Error: ..." when it cannot build the sandbox, as a program
+        # exiting 1 would: the child set-up writes a byte here once the sandbox runs.
+        started_r, started_w = os.pipe()
+        plan.pass_fds.append(started_w)
+        plan.add_cleanup(lambda: (os.close(started_r), os.close(started_w)))
+        self._started_fds[id(plan)] = started_r
         plan.add_child_setup(
             ChildSetup(
                 module=CHILD_MODULE,
@@ -307,6 +318,7 @@ class FirejailProvider(Provider):
                     # Refused by the child's filter, not by firejail's --restrict-namespaces
                     # (whose filter firejail 0.9.72 compiles at every start, ~3 ms).
                     "namespaces": seccomp.covers(),
+                    "started_fd": started_w,
                 },
             )
         )
