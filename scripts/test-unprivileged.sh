@@ -65,7 +65,8 @@ tests=(
   plugins/pysb-landlock/tests plugins/pysb-bwrap/tests plugins/pysb-unshare/tests
   plugins/pysb-firejail/tests plugins/pysb-qemu/tests tests/security
   tests/test_project_anywhere.py tests/test_loopback_everywhere.py
-  tests/test_root_exposed.py tests/test_netns_enter.py tests/test_partial_providers.py
+  tests/test_root_exposed.py tests/test_netns_enter.py tests/test_host_forbids.py
+  tests/test_partial_providers.py
   tests/test_learning_rules.py tests/test_interpreters.py
 )
 if [ "$#" -gt 0 ]; then

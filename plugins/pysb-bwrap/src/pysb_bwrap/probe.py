@@ -35,8 +35,8 @@ def _userns_fix(stderr: str) -> str:
         return "bubblewrap >= 0.8.0 is needed (--disable-userns): " + INSTALL_FIX
     if "apparmor" in low or "rtm_newaddr" in low:
         return "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
-    if "no space left" in low:
-        return "sysctl -w user.max_user_namespaces=15000"
+    if "no space left" in low or "enospc" in low or "max_*_namespaces" in low:
+        return "raise the user namespace limit: sysctl -w user.max_user_namespaces=15000"
     if "permission" in low or "operation not permitted" in low or "namespace" in low:
         return (
             "sysctl -w kernel.unprivileged_userns_clone=1 (Debian) and "

@@ -177,9 +177,12 @@ class UnshareProvider(Provider):
             return ProviderStatus.missing(f"unshare cannot run: {exc}", fix=_USERNS_FIX)
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace").strip()
+            low = err.lower()
+            fix = _USERNS_FIX
+            if "no space left" in low or "enospc" in low:  # the count limit, not a policy
+                fix = "raise the user namespace limit: sysctl -w user.max_user_namespaces=15000"
             return ProviderStatus.missing(
-                f"user namespaces are not permitted here ({err or done.returncode})",
-                fix=_USERNS_FIX,
+                f"user namespaces are not permitted here ({err or done.returncode})", fix=fix
             )
         return ProviderStatus.ok()
 
