@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, require_provider
+from pysb_core.testing import BASE_ENV, require_provider, trust_profile
 
 PROVIDERS = ["landlock", "bwrap", "unshare", "firejail", "qemu"]
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -112,6 +112,7 @@ def test_venv_kind_runs_under_provider(
     project.mkdir()
     (project / "app.py").write_text(PROGRAM)
     (project / ".pysb.yaml").write_text("version: 1\nimports: [sys, json, ssl, sqlite3, decimal]\n")
+    trust_profile(project / ".pysb.yaml")  # found, not named: used once trusted
     done = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pysb_core", "run", "--provider", provider, "app.py"],
         cwd=project,
