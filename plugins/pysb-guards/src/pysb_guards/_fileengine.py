@@ -269,6 +269,10 @@ def _f_decide(canon, write, kind):
             # landlock, a read-only bind or a read-only exposure alike): so does the guard,
             # or `pathlib.Path(D).mkdir(exist_ok=True)` of an exposed D would fail here only.
             return REFUSE(OSError(EEXIST, "File exists", canon))
+        if kind == "delete" and not _f_lexists(canon):
+            # Likewise, removing a name looks it up first: a missing one is ENOENT (what
+            # `test.support.unlink`, `contextlib.suppress(FileNotFoundError)`... expect).
+            return REFUSE(OSError(ENOENT, "No such file or directory", canon))
         if canon in ST["profile"]:
             return _f_deny(
                 WDENIED,

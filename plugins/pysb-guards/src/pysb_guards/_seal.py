@@ -282,16 +282,22 @@ def _t_audit_hook(event, args):
         if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
             ("@RUN" if 1 else 0)()
         if r is not None:
-            raise ("@B" if 1 else 0)(r)
+            r = ("@B" if 1 else 0)(r)
+            try:
+                raise r
+            finally:
+                r = None  # no cycle exception -> traceback -> this frame -> exception
 
 
 def _t_face(*args, **kwargs):
     r = ("@DOOR" if 1 else 0)(*args, **kwargs)
     c = ("@TYPE" if 1 else 0)(r)
     if c is ("@REFUSAL" if 1 else 0):
-        raise ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(
-            ("@TB_OF" if 1 else 0)(r)
-        )
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
     if c is ("@VALUE" if 1 else 0):
         return ("@VALUE_OF" if 1 else 0)(r)
     return r
@@ -302,9 +308,11 @@ def _t_face_prepare(*args, **kwargs):
     r = ("@DOOR" if 1 else 0)(*args, **kwargs)
     c = ("@TYPE" if 1 else 0)(r)
     if c is ("@REFUSAL" if 1 else 0):
-        raise ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(
-            ("@TB_OF" if 1 else 0)(r)
-        )
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
     if c is ("@VALUE" if 1 else 0):
         return ("@VALUE_OF" if 1 else 0)(r)
     return r
@@ -320,9 +328,11 @@ def _t_face_lone_str(*args, **kwargs):
     r = ("@DOOR" if 1 else 0)(*args, **kwargs)
     c = ("@TYPE" if 1 else 0)(r)
     if c is ("@REFUSAL" if 1 else 0):
-        raise ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(
-            ("@TB_OF" if 1 else 0)(r)
-        )
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
     if c is ("@VALUE" if 1 else 0):
         return ("@VALUE_OF" if 1 else 0)(r)
     return r
@@ -331,18 +341,22 @@ def _t_face_lone_str(*args, **kwargs):
 def _t_face___import__(name, globals=None, locals=None, fromlist=(), level=0):
     r = ("@DOOR" if 1 else 0)(name, globals, locals, fromlist, level)
     if ("@TYPE" if 1 else 0)(r) is ("@REFUSAL" if 1 else 0):
-        raise ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(
-            ("@TB_OF" if 1 else 0)(r)
-        )
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
     return r
 
 
 def _t_face_import_module(name, package=None):
     r = ("@DOOR" if 1 else 0)(name, package)
     if ("@TYPE" if 1 else 0)(r) is ("@REFUSAL" if 1 else 0):
-        raise ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(
-            ("@TB_OF" if 1 else 0)(r)
-        )
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
     return r
 
 
@@ -459,6 +473,7 @@ _BUILDER_NAMES = (
     "resolve",
     "place",
     "_names_of",
+    "_unbound_signature",
 )
 
 
@@ -590,9 +605,33 @@ def make_face(door, like=None, prepare=None, kind=""):
         # it is called without the instance. A Python function would bind; its face is
         # handed out as a (callable, non-binding) staticmethod. Pickled by name (see
         # _reduce_static), like the C function. Its ``__func__`` / ``__wrapped__`` is the
-        # face itself.
-        return staticmethod(face)
+        # face itself; ``inspect`` reads the C function's text signature on it (a
+        # ``__signature__`` of None stops ``inspect.unwrap`` there, before the face's
+        # ``(*args, **kwargs)``).
+        method = staticmethod(face)
+        text = _unbound_signature(like.__text_signature__)
+        if text is not None:
+            ns = method.__dict__
+            dict.__setitem__(ns, "__text_signature__", text)
+            dict.__setitem__(ns, "__signature__", None)
+        return method
     return face
+
+
+def _unbound_signature(text):
+    """A C function's text signature without its ``$module`` / ``$self`` parameter (the
+    object it is bound to, which ``inspect`` drops only for a bound C function)."""
+    if type(text) is not str or not text.startswith("(") or not text.endswith(")"):
+        return None
+    if not text.startswith("($"):
+        return text
+    _self, comma, rest = text[1:-1].partition(",")
+    rest = rest.strip() if comma else ""
+    if rest == "/":
+        rest = ""
+    elif rest.startswith("/,"):
+        rest = rest[2:].strip()
+    return "(" + rest + ")"
 
 
 def _names_of(like):

@@ -83,9 +83,9 @@ FACES: dict[str, Any] = {
     "scandir": ((_param(0, "path", None, False, True, "list", "."),), {"post": "scandir"}),
     "mkdir": ((_param(0, "path", "dir_fd", True, False, "mkdir"),), {}),
     "makedirs": None,  # Python code over mkdir
-    "rmdir": ((_param(0, "path", "dir_fd", True, False, "write"),), {"mutates": True}),
-    "remove": ((_param(0, "path", "dir_fd", True, False, "write"),), {"mutates": True}),
-    "unlink": ((_param(0, "path", "dir_fd", True, False, "write"),), {"mutates": True}),
+    "rmdir": ((_param(0, "path", "dir_fd", True, False, "delete"),), {"mutates": True}),
+    "remove": ((_param(0, "path", "dir_fd", True, False, "delete"),), {"mutates": True}),
+    "unlink": ((_param(0, "path", "dir_fd", True, False, "delete"),), {"mutates": True}),
     "rename": (
         (
             _param(0, "src", "src_dir_fd", True, False, "write"),
