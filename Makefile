@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
-	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" \
+	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" "ipython>=8" \
 	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
 	    "mypy>=2.4,<2.5" "ray>=2.9" "uv>=0.4" \
 	    "requests>=2.31" "flask>=3.0"  # the learning corpus (benchmarks/learning_corpus.py)

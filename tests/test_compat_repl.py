@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import time
@@ -61,8 +62,8 @@ class Terminal:
             self.shown += chunk
         return self.shown[start:]
 
-    def type(self, line: str, prompt: bytes = b">>> ") -> str:
-        os.write(self.leader, line.encode() + b"\n")
+    def type(self, line: str, prompt: bytes = b">>> ", end: bytes = b"\n") -> str:
+        os.write(self.leader, line.encode() + end)
         return self.read_until(prompt).decode(errors="replace")
 
     def close(self) -> int:
@@ -82,7 +83,7 @@ def test_prompt_survives_refusals_and_shows_clean_tracebacks(
     if provider != "subprocess":
         require_provider(provider)
     project.profile(OPEN)
-    term = Terminal("--provider", provider, cwd=project.root)
+    term = Terminal("--provider", provider, "--no-ipython", cwd=project.root)
     try:
         banner = term.read_until(b">>> ", timeout=120).decode(errors="replace")
         assert "pysb sandbox" in banner, banner
@@ -103,4 +104,63 @@ def test_prompt_survives_refusals_and_shows_clean_tracebacks(
         assert "AttributeError" not in shown, shown
     assert "alive 42" in alive, alive
     assert 'File "<stdin>", line 1, in <module>' in stack and "Error" not in stack, stack
+    assert status == 0
+
+
+def _has_ipython() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("IPython") is not None
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_ipython_starts_with_the_sandbox_banner(project: Project, provider: str) -> None:
+    """IPython installed and allowed: ``pysb run`` on a terminal starts it, with IPython's
+    banner and the sandbox's line, and it survives refusals as the plain prompt does."""
+    if not _has_ipython():
+        pytest.skip("IPython is not installed (make dev installs it)")
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(OPEN)
+    term = Terminal("--provider", provider, cwd=project.root, env={"TERM": "xterm"})
+    try:
+        banner = term.read_until(b"In [1]", timeout=120).decode(errors="replace")
+        refused = term.type('open("/etc/pysb-compat-x", "w")', b"In [2]", b"\r")
+        division = term.type("1/0", b"In [3]", b"\r")
+        alive = term.type("print('alive', 6 * 7)", b"In [4]", b"\r")
+        os.write(term.leader, b"exit()\r")
+        status = term.close()
+    finally:
+        if term.proc.poll() is None:
+            term.close()
+    banner, refused, division = (ANSI.sub("", t) for t in (banner, refused, division))
+    assert "IPython" in banner and "pysb sandbox" in banner, banner
+    assert "DeniedError" in refused, refused
+    assert "ZeroDivisionError" in division, division
+    for shown in (refused, division):
+        assert "<pysb" not in shown and "pysb_guards" not in shown, shown
+        assert "AttributeError" not in shown, shown
+    assert "alive 42" in ANSI.sub("", alive), alive
+    assert status == 0
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_ipython_can_be_declined(project: Project, how: str) -> None:
+    if not _has_ipython():
+        pytest.skip("IPython is not installed (make dev installs it)")
+    project.profile(OPEN)
+    args = ("--no-ipython",) if how == "flag" else ()
+    env = {"PYSB_NO_IPYTHON": "1"} if how == "env" else {}
+    term = Terminal("--provider", "subprocess", *args, cwd=project.root, env=env)
+    try:
+        banner = term.read_until(b">>> ", timeout=120).decode(errors="replace")
+        os.write(term.leader, b"exit()\n")
+        status = term.close()
+    finally:
+        if term.proc.poll() is None:
+            term.close()
+    assert "pysb sandbox" in banner and "IPython" not in banner, banner
     assert status == 0

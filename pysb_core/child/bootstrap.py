@@ -335,17 +335,34 @@ def _run_module_as_main(runpy, mod_name: str, alter_argv: bool) -> None:
     _EXEC(code, main_globals)
 
 
+def _run_ipython(banner: str) -> bool:
+    """IPython's prompt, as ``python -m IPython`` starts it, with the sandbox's line under
+    its banner; False when it cannot start here (then Python's own prompt runs)."""
+    try:
+        import IPython  # judged by the import guard: IPython must be allowed
+        from traitlets.config import Config
+    except ImportError as exc:
+        sys.stderr.write(f"pysb: IPython is not importable in the sandbox ({exc})\n")
+        return False
+    config = Config()
+    config.TerminalInteractiveShell.banner2 = banner + "\n"
+    try:
+        IPython.start_ipython(argv=[], config=config)
+    except Exception as exc:  # noqa: BLE001 - any failure: fall back to the plain prompt
+        sys.stderr.write(
+            f"pysb: IPython could not start in the sandbox ({type(exc).__name__}: {exc}); "
+            "Python's own prompt follows\n"
+        )
+        return False
+    return True
+
+
 def _run_repl(program: dict, code) -> None:
     sys.argv[:] = [""]
-    sys.stderr.write(program.get("banner", "") + "\n")
-    if program.get("ipython"):
-        try:
-            import IPython  # judged by the import guard: IPython must be allowed
-
-            IPython.start_ipython(argv=[], display_banner=False)
-            return
-        except ImportError:
-            pass
+    banner = program.get("banner", "")
+    if program.get("ipython") and _run_ipython(banner):
+        return
+    sys.stderr.write(banner + "\n")
 
     class Console(code.InteractiveConsole):
         """CPython's console; a traceback it shows loses the guards' entries first (the

@@ -27,6 +27,7 @@ PYSB_OPTIONS: dict[str, tuple[bool, bool, bool]] = {
     "profile": (True, False, False),
     "learn": (True, False, True),
     "no-python-guards": (False, False, False),
+    "no-ipython": (False, False, False),
     "events": (True, False, False),
     "expose-ro": (True, True, False),
     "expose-rw": (True, True, False),

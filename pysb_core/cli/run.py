@@ -31,6 +31,8 @@ PYSB OPTIONS:
                         MODULE's package; else ./.pysb.yaml)
   --learn[=PATH]        learning run: refuse nothing, record everything, write the profile
   --no-python-guards    OS layer only
+  --no-ipython          the prompt is Python's own even when IPython is installed and
+                        allowed (env PYSB_NO_IPYTHON=1)
   --events PATH         append a JSON line for every denial and learned access
   --expose-ro PATH      add a read-only exposure for this run (repeatable)
   --expose-rw PATH      add a read-write exposure (repeatable)
@@ -106,12 +108,21 @@ def _program(args: RunArgs, session) -> tuple[object, bool]:
             f"provider {session.provider.name}, "
             f"profile {policy.profile_path or '(none: learning run)'}"
         )
-        ipython = _ipython_allowed(policy)
+        ipython = not _ipython_refused(args) and _ipython_allowed(policy)
         return Program("repl", argv=[""], banner=banner, ipython=ipython), True
     return Program("stdin", argv=[""]), False
 
 
+def _ipython_refused(args: RunArgs) -> bool:
+    """``--no-ipython`` or ``PYSB_NO_IPYTHON`` (any value but empty, 0, false, no)."""
+    if args.get("no-ipython"):
+        return True
+    value = os.environ.get("PYSB_NO_IPYTHON", "").strip().lower()
+    return value not in ("", "0", "false", "no")
+
+
 def _ipython_allowed(policy) -> bool:
+    """IPython is installed and the profile lets the program import it."""
     import importlib.util
 
     if importlib.util.find_spec("IPython") is None:
