@@ -348,7 +348,7 @@ def _run_ipython(banner: str) -> bool:
     config.TerminalInteractiveShell.banner2 = banner + "\n"
     try:
         IPython.start_ipython(argv=[], config=config)
-    except Exception as exc:  # noqa: BLE001 - any failure: fall back to the plain prompt
+    except Exception as exc:  # any failure: fall back to the plain prompt
         sys.stderr.write(
             f"pysb: IPython could not start in the sandbox ({type(exc).__name__}: {exc}); "
             "Python's own prompt follows\n"
