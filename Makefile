@@ -45,6 +45,7 @@ docs: dev
 
 bench: system-deps dev
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/compat.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache site
