@@ -36,6 +36,8 @@ Groups:
 - what it raises: :class:`DeniedError` and its kinds :class:`FileDeniedError`,
   :class:`WriteDeniedError`, :class:`ImportDeniedError`, :class:`NetworkDeniedError`,
   :class:`ApiDeniedError`; :class:`SandboxError`;
+- learning what an executed program needs (host side): :func:`find_executable`,
+  :func:`needed_files`;
 - the host side: :class:`ProfileSchema`, :class:`Located`, :class:`LaunchPlan`,
   :class:`ChildSetup`, :class:`CheckReport`, :class:`Capability`, :class:`Provider`,
   :class:`LearnedProfile`;
@@ -67,6 +69,8 @@ _EXPORTS: dict[str, str] = {
     "implicit_exposures": "pysb_core.pyenv:implicit_exposures",
     "is_within": "pysb_core.paths:is_within",
     "netmatch": "pysb_core.netmatch:",
+    "find_executable": "pysb_core.execdeps:find_executable",
+    "needed_files": "pysb_core.execdeps:needed_files",
     "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
     # reporting
     "Recorder": "pysb_core.events:Recorder",
@@ -126,10 +130,12 @@ __all__ = [
     "asdict",
     "ephemeral_ports",
     "field",
+    "find_executable",
     "hookimpl",
     "implicit_exposures",
     "is_within",
     "mutable_record",
+    "needed_files",
     "netmatch",
     "record",
     "reporter_functions",
@@ -165,6 +171,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
         WriteDeniedError,
     )
     from pysb_core.events import Event, Recorder, reporter_functions
+    from pysb_core.execdeps import find_executable, needed_files
     from pysb_core.learning import LearnedProfile
     from pysb_core.markers import hookimpl
     from pysb_core.netmatch import ephemeral_ports

@@ -33,12 +33,14 @@ Groups (see docs/writing-providers.md for the guide):
 - the system files a provider with its own ``/etc`` must show: :data:`ETC_BASE`,
   :data:`ETC_NETWORK`, :data:`ETC_HOSTS`, :data:`ETC_RESOLV`, :data:`ALWAYS_HIDDEN`,
   :func:`hosts_file_text`;
-- processes: :func:`adopt_wrapper` (a wrapper command whose signals must reach the
-  program), :class:`PidsCgroup` and :func:`find_pids_controller` (``limits: processes``
-  for a root pysb), :class:`ProgramStart` (``wall-time`` counted from the program's start
-  when the sandbox boots first);
+- processes: :func:`adopt_wrapper` and :class:`WrapperProcess` (a wrapper command whose
+  signals must reach the program), :func:`watch_wrapper_setup` (the wrapper's own set-up
+  failure told from the program's exit), :class:`PidsCgroup` and :func:`find_pids_controller`
+  (``limits: processes`` for a root pysb), :class:`ProgramStart` (``wall-time`` counted
+  from the program's start when the sandbox boots first);
 - the common seccomp refusals: :class:`SeccompRules`, :func:`seccomp_covers`,
-  :func:`seccomp_filter_bytes`, :func:`install_seccomp`, :func:`seccomp_child_setup`;
+  :func:`seccomp_filter_bytes`, :func:`install_seccomp`, :func:`seccomp_child_setup`,
+  :func:`seccomp_describe` (its line in ``pysb check``);
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
   filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
   lands);
@@ -96,6 +98,8 @@ _EXPORTS: dict[str, str] = {
     "hosts_file_text": "pysb_core.sysfiles:hosts_file_text",
     # processes
     "adopt_wrapper": "pysb_core.wrapper_process:adopt",
+    "WrapperProcess": "pysb_core.wrapper_process:WrapperProcess",
+    "watch_wrapper_setup": "pysb_core.wrapper_process:watch_setup",
     "ProgramStart": "pysb_core.execute:ProgramStart",
     "PidsCgroup": "pysb_core.pidlimit:PidsCgroup",
     "find_pids_controller": "pysb_core.pidlimit:find_controller",
@@ -105,6 +109,7 @@ _EXPORTS: dict[str, str] = {
     "seccomp_filter_bytes": "pysb_core.seccomp:filter_bytes",
     "install_seccomp": "pysb_core.seccomp:install",
     "seccomp_child_setup": "pysb_core.seccomp:child_setup",
+    "seccomp_describe": "pysb_core.seccomp:describe",
     # network layer
     "NetnsNetwork": "pysb_core.netns.session:NetnsNetwork",
     "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
@@ -151,6 +156,7 @@ __all__ = [
     "Record",
     "SandboxError",
     "SeccompRules",
+    "WrapperProcess",
     "adopt_wrapper",
     "asdict",
     "c_errno",
@@ -168,8 +174,10 @@ __all__ = [
     "record",
     "seccomp_child_setup",
     "seccomp_covers",
+    "seccomp_describe",
     "seccomp_filter_bytes",
     "unknown_option",
+    "watch_wrapper_setup",
     "which",
 ]
 
@@ -212,6 +220,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.seccomp import Rules as SeccompRules
     from pysb_core.seccomp import child_setup as seccomp_child_setup
     from pysb_core.seccomp import covers as seccomp_covers
+    from pysb_core.seccomp import describe as seccomp_describe
     from pysb_core.seccomp import filter_bytes as seccomp_filter_bytes
     from pysb_core.seccomp import install as install_seccomp
     from pysb_core.sysfiles import (
@@ -222,4 +231,6 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
         ETC_RESOLV,
         hosts_file_text,
     )
+    from pysb_core.wrapper_process import WrapperProcess
     from pysb_core.wrapper_process import adopt as adopt_wrapper
+    from pysb_core.wrapper_process import watch_setup as watch_wrapper_setup

@@ -139,7 +139,7 @@ class SetupCheckedProcess(WrapperProcess):
         super().wait(timeout)
         if self.status_fd is not None:
             self._judge_exit()
-        return self.returncode  # type: ignore[return-value]
+        return self.returncode
 
 
 def watch_setup(

@@ -30,16 +30,22 @@ from pysb_bwrap.hostfs import (
     TOP_LEVEL_SYSTEM,
     HostLayout,
     depth,
-    is_below,
 )
-from pysb_core.errors import SandboxError
-from pysb_core.records import Record, field, mutable_record
-from pysb_core.sysfiles import ETC_BASE, ETC_HOSTS, ETC_NETWORK, ETC_RESOLV
+from pysb_core.providerkit import (
+    ETC_BASE,
+    ETC_HOSTS,
+    ETC_NETWORK,
+    ETC_RESOLV,
+    Record,
+    SandboxError,
+    field,
+    is_within,
+    mutable_record,
+)
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Exposure
+    from pysb_core.providerkit import Exposure, LaunchPlan
 
 #: Where the system lives read-only inside, bound from the same host path.
 SYSTEM_RO = ("/usr",)
@@ -70,12 +76,12 @@ def sandbox_path(host_path: str, exposures: Sequence[Exposure]) -> str | None:
     closely (renames applied); the system trees map to themselves; ``None`` if invisible."""
     best: Exposure | None = None
     for e in exposures:
-        if is_below(host_path, e.path) and (best is None or len(e.path) > len(best.path)):
+        if is_within(host_path, e.path) and (best is None or len(e.path) > len(best.path)):
             best = e
     if best is not None:
         rest = host_path[len(best.path) :].lstrip("/") if best.path != "/" else host_path[1:]
         return posixpath.join(best.target, rest) if rest else best.target
-    if any(is_below(host_path, root) for root in SYSTEM_RO):
+    if any(is_within(host_path, root) for root in SYSTEM_RO):
         return host_path
     return None
 
@@ -83,7 +89,7 @@ def sandbox_path(host_path: str, exposures: Sequence[Exposure]) -> str | None:
 def covering_exposure(host_path: str, exposures: Sequence[Exposure]) -> Exposure | None:
     best: Exposure | None = None
     for e in exposures:
-        if is_below(host_path, e.path) and (best is None or len(e.path) > len(best.path)):
+        if is_within(host_path, e.path) and (best is None or len(e.path) > len(best.path)):
             best = e
     return best
 
@@ -96,14 +102,14 @@ def _check_targets(exposures: Sequence[Exposure]) -> None:
                 problems.append(
                     f"exposure {what} '{p}' ({e.source}) must be a normalised absolute path"
                 )
-        if any(is_below(e.target, r) for r in RESERVED):
+        if any(is_within(e.target, r) for r in RESERVED):
             problems.append(
                 f"exposure target '{e.target}' ({e.source}) lies under {', '.join(RESERVED)}, "
                 "which bwrap mounts itself"
             )
         if (
             e.renamed
-            and any(is_below(e.target, r) for r in SYSTEM_RO)
+            and any(is_within(e.target, r) for r in SYSTEM_RO)
             and not os.path.exists(e.target)
         ):
             problems.append(
@@ -156,7 +162,7 @@ def etc_copies(plan: LaunchPlan, layout: HostLayout, *, network: bool) -> list[s
         if p in layout.etc
         and p not in layout.dirs
         and not (p == "/etc/localtime" and p in layout.symlinks)
-        and not any(is_below(p, c) for c in covering)
+        and not any(is_within(p, c) for c in covering)
     ]
 
 
@@ -168,7 +174,9 @@ def _redundant(target: str, mounts: Sequence[tuple[str, bool]]) -> bool:
     differ."""
     deepest: tuple[str, bool] | None = None
     for mount in mounts:
-        if is_below(target, mount[0]) and (deepest is None or depth(mount[0]) >= depth(deepest[0])):
+        if is_within(target, mount[0]) and (
+            deepest is None or depth(mount[0]) >= depth(deepest[0])
+        ):
             deepest = mount
     return deepest is not None and deepest[1]
 
@@ -291,7 +299,7 @@ def build_argv(
         if link is not None and path == "/etc/localtime":
             # Keep the link: tz libraries read the zone's name from its target.
             argv += ["--symlink", link, path]
-        elif not any(is_below(path, c) for c in covering):
+        elif not any(is_within(path, c) for c in covering):
             argv += _file_or_bind(path, path, copies.get(path), mounts)
     # The plan's generated hosts file agrees with the pinned names (SPEC §6).
     hosts = hosts_file if hosts_file is not None else plan.hosts_file
@@ -325,7 +333,7 @@ def build_argv(
             # A link of the interpreter's chain: recreate it (its target is exposed on its
             # own), unless a directory bound above already shows it -- a mount there would
             # follow the link inside the sandbox.
-            if not any(is_below(e.target, b) and b != e.target for b in bound):
+            if not any(is_within(e.target, b) and b != e.target for b in bound):
                 argv += ["--symlink", link, e.target]
                 bound.append(e.target)
             continue
@@ -353,7 +361,7 @@ def build_argv(
     masked_inside: list[str] = []
     for host in sorted(targets, key=lambda p: (depth(p), p)):
         inside = sandbox_path(host, exposures)
-        if inside is None or any(is_below(inside, d) for d in masked_dirs):
+        if inside is None or any(is_within(inside, d) for d in masked_dirs):
             continue  # not visible anyway, or inside a directory already masked
         masked_inside.append(inside)
         if layout.is_dir(host):
@@ -370,7 +378,7 @@ def build_argv(
         if cover is None or not cover.writable:
             continue
         inside = sandbox_path(host, exposures)
-        if inside is not None and not any(is_below(inside, m) for m in masked_inside):
+        if inside is not None and not any(is_within(inside, m) for m in masked_inside):
             argv += ["--ro-bind-try", host, inside]
 
     # -- working directory, then a read-only root ---------------------------------------

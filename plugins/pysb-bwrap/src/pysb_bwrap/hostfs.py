@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.records import Record, field, record
-from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
+from pysb_core.providerkit import (
+    ALWAYS_HIDDEN,
+    ETC_BASE,
+    ETC_HOSTS,
+    ETC_NETWORK,
+    Record,
+    field,
+    record,
+)
 
 #: Top-level entries that hold the system's programs and libraries. On a merged-/usr
 #: system (Debian 12) they are symlinks into /usr and are recreated as the same symlinks;
@@ -87,13 +94,6 @@ def _ancestors(path: str) -> list[str]:
         path = os.path.dirname(path)
         out.append(path)
     return out
-
-
-def is_below(path: str, root: str) -> bool:
-    """``path`` equals ``root`` or lies under it (component-wise, both normalised)."""
-    if root == "/":
-        return path.startswith("/")
-    return path == root or path.startswith(root + "/")
 
 
 def depth(path: str) -> int:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import functools
 
-from pysb_core.provider import Capability
+from pysb_core.providerkit import Capability
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
-    from pysb_core.netns.session import NetnsNetwork
-    from pysb_core.plan import LaunchPlan
+    from pysb_core.providerkit import LaunchPlan, NetnsNetwork
 
 #: What the filtering layer enforces where its helpers are present.
 NETWORK_CAPABILITIES = frozenset(
@@ -32,7 +31,7 @@ def layer_usable() -> frozenset[Capability]:
     programs ``NetnsNetwork.problems()`` requires; the layer's own ``check()`` stays the
     authority and runs again, failing closed, when a plan with allow rules is launched.
     """
-    from pysb_core.probecache import which
+    from pysb_core.providerkit import which
 
     have = lambda name: which(name, ":/usr/sbin:/sbin:/usr/bin:/bin") is not None  # noqa: E731
     if have("nft") and (have("slirp4netns") or have("pasta")):
@@ -50,7 +49,7 @@ def network_for(plan: LaunchPlan) -> NetnsNetwork:
     :class:`~pysb_core.errors.ProviderUnavailableError` (with the fix) when a helper it
     needs (slirp4netns/pasta, nft) is missing.
     """
-    from pysb_core.netns.session import NetnsNetwork
+    from pysb_core.providerkit import NetnsNetwork
 
     net = NetnsNetwork.from_plan(plan)
     net.check()

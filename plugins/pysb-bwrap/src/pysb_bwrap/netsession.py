@@ -13,8 +13,7 @@ import os
 import select
 import time
 
-from pysb_core.errors import SandboxError
-from pysb_core.records import Record, field, mutable_record
+from pysb_core.providerkit import Record, SandboxError, field, mutable_record
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:

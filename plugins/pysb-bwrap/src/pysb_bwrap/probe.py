@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from functools import lru_cache
 
-from pysb_core.provider import ProviderStatus
+from pysb_core.providerkit import ProviderStatus
 
 INSTALL_FIX = "apt-get install bubblewrap"
 #: The options a launch relies on; the probe must exercise every one of them.
@@ -49,7 +49,7 @@ def _userns_fix(stderr: str) -> str:
 @lru_cache(maxsize=4)
 def probe_bwrap(binary: str = "bwrap") -> ProviderStatus:
     """Return the cached availability of ``binary`` (a name looked up on PATH, or a path)."""
-    from pysb_core.probecache import cached_probe, which
+    from pysb_core.providerkit import cached_probe, which
 
     path = which(binary)
     if path is None:

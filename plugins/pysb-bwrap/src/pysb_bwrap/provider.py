@@ -22,21 +22,27 @@ from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv, etc_copi
 from pysb_bwrap.hostfs import scan_host
 from pysb_bwrap.netsession import NetworkLaunch, Resources
 from pysb_bwrap.probe import INSTALL_FIX, probe_bwrap
-from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.markers import hookimpl
-from pysb_core.plan import ChildSetup, LaunchSpec
-from pysb_core.policy import Exposure
-from pysb_core.provider import Capability, Provider, ProviderStatus
-from pysb_core.seccomp import describe as seccomp_describe
-from pysb_core.seccomp import filter_bytes
-from pysb_core.wrapper_process import adopt, watch_setup
+from pysb_core.providerkit import (
+    Capability,
+    ChildSetup,
+    Exposure,
+    LaunchSpec,
+    Provider,
+    ProviderStatus,
+    ProviderUnavailableError,
+    SandboxError,
+    adopt_wrapper,
+    hookimpl,
+    seccomp_describe,
+    seccomp_filter_bytes,
+    watch_wrapper_setup,
+)
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
+    from pysb_core.providerkit import LaunchPlan, Policy
 
 BASE_CAPABILITIES = frozenset(
     {
@@ -94,8 +100,8 @@ class BwrapProvider(Provider):
                 plan,
                 empty_file="<empty-file>",
                 network=netlayer.needs_layer(plan),
-                seccomp=filter_bytes() is not None,
-                seccomp_fd=-1 if filter_bytes() is not None else None,
+                seccomp=seccomp_filter_bytes() is not None,
+                seccomp_fd=-1 if seccomp_filter_bytes() is not None else None,
             )
         except SandboxError as exc:
             return [*lines, f"cannot build: {exc}"]
@@ -170,11 +176,11 @@ class BwrapProvider(Provider):
                     extra["hosts_file"] = res.memfile(net.hosts_text().encode())
                     child_fds.append(extra["hosts_file"])
                 child_fds.append(extra["resolv_file"])
-            # bwrap's set-up failure vs the program's exit 1 (wrapper_process.watch_setup)
+            # bwrap's set-up failure vs the program's exit 1 (providerkit.watch_wrapper_setup)
             status_r, status_w = res.pipe()
             extra["json_status_fd"] = status_w
             child_fds.append(status_w)
-            bpf = filter_bytes()
+            bpf = seccomp_filter_bytes()
             if bpf is not None:
                 seccomp_r, seccomp_w = res.pipe()
                 os.write(seccomp_w, bpf)  # a few hundred bytes: fits the pipe buffer
@@ -201,9 +207,9 @@ class BwrapProvider(Provider):
             pass_fds=[*plan.pass_fds, *child_fds, *(netlaunch.child_fds if netlaunch else ())],
             cleanups=[res.release],
         )
-        spec.on_started.append(partial(adopt, own_session=not shares_terminal(plan)))
+        spec.on_started.append(partial(adopt_wrapper, own_session=not shares_terminal(plan)))
         # {"exit-code": N} only once the program ran: else bwrap's own set-up failed
-        spec.on_started.append(watch_setup(status_r, tool="bwrap", marker=b'"exit-code"'))
+        spec.on_started.append(watch_wrapper_setup(status_r, tool="bwrap", marker=b'"exit-code"'))
         # bwrap has its own copies now; ours would only keep the pipes alive.
         spec.on_started.append(lambda _proc: res.close_all(child_fds))
         if netlaunch is not None:
@@ -254,7 +260,7 @@ class BwrapProvider(Provider):
 def shares_terminal(plan: LaunchPlan) -> bool:
     """An interactive run stays in the terminal's session and process group (job control,
     Ctrl-C), which is safe only with the seccomp filter against terminal injection."""
-    return plan.interactive and filter_bytes() is not None
+    return plan.interactive and seccomp_filter_bytes() is not None
 
 
 #: The first bwrap with ``--bind-fd`` / ``--ro-bind-fd``.

@@ -33,8 +33,7 @@ import os
 import posixpath
 from collections.abc import Sequence
 
-from pysb_core.errors import SandboxError
-from pysb_core.records import field, mutable_record
+from pysb_core.providerkit import SandboxError, field, is_within, mutable_record
 from pysb_firejail.hostfs import (
     ALWAYS_HIDDEN,
     ETC_BASE,
@@ -45,14 +44,12 @@ from pysb_firejail.hostfs import (
     SYSTEM,
     HostLayout,
     depth,
-    is_below,
     top_of,
 )
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Exposure, Limits
+    from pysb_core.providerkit import Exposure, LaunchPlan, Limits
 
 #: Characters firejail would misread in a path option (``,`` separates ``--bind``
 #: arguments, glob characters are expanded) or that cannot be passed at all.
@@ -100,12 +97,12 @@ def _check_paths(exposures: Sequence[Exposure]) -> None:
                 f"exposure '{p}' ({e.source}) contains a character firejail would misread "
                 "(',', '*', '?', '[', ']' or a newline)"
             )
-        elif any(is_below(p, r) for r in _LOCK_DIRS):
+        elif any(is_within(p, r) for r in _LOCK_DIRS):
             problems.append(
                 f"exposure '{p}' ({e.source}) lies under /run/lock, where firejail always "
                 "mounts an empty directory of its own; move it, or use another provider"
             )
-        elif p != "/" and any(is_below(p, r) for r in _RESERVED):
+        elif p != "/" and any(is_within(p, r) for r in _RESERVED):
             problems.append(
                 f"exposure '{p}' ({e.source}) lies under {', '.join(_RESERVED)}, which "
                 "firejail manages itself"
@@ -207,7 +204,7 @@ def build_argv(
     tmp_private = not root_exposed and "/tmp" not in paths
     #: The host's /var/log is visible (firejail's skeleton would stand in for it).
     var_log_visible = root_exposed or any(
-        is_below(p, VAR_LOG) or is_below(VAR_LOG, p) for p in paths
+        is_within(p, VAR_LOG) or is_within(VAR_LOG, p) for p in paths
     )
     if var_log_visible:
         argv.append("--writable-var-log")
@@ -218,7 +215,7 @@ def build_argv(
         for top, kind in sorted(layout.top_level.items()):
             if top in SYSTEM or top in SPECIAL or kind == "link":
                 continue  # links point into the system or at entries handled on their own
-            inside = [p for p in paths if is_below(p, top)]
+            inside = [p for p in paths if is_within(p, top)]
             if top in inside and top != "/sys":
                 continue  # the whole directory is exposed: keep it as it is
             if inside and top != "/sys":
@@ -231,9 +228,9 @@ def build_argv(
                 whitelist += [p for p in ETC_NETWORK if p in layout.etc]
             if ETC_HOSTS in layout.etc:  # replaced by --hosts-file when names are pinned
                 whitelist.append(ETC_HOSTS)
-            whitelist += [p for p in paths if is_below(p, "/etc")]
+            whitelist += [p for p in paths if is_within(p, "/etc")]
         if tmp_private:
-            tmp = [p for p in paths if is_below(p, "/tmp")]
+            tmp = [p for p in paths if is_within(p, "/tmp")]
             whitelist += tmp
             if not tmp:
                 argv.append("--private-tmp")
@@ -242,11 +239,11 @@ def build_argv(
     # cannot make read-only without breaking its own start.
     if layout.firejail_run:
         whitelist.append(FIREJAIL_RUN)
-    whitelist += [p for p in paths if is_below(p, "/run")]
+    whitelist += [p for p in paths if is_within(p, "/run")]
     if whitelist:
         # A path below another whitelisted one is already visible through it.
         unique = set(whitelist)
-        kept = sorted(p for p in unique if not any(is_below(p, q) and p != q for q in unique))
+        kept = sorted(p for p in unique if not any(is_within(p, q) and p != q for q in unique))
         argv += [f"--whitelist={p}" for p in kept]
         cmd.whitelisted = kept
 
@@ -274,15 +271,15 @@ def build_argv(
     done: list[str] = ["/", *tops]
     for m in sorted(layout.mounts, key=depth):
         private = ("/run", "/tmp") if tmp_private else ("/run",)
-        if any(is_below(m, r) for r in (*_RESERVED, *private, *hidden_tops)):
+        if any(is_within(m, r) for r in (*_RESERVED, *private, *hidden_tops)):
             continue
-        if any(is_below(m, d) and (d != "/" or m == "/") for d in done):
+        if any(is_within(m, d) and (d != "/" or m == "/") for d in done):
             continue
         argv.append(f"--read-only={m}")
         done.append(m)
     # --writable-var-log leaves the host's /var/log writable (its own bind mount): back to
     # read-only, which the exposures below then widen where the profile says.
-    if var_log_visible and not any(e.writable and is_below(VAR_LOG, e.path) for e in exposures):
+    if var_log_visible and not any(e.writable and is_within(VAR_LOG, e.path) for e in exposures):
         argv.append(f"--read-only={VAR_LOG}")
         done.append(VAR_LOG)
     root_writable = any(e.path == "/" and e.writable for e in exposures)
@@ -308,16 +305,16 @@ def build_argv(
     for e in sorted(exposures, key=lambda e: (depth(e.path), e.writable)):
         if e.path == "/":
             continue  # the root mount's state is section 5's
-        parents = [p for p in state if is_below(e.path, p) and p != e.path]
+        parents = [p for p in state if is_within(e.path, p) and p != e.path]
         inherited: bool | None
         if parents:
             inherited = state[max(parents, key=depth)]
-        elif (tmp_private and is_below(e.path, "/tmp")) or is_below(e.path, "/run"):
+        elif (tmp_private and is_within(e.path, "/tmp")) or is_within(e.path, "/run"):
             inherited = None  # the source mount's: say it
         elif as_root:
             inherited = root_writable
         else:  # the root mount stays writable: read-only only below a read-only entry
-            inherited = not any(is_below(e.path, d) for d in done if d != "/")
+            inherited = not any(is_within(e.path, d) for d in done if d != "/")
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)
@@ -326,12 +323,12 @@ def build_argv(
             # firejail skips a --read-write whose target is writable already: one that
             # still lies on the root mount (not inside a whitelisted tree, which the
             # read-only tops above cover) only works after the root mount is read-only.
-            if e.writable and not any(is_below(e.path, w) for w in cmd.whitelisted):
+            if e.writable and not any(is_within(e.path, w) for w in cmd.whitelisted):
                 root_first = True
 
     # -- 4. profile files read-only, ignored paths blacklisted ---------------------------
     for host in sorted({layout.resolved.get(p, p) for p in plan.protected}):
-        under_rw = any(e.writable and is_below(host, e.path) for e in exposures)
+        under_rw = any(e.writable and is_within(host, e.path) for e in exposures)
         if host in layout.existing and under_rw:
             argv.append(f"--read-only={host}")
     hidden: set[str] = set()
@@ -344,10 +341,10 @@ def build_argv(
             )
         if real not in layout.existing and host not in ALWAYS_HIDDEN:
             continue
-        if root_exposed or any(is_below(real, p) for p in [*paths, *cmd.whitelisted]):
+        if root_exposed or any(is_within(real, p) for p in [*paths, *cmd.whitelisted]):
             hidden.add(real)
     for real in sorted(hidden, key=lambda p: (depth(p), p)):
-        if any(is_below(real, h) and real != h for h in cmd.hidden):
+        if any(is_within(real, h) and real != h for h in cmd.hidden):
             continue
         argv.append(f"--blacklist={real}")
         cmd.hidden.append(real)
@@ -373,10 +370,10 @@ def build_argv(
     # the whitelisted entries), so relative paths into the exposures work from there.
     visible = (
         root_exposed
-        or any(is_below(plan.cwd, p) for p in [*paths, *SYSTEM])
-        or any(is_below(w, plan.cwd) for w in cmd.whitelisted)
+        or any(is_within(plan.cwd, p) for p in [*paths, *SYSTEM])
+        or any(is_within(w, plan.cwd) for w in cmd.whitelisted)
     )
-    if visible and not any(is_below(plan.cwd, h) for h in cmd.hidden):
+    if visible and not any(is_within(plan.cwd, h) for h in cmd.hidden):
         cmd.cwd = plan.cwd
     else:
         cmd.cwd = "/"

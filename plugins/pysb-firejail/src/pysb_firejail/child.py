@@ -66,9 +66,9 @@ def setup(
         finally:
             os.close(started_fd)
     if tty_filter or namespaces:
-        from pysb_core import seccomp
+        from pysb_core.providerkit import SeccompRules, install_seccomp
 
-        if not seccomp.install(seccomp.Rules(namespaces=not namespaces)) and namespaces:
+        if not install_seccomp(SeccompRules(namespaces=not namespaces)) and namespaces:
             raise OSError(f"no namespace seccomp filter for {os.uname().machine}")
     if env is not None:
         for name in [n for n in os.environ if n not in env]:

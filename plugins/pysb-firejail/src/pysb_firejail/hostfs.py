@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.records import field, record
-from pysb_core.sysfiles import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK
+from pysb_core.providerkit import ALWAYS_HIDDEN, ETC_BASE, ETC_HOSTS, ETC_NETWORK, field, record
 
 #: The system's programs and libraries: left visible (read-only). On a merged-/usr host
 #: the ``/bin``-style entries are symlinks into /usr.
@@ -102,13 +101,6 @@ def unescape(field: str) -> str:
             out.append(raw[i])
             i += 1
     return out.decode("utf-8", "surrogateescape")
-
-
-def is_below(path: str, root: str) -> bool:
-    """``path`` equals ``root`` or lies under it (component-wise, both normalised)."""
-    if root == "/":
-        return path.startswith("/")
-    return path == root or path.startswith(root + "/")
 
 
 def top_of(path: str) -> str:

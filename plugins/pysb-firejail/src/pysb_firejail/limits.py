@@ -12,15 +12,16 @@ which firejail applies (``--rlimit-*``) and the bootstrap applies again.
 
 from __future__ import annotations
 
-from pysb_core import pidlimit
+from pysb_core.providerkit import PidsCgroup as CorePidsCgroup
+from pysb_core.providerkit import find_pids_controller
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
-    from pysb_core.policy import Limits
+    from pysb_core.providerkit import Limits
 
 #: firejail's own processes inside the cgroup: the host process and the sandbox's PID 1.
 FIREJAIL_PROCESSES = 2
-find_controller = pidlimit.find_controller
+find_controller = find_pids_controller
 
 
 def processes_problem(limits: Limits, *, as_root: bool) -> str | None:
@@ -36,10 +37,10 @@ def processes_problem(limits: Limits, *, as_root: bool) -> str | None:
     )
 
 
-class PidsCgroup(pidlimit.PidsCgroup):
+class PidsCgroup(CorePidsCgroup):
     """The core's pids cgroup, sized for firejail's own two processes."""
 
     @classmethod
     def create(cls, processes: int, *, owner: str = "pysb-firejail") -> PidsCgroup:  # type: ignore[override]
-        group = pidlimit.PidsCgroup.create(processes + FIREJAIL_PROCESSES, owner=owner)
+        group = CorePidsCgroup.create(processes + FIREJAIL_PROCESSES, owner=owner)
         return cls(group.path)

@@ -73,11 +73,11 @@ def remount_flags(st_flags: int) -> int:
 def read_only_root(*, bind_firejail_run: bool) -> Callable[[], None]:
     """A step for the forked child, after ``unshare(CLONE_NEWNS)``: the list above.
     Everything it needs is resolved here, in the parent (no imports after ``fork``)."""
-    from pysb_core import cfuncs
+    from pysb_core.providerkit import CLong, c_errno, c_function
 
-    libc_mount = cfuncs.function("mount")
-    get_errno = cfuncs.get_errno
-    long = cfuncs.Long  # mount's flags are an unsigned long
+    libc_mount = c_function("mount")
+    get_errno = c_errno
+    long = CLong  # mount's flags are an unsigned long
     remount = remount_flags(os.statvfs("/").f_flag)
     run = FIREJAIL_RUN.encode()
 

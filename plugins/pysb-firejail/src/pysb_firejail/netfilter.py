@@ -22,7 +22,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pysb_core.policy import NetworkRule
+from pysb_core.providerkit import NetworkRule
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")

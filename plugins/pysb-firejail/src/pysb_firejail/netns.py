@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from pysb_core.errors import SandboxError
+from pysb_core.providerkit import SandboxError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,10 +47,10 @@ def unshare_function(flags: int = CLONE_NEWNET) -> Callable[[], None]:
     unshare = getattr(os, "unshare", None)  # Python 3.12+
     if unshare is not None:
         return lambda: unshare(flags)
-    from pysb_core import cfuncs
+    from pysb_core.providerkit import c_errno, c_function
 
-    libc_unshare = cfuncs.function("unshare")
-    get_errno = cfuncs.get_errno
+    libc_unshare = c_function("unshare")
+    get_errno = c_errno
 
     def call() -> None:
         if libc_unshare(flags) != 0:
@@ -120,10 +120,10 @@ def setns_function(fd: int, nstype: int = CLONE_NEWNET) -> Callable[[], None]:
     setns = getattr(os, "setns", None)  # Python 3.12+
     if setns is not None:
         return lambda: setns(fd, nstype)
-    from pysb_core import cfuncs
+    from pysb_core.providerkit import c_errno, c_function
 
-    libc_setns = cfuncs.function("setns")
-    get_errno = cfuncs.get_errno
+    libc_setns = c_function("setns")
+    get_errno = c_errno
 
     def call() -> None:
         if libc_setns(fd, nstype) != 0:

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.errors import ProviderUnavailableError
-from pysb_core.provider import Capability
+from pysb_core.providerkit import Capability, ProviderUnavailableError
 
 # shutil, socket, tempfile and the rule compiler (ipaddress) are imported where used: a run
 # without network allow rules (nearly every run) needs none of them.
@@ -31,8 +30,7 @@ TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
+    from pysb_core.providerkit import LaunchPlan, Policy
 
 FIREJAIL_CONFIG = "/etc/firejail/firejail.config"
 NETWORK_CAPABILITIES = frozenset(

@@ -30,14 +30,14 @@ from __future__ import annotations
 import os
 import subprocess
 
-from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.providerkit import ProviderUnavailableError, SandboxError
 
 TYPE_CHECKING = False  # imported only by runs with network allow rules
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from pysb_core.plan import LaunchPlan
+    from pysb_core.providerkit import LaunchPlan
 
 NOT_ROOT = (
     "firejail: network allow rules are enforced by a network namespace pysb builds and "
@@ -54,7 +54,7 @@ NOT_ROOT_FIX = (
 def layer_usable() -> bool:
     """nft and a user-mode network helper are installed (a quick look: the shared layer's
     own ``check()`` is the authority at launch)."""
-    from pysb_core.probecache import which
+    from pysb_core.providerkit import which
 
     have = lambda name: which(name, ":/usr/sbin:/sbin:/usr/bin:/bin") is not None  # noqa: E731
     return have("nft") and (have("slirp4netns") or have("pasta"))
@@ -79,7 +79,7 @@ class NamespaceNetwork:
     def checked(cls, plan: LaunchPlan) -> NamespaceNetwork:
         """The network of ``plan``, its helpers checked (ProviderUnavailableError with the
         fix when nft or slirp4netns/pasta are missing); nothing started yet."""
-        from pysb_core.netns import NetnsNetwork
+        from pysb_core.providerkit import NetnsNetwork
 
         net = NetnsNetwork.from_plan(plan)
         net.check()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pysb_core.provider import unknown_option
+from pysb_core.providerkit import unknown_option
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import os
 import subprocess
 from functools import lru_cache
 
-from pysb_core.provider import ProviderStatus
+from pysb_core.providerkit import ProviderStatus
 
 INSTALL_FIX = "apt-get install firejail"
 #: The options a launch relies on; the probe must exercise every one of them.
@@ -96,7 +96,7 @@ def probe_firejail(binary: str = "firejail") -> ProviderStatus:
                 f"{path} is not set-uid root, so a normal user cannot start sandboxes",
                 fix=f"chmod u+s {path} (as Debian's package installs it), or run pysb as root",
             )
-    from pysb_core.probecache import cached_probe
+    from pysb_core.providerkit import cached_probe
 
     # The version only changes with the binary: remembered across runs (probecache).
     return cached_probe("firejail", [path], lambda: _probe_version(path))

@@ -13,13 +13,21 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping
 
-from pysb_core import seccomp
-from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.markers import hookimpl
-from pysb_core.plan import ChildSetup, LaunchSpec
-from pysb_core.policy import Exposure
-from pysb_core.provider import Capability, Provider, ProviderStatus
-from pysb_core.wrapper_process import adopt, watch_setup
+from pysb_core.providerkit import (
+    Capability,
+    ChildSetup,
+    Exposure,
+    LaunchSpec,
+    Provider,
+    ProviderStatus,
+    ProviderUnavailableError,
+    SandboxError,
+    adopt_wrapper,
+    hookimpl,
+    seccomp_covers,
+    seccomp_describe,
+    watch_wrapper_setup,
+)
 from pysb_firejail import mountns, netns, network, nsnet, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
@@ -30,8 +38,7 @@ TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
+    from pysb_core.providerkit import LaunchPlan, Policy
 
 BASE_CAPABILITIES = frozenset(
     {
@@ -92,7 +99,7 @@ class FirejailProvider(Provider):
         return str(value) if value else None
 
     def describe(self, plan: LaunchPlan) -> list[str]:
-        lines = [seccomp.describe() + ", and new namespaces; firejail's --seccomp too"]
+        lines = [seccomp_describe() + ", and new namespaces; firejail's --seccomp too"]
         net_options: list[str] | None = None
         if not network.needs_network(plan.policy):
             how = (
@@ -209,10 +216,10 @@ class FirejailProvider(Provider):
         )
         if (net is None and self._own_netns(plan)) or namespace_net is not None:
             spec.on_started.append(netns.check_started)
-        spec.on_started.append(adopt)
+        spec.on_started.append(adopt_wrapper)
         started_r = self._started_fds.pop(id(plan), None)
         if started_r is not None:
-            spec.on_started.append(watch_setup(started_r, tool="firejail", marker=b"1"))
+            spec.on_started.append(watch_wrapper_setup(started_r, tool="firejail", marker=b"1"))
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
@@ -317,7 +324,7 @@ class FirejailProvider(Provider):
                     "tty_filter": True,
                     # Refused by the child's filter, not by firejail's --restrict-namespaces
                     # (whose filter firejail 0.9.72 compiles at every start, ~3 ms).
-                    "namespaces": seccomp.covers(),
+                    "namespaces": seccomp_covers(),
                     "started_fd": started_w,
                 },
             )

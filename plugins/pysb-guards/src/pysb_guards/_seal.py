@@ -1327,7 +1327,7 @@ def private_recorder(recorder: Any) -> Any:
     import time
     import types
 
-    from pysb_core.events import reporter_functions
+    from pysb_core.guardkit import reporter_functions
 
     deny, learn = sealed(reporter_functions)(
         getattr(recorder, "_fd", None),

@@ -28,21 +28,14 @@ from __future__ import annotations
 
 import sys
 
+from pysb_core.guardkit import hookimpl
 from pysb_guards import _seal, registry
-
-try:
-    from pysb_core.markers import hookimpl
-except ImportError:  # pragma: no cover - an older pysb_core
-    import pluggy
-
-    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.events import Recorder
-    from pysb_core.policy import Policy
+    from pysb_core.guardkit import Policy, Recorder
 
 GUARD = "api"
 
@@ -82,7 +75,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import os
 
     import pysb_core
-    from pysb_core.errors import ApiDeniedError
+    from pysb_core.guardkit import ApiDeniedError
     from pysb_guards import imports
     from pysb_guards._patch import defer_sweep
     from pysb_guards._where import is_library_file, library_prefixes

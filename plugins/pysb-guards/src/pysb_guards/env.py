@@ -14,19 +14,13 @@ os.environ[k]``), which says nothing about what the program needs.
 
 from __future__ import annotations
 
-try:
-    from pysb_core.markers import hookimpl
-except ImportError:  # pragma: no cover - an older pysb_core
-    import pluggy
-
-    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
+from pysb_core.guardkit import hookimpl
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.events import Recorder
-    from pysb_core.policy import Policy
+    from pysb_core.guardkit import Policy, Recorder
 
 GUARD = "env"
 

@@ -8,17 +8,14 @@ with exactly ``Policy.env``); watching reads in a learning run is done by
 
 from __future__ import annotations
 
-from pysb_core.markers import hookimpl
+from pysb_core.guardkit import hookimpl
 
 TYPE_CHECKING = False  # typing costs milliseconds at every start
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event
-    from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
+    from pysb_core.guardkit import CheckReport, Event, Policy, Provider
 
 GUARD = "env"
 #: The module the sandboxed interpreter imports to install this family's guard.
@@ -29,7 +26,7 @@ PYSB_CHILD_MODULE = "pysb_guards.env"
 def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
     """The environment is built by the launcher: every provider that starts a fresh process
     enforces it (``os``); the Python layer has nothing to add."""
-    from pysb_core.provider import Capability
+    from pysb_core.guardkit import Capability
 
     enforced = provider is None or Capability.ENV in set(provider.enforced())
     layers = ["os"] if enforced else []

@@ -31,22 +31,15 @@ from __future__ import annotations
 
 import sys
 
+from pysb_core.guardkit import hookimpl
 from pysb_guards import _fileengine, _seal
-
-try:
-    from pysb_core.markers import hookimpl
-except ImportError:  # pragma: no cover - an older pysb_core
-    import pluggy
-
-    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from pysb_core.events import Recorder
-    from pysb_core.policy import Policy
+    from pysb_core.guardkit import Policy, Recorder
 
 GUARD = "files"
 
@@ -215,14 +208,14 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import os
     import posix
 
-    from pysb_core.errors import FileDeniedError, WriteDeniedError
+    from pysb_core.guardkit import FileDeniedError, WriteDeniedError
     from pysb_guards import imports
     from pysb_guards._patch import defer_sweep, set_attr
 
     imports.ensure_installed(policy, recorder)
     exposures = list(policy.exposures)
     if not any(e.implicit for e in exposures):
-        from pysb_core.pyenv import implicit_exposures
+        from pysb_core.guardkit import implicit_exposures
 
         exposures = [*implicit_exposures(sys.executable), *exposures]
 

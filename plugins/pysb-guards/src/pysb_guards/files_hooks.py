@@ -8,18 +8,14 @@ interpreter imports (``PYSB_CHILD_MODULE``).
 
 from __future__ import annotations
 
-from pysb_core.markers import hookimpl
+from pysb_core.guardkit import hookimpl
 
 TYPE_CHECKING = False  # typing costs milliseconds at every start
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
+    from pysb_core.guardkit import CheckReport, Event, LaunchPlan, Policy, Provider
 
 GUARD = "files"
 #: The module the sandboxed interpreter imports to install this family's guard.
@@ -32,7 +28,7 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     payload = getattr(plan, "payload", None)
     if not isinstance(payload, dict) or not isinstance(payload.get("policy"), dict):
         return
-    from pysb_core.records import asdict
+    from pysb_core.guardkit import asdict
 
     known = {(e["path"], e["target"]) for e in payload["policy"].get("exposures", ())}
     extra = [asdict(e) for e in plan.exposures if e.implicit and (e.path, e.target) not in known]
@@ -43,7 +39,7 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
 @hookimpl
 def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -> None:
     """Each exposure and ignore rule: python, plus os when the provider enforces it."""
-    from pysb_core.provider import Capability
+    from pysb_core.guardkit import Capability
 
     enforced = set(provider.enforced()) if provider is not None else set()
     for e in policy.exposures:
@@ -130,7 +126,7 @@ def _exec_directories(name: str, data: dict) -> list[str]:
     resolved on ``PATH`` as the learning run had it)."""
     import os
 
-    from pysb_core.execdeps import find_executable, needed_files
+    from pysb_core.guardkit import find_executable, needed_files
 
     cwd = str(data.get("cwd") or os.getcwd())
     found = find_executable(name, os.environ.get("PATH"), cwd)

@@ -29,22 +29,15 @@ from __future__ import annotations
 
 import sys
 
+from pysb_core.guardkit import hookimpl
 from pysb_guards import _importengine, _seal
-
-try:
-    from pysb_core.markers import hookimpl
-except ImportError:  # pragma: no cover - an older pysb_core
-    import pluggy
-
-    hookimpl = pluggy.HookimplMarker("pysb")  # type: ignore[assignment]
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from pysb_core.events import Recorder
-    from pysb_core.policy import Policy
+    from pysb_core.guardkit import Policy, Recorder
 
 GUARD = "imports"
 
@@ -212,7 +205,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import posix
     import types
 
-    from pysb_core.errors import ImportDeniedError
+    from pysb_core.guardkit import ImportDeniedError
     from pysb_guards._where import is_library_file, library_prefixes
 
     imports = policy.imports
@@ -427,7 +420,7 @@ def _opcodes() -> tuple[int, int]:
 
 def _import_denied(name: str, rule: str) -> BaseException:
     """The exception refusing an import (built by faces, outside sealed code)."""
-    from pysb_core.errors import ImportDeniedError
+    from pysb_core.guardkit import ImportDeniedError
 
     exc = ImportDeniedError(
         f"import of '{name}' refused by the sandbox: add `{rule}` to the profile",

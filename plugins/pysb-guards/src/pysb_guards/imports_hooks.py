@@ -8,17 +8,14 @@ interpreter imports (``PYSB_CHILD_MODULE``).
 
 from __future__ import annotations
 
-from pysb_core.markers import hookimpl
+from pysb_core.guardkit import hookimpl
 
 TYPE_CHECKING = False  # typing costs milliseconds at every start
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event
-    from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
+    from pysb_core.guardkit import CheckReport, Event, Policy, Provider
 
 GUARD = "imports"
 #: The module the sandboxed interpreter imports to install this family's guard.

@@ -47,8 +47,7 @@ TYPE_CHECKING = False  # no typing import at run time: this module is loaded in 
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.events import Recorder
-    from pysb_core.policy import Policy
+    from pysb_core.guardkit import Policy, Recorder
 
 GUARD = "network"
 
@@ -97,8 +96,7 @@ def pysb_child_install(policy: Policy, recorder: Recorder) -> str:
 
 def pin_resolver(pins: dict[str, list[str]]) -> None:
     """Child set-up: pinned names answer with their pins, nothing is judged or refused."""
-    from pysb_core.events import Recorder
-    from pysb_core.policy import Policy
+    from pysb_core.guardkit import Policy, Recorder
 
     policy = Policy(pins={k: tuple(v) for k, v in pins.items()}, python_guards=False)
     install(policy, Recorder(None, learning=False), enforce=False)
@@ -159,8 +157,7 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
     import posix
     import sys
 
-    from pysb_core import netmatch
-    from pysb_core.errors import NetworkDeniedError
+    from pysb_core.guardkit import NetworkDeniedError, netmatch
     from pysb_guards import _seal
 
     function_type = type(install)

@@ -8,18 +8,13 @@ the sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
 
 from __future__ import annotations
 
-from pysb_core.markers import hookimpl
+from pysb_core.guardkit import hookimpl
 
 TYPE_CHECKING = False  # typing costs milliseconds at every start
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from pysb_core.check import CheckReport
-    from pysb_core.events import Event
-    from pysb_core.learning import LearnedProfile
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
-    from pysb_core.provider import Provider
+    from pysb_core.guardkit import CheckReport, Event, LaunchPlan, LearnedProfile, Policy, Provider
 
 GUARD = "network"
 #: The module the sandboxed interpreter imports to install this family's guard.
@@ -33,7 +28,7 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     (:func:`pysb_guards.network.pin_resolver`)."""
     if policy.python_guards or not policy.pins:
         return
-    from pysb_core.plan import ChildSetup
+    from pysb_core.guardkit import ChildSetup
 
     pins = {name: list(addresses) for name, addresses in policy.pins.items()}
     plan.add_child_setup(ChildSetup(PYSB_CHILD_MODULE, "pin_resolver", {"pins": pins}))
@@ -83,7 +78,7 @@ def learned_rules(records: Sequence[Event], ephemeral: tuple[int, int] | None = 
         if e.guard == GUARD and e.action == "learn" and e.data.get("kind") == "inet"
     ]
     if ephemeral is None:
-        from pysb_core.netmatch import ephemeral_ports
+        from pysb_core.guardkit import ephemeral_ports
 
         ephemeral = ephemeral_ports()
     low, high = ephemeral

@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-from pysb_core import seccomp as _seccomp
-from pysb_core.errors import SandboxError
+from pysb_core.providerkit import SandboxError, SeccompRules, install_seccomp
 from pysb_landlock import caps as _caps
 from pysb_landlock import ruleset as ll
 
@@ -131,8 +130,8 @@ def restrict(
                     rs.add_port(port, ll.NET_BIND_TCP)
             _caps.drop_all_but(frozenset(keep_caps))
             ll.no_new_privs()  # required by both seccomp and landlock_restrict_self
-            _seccomp.install(
-                _seccomp.Rules(
+            install_seccomp(
+                SeccompRules(
                     ip="tcp+udp" if udp else "tcp", unix=unix, sysv_ipc=sysv_ipc, xattr=False
                 )
             )

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 
-from pysb_core import seccomp
+from pysb_core.providerkit import is_within, seccomp_covers
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import NetworkRule
+    from pysb_core.providerkit import LaunchPlan, NetworkRule
 
 #: What every process needs to start and link: the loader's libraries and cache, the
 #: time zone, its own /proc entry (only its own: /proc/self resolves to the sandboxed
@@ -118,10 +117,6 @@ def _without_private(path: str) -> list[str]:
     if not PRIVATE_NAMES.intersection(names):
         return [path]
     return [os.path.join(path, n) for n in names if n not in PRIVATE_NAMES]
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 class Compiled:
@@ -247,7 +242,7 @@ def _with_port_zero(ports: Ranges | None, rules: Iterable[NetworkRule]) -> Range
     (:func:`pysb_core.netmatch.compile_matcher`)."""
     if ports is None or any(low <= 0 for low, _ in ports):
         return ports
-    from pysb_core.netmatch import ephemeral_ports
+    from pysb_core.providerkit import ephemeral_ports
 
     e_low, e_high = ephemeral_ports()
     serves = any(
@@ -297,7 +292,7 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
             lst.append(path)
 
     for e in plan.exposures:
-        if e.implicit and not e.writable and any(_under(e.path, r) for r in SPLIT_ROOTS):
+        if e.implicit and not e.writable and any(is_within(e.path, r) for r in SPLIT_ROOTS):
             for path in _without_private(e.path):
                 add(c.read, path)
             continue
@@ -310,7 +305,7 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
                 f"{e.path} and the name {e.target} is a python-layer path translation"
             )
     for d in framework_dirs:
-        if not any(_under(d, r) for r in c.read + c.write):
+        if not any(is_within(d, r) for r in c.read + c.write):
             add(c.read, d)
     for p in SYSTEM_READ:
         add(c.read, p)
@@ -324,14 +319,14 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
         if e.writable:
             continue
         for w in plan.exposures:
-            if w.writable and w.path != e.path and _under(e.path, w.path):
+            if w.writable and w.path != e.path and is_within(e.path, w.path):
                 c.warnings.append(
                     f"read-only {e.path} ({e.source}) lies inside read-write {w.path}: "
                     "landlock grants the union, so it is writable at the OS layer"
                 )
     for p in plan.protected:
         for w in plan.exposures:
-            if w.writable and _under(p, w.path):
+            if w.writable and is_within(p, w.path):
                 c.warnings.append(
                     f"profile file {p} lies inside read-write {w.path}: landlock cannot keep it "
                     "read-only (python layer only)"
@@ -347,7 +342,7 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
         c.bind = _with_port_zero(_tcp_ports(rules, ("in", "any")), rules)
     c.gaps += _network_gaps(rules)
     c.udp = any(r.action == "allow" and "udp" in r.protocols for r in rules)
-    c.seccomp = seccomp.covers()
+    c.seccomp = seccomp_covers()
     if c.bind is None or any(high >= 1 and low < 1024 for low, high in c.bind):
         c.keep_caps.append(10)  # CAP_NET_BIND_SERVICE: a bind rule allows a port < 1024
     return c

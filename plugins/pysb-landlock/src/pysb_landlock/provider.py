@@ -16,18 +16,23 @@ from __future__ import annotations
 import os
 
 from pysb_core import hookimpl
-from pysb_core.errors import ProviderUnavailableError
-from pysb_core.plan import ChildSetup, LaunchSpec
-from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
+from pysb_core.providerkit import (
+    Capability,
+    ChildSetup,
+    LaunchSpec,
+    Provider,
+    ProviderStatus,
+    ProviderUnavailableError,
+    is_within,
+    unknown_option,
+)
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from pysb_core.check import CheckReport
-    from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
+    from pysb_core.providerkit import CheckReport, LaunchPlan, Policy
     from pysb_landlock.compiler import Compiled
 
 _FIX = (
@@ -65,7 +70,7 @@ class LandlockProvider(Provider):
         ABI is lower than the one compiled for.
         """
         if not hasattr(self, "_abi_probe"):
-            from pysb_core.probecache import cached_probe
+            from pysb_core.providerkit import cached_probe
 
             status = cached_probe("landlock", (), _probe_abi)
             abi = status.details.get("abi")
@@ -138,25 +143,24 @@ class LandlockProvider(Provider):
         without it, ``pysb run`` refuses to start)."""
         if provider is not self:
             return
-        from pysb_landlock.compiler import _under
 
         layers = ["python"] if "files" in report.python_families else []
         writable = [e for e in policy.exposures if e.writable]
         for p in policy.profile_files:
             real = os.path.realpath(p)
-            w = next((e for e in writable if _under(real, e.path)), None)
+            w = next((e for e in writable if is_within(real, e.path)), None)
             if w is not None:
                 rule = f"files: profile {p} stays read-only (inside expose-rw {w.path})"
                 report.add(rule, w.source, layers, "files")
         for p in policy.state_dirs:  # caches and trusted-profile records steer the next run
-            w = next((e for e in writable if _under(p, e.path)), None)
+            w = next((e for e in writable if is_within(p, e.path)), None)
             if w is not None:
                 rule = f"files: pysb's state {p} stays read-only (inside expose-rw {w.path})"
                 report.add(rule, w.source, layers, "files")
         for e in policy.exposures:
             if e.writable or e.implicit:
                 continue
-            w = next((x for x in writable if x.path != e.path and _under(e.path, x.path)), None)
+            w = next((x for x in writable if x.path != e.path and is_within(e.path, x.path)), None)
             if w is not None:
                 rule = f"files: expose-ro: {e.path} stays read-only (inside expose-rw {w.path})"
                 report.add(rule, e.source, layers, "files")

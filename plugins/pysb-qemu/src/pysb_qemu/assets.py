@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pysb_core.errors import ProviderUnavailableError
+from pysb_core.providerkit import ProviderUnavailableError
 from pysb_qemu.cpio import CpioWriter
 
 #: Bump when the layout of the cache or of the base archive changes.

@@ -18,8 +18,7 @@ import shlex
 import stat
 from dataclasses import dataclass, field
 
-from pysb_core.errors import SandboxError
-from pysb_core.plan import LaunchPlan
+from pysb_core.providerkit import LaunchPlan, SandboxError, is_within
 from pysb_qemu.cpio import CpioWriter
 
 #: Root directories that are symlinks into /usr on a merged-/usr host (else shared as is).
@@ -99,7 +98,7 @@ class GuestLayout:
         """Where a host path appears in the guest (deepest share wins), or None."""
         best: Share | None = None
         for share in self.shares:
-            if _is_under(host_path, share.host) and (
+            if is_within(host_path, share.host) and (
                 best is None or len(share.host) > len(best.host)
             ):
                 best = share
@@ -115,12 +114,8 @@ class GuestLayout:
         return shown == guest and share is not None and not share.writable
 
     def _deepest(self, host_path: str) -> Share | None:
-        found = [s for s in self.shares if _is_under(host_path, s.host)]
+        found = [s for s in self.shares if is_within(host_path, s.host)]
         return max(found, key=lambda s: len(s.host)) if found else None
-
-
-def _is_under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _check_path(path: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from pysb_core.policy import NetworkRule, Policy
+from pysb_core.providerkit import NetworkRule, Policy
 
 
 class UnsupportedRuleError(ValueError):

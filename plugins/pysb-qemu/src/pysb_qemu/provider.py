@@ -14,11 +14,18 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pysb_core import seccomp
-from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.execute import ProgramStart
-from pysb_core.plan import LaunchPlan, LaunchSpec
-from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
+from pysb_core.providerkit import (
+    Capability,
+    LaunchPlan,
+    LaunchSpec,
+    ProgramStart,
+    Provider,
+    ProviderStatus,
+    ProviderUnavailableError,
+    SandboxError,
+    seccomp_child_setup,
+    unknown_option,
+)
 from pysb_qemu import assets as assets_mod
 from pysb_qemu import guest, netfilter, vm
 
@@ -215,7 +222,7 @@ class QemuProvider(Provider):
         lifeline's read end. Nothing is written to disk; the lifeline's write end stays
         here until the plan's clean-ups.
         """
-        filter_setup = seccomp.child_setup()  # inside the guest: its own kernel's vsock...
+        filter_setup = seccomp_child_setup()  # inside the guest: its own kernel's vsock...
         if filter_setup is not None:
             plan.add_child_setup(filter_setup)
         plan.seal()

@@ -22,7 +22,7 @@ import socket
 import stat
 from dataclasses import dataclass, field
 
-from pysb_core.errors import ProviderUnavailableError, SandboxError
+from pysb_core.providerkit import ProviderUnavailableError, SandboxError
 from pysb_qemu.assets import GuestAssets
 from pysb_qemu.guest import PORT_FD_BASE, Port, Share
 

@@ -9,8 +9,7 @@ imports no Ray: the sandboxed worker imports the function's module too.
 
 import sys
 
-from pysb_core import sandbox
-from pysb_core.errors import SandboxError
+from pysb_core import SandboxError, sandbox
 
 TYPE_CHECKING = False  # no typing import inside the sandbox (its import guard judges it)
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from pysb_core.errors import ProfileError
+from pysb_core import ProfileError
 
 PROFILE_DIR_VARIABLE = "${PROFILE_DIR}"
 

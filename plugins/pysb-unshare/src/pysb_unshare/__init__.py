@@ -19,16 +19,23 @@ import sys
 import time
 from collections.abc import Mapping
 
-from pysb_core import seccomp
-from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.plan import LaunchPlan, LaunchSpec
-from pysb_core.provider import Capability, Provider, ProviderStatus
+from pysb_core.providerkit import (
+    Capability,
+    LaunchPlan,
+    LaunchSpec,
+    Provider,
+    ProviderStatus,
+    ProviderUnavailableError,
+    SandboxError,
+    seccomp_child_setup,
+    seccomp_describe,
+)
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.netns import NetnsNetwork
+    from pysb_core.providerkit import NetnsNetwork
 
 __all__ = ["UnshareProvider"]
 
@@ -46,7 +53,7 @@ START_TIMEOUT = 15.0
 
 
 def _which(name: str) -> str | None:
-    from pysb_core.probecache import which  # not shutil: it imports the compressors
+    from pysb_core.providerkit import which  # not shutil: it imports the compressors
 
     return which(name, _SBIN)
 
@@ -138,7 +145,7 @@ class UnshareProvider(Provider):
             return ProviderStatus.missing(
                 "unshare is not installed", fix="apt-get install util-linux"
             )
-        from pysb_core.probecache import cached_probe
+        from pysb_core.providerkit import cached_probe
 
         status = cached_probe("unshare", [unshare], lambda: self._probe_namespaces(unshare))
         if not status.available:
@@ -199,7 +206,7 @@ class UnshareProvider(Provider):
         }
 
     def network(self, plan: LaunchPlan) -> NetnsNetwork:
-        from pysb_core.netns.session import NetnsNetwork
+        from pysb_core.providerkit import NetnsNetwork
 
         return NetnsNetwork.from_plan(plan, helper=self.options.get("network-helper"))
 
@@ -209,7 +216,7 @@ class UnshareProvider(Provider):
             "uts, cgroup",
             "root: tmpfs with read-only /usr, /lib*, generated /etc (hosts, resolv.conf, passwd), "
             "/dev (null zero full random urandom tty), private /tmp and /dev/shm, fresh /proc",
-            seccomp.describe(),
+            seccomp_describe(),
         ]
         for e in plan.exposures:
             if e.implicit:
@@ -239,7 +246,7 @@ class UnshareProvider(Provider):
             raise ProviderUnavailableError(
                 "unshare is not installed", fix="apt-get install util-linux"
             )
-        filter_setup = seccomp.child_setup()  # ptrace, vsock, TCP Fast Open... (own IPC ns)
+        filter_setup = seccomp_child_setup()  # ptrace, vsock, TCP Fast Open... (own IPC ns)
         if filter_setup is not None:
             plan.add_child_setup(filter_setup)
         argv = [

@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import os
 
-from pysb_core.errors import ProviderUnavailableError
+from pysb_core.providerkit import ProviderUnavailableError
 
 _COUNTER = itertools.count()
 

@@ -12,10 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from pysb_core.errors import SandboxError
-from pysb_core.plan import LaunchPlan
-from pysb_core.policy import Exposure
-from pysb_core.sysfiles import ALWAYS_HIDDEN
+from pysb_core.providerkit import ALWAYS_HIDDEN, Exposure, LaunchPlan, SandboxError, is_within
 
 #: System directories bound read-only when present (symlinks are recreated as symlinks).
 BASE_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -43,15 +40,11 @@ def _depth(path: str) -> int:
     return len([p for p in path.split("/") if p])
 
 
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
 def translate(path: str, exposures: Iterable[Exposure]) -> str | None:
     """Where a host path appears inside (through the exposure that covers it best)."""
     best: Exposure | None = None
     for e in exposures:
-        if _under(path, e.path) and (best is None or len(e.path) > len(best.path)):
+        if is_within(path, e.path) and (best is None or len(e.path) > len(best.path)):
             best = e
     if best is None:
         return None
@@ -99,7 +92,7 @@ def _exposure_ops(
     for (src, dst), rw in sorted(wanted.items(), key=lambda kv: (_depth(kv[0][1]), kv[0][1])):
         # ``kept`` holds only binds still visible, so the deepest one covering ``dst`` is
         # what shows there now.
-        parents = [k for k in kept if _under(dst, k[1])]
+        parents = [k for k in kept if is_within(dst, k[1])]
         cover = max(parents, key=lambda k: len(k[1]), default=None)
         same_place = cover is not None and cover[0] == cover[1] and src == dst
         if os.path.islink(src):
@@ -108,7 +101,7 @@ def _exposure_ops(
             continue
         if same_place and cover is not None and cover[2] == rw:
             continue
-        kept = [k for k in kept if not _under(k[1], dst)]  # hidden below the new bind
+        kept = [k for k in kept if not is_within(k[1], dst)]  # hidden below the new bind
         kept.append((src, dst, rw))
         ops.append(["bind", src, dst, not rw, src in exact])
     return ops
@@ -184,10 +177,10 @@ def build_ops(
     # Host secrets inside what the /etc binds show (private TLS keys under /etc/ssl): a
     # root pysb's sandbox is their owner, so their modes alone would not keep them closed.
     for h in ALWAYS_HIDDEN:
-        shown = host_root or any(_under(h, p) for p in etc)
+        shown = host_root or any(is_within(h, p) for p in etc)
         if shown and os.path.isdir(h) and not os.path.islink(h):
             ops.append(["mask", h])
     visible = [o[2] for o in ops if o[0] == "bind"] + base
-    if not host_root and not any(_under(plan.cwd, v) for v in visible):
+    if not host_root and not any(is_within(plan.cwd, v) for v in visible):
         ops.append(["dir", plan.cwd])
     return ops
