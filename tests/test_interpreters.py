@@ -114,7 +114,17 @@ def test_venv_kind_runs_under_provider(
     (project / ".pysb.yaml").write_text("version: 1\nimports: [sys, json, ssl, sqlite3, decimal]\n")
     trust_profile(project / ".pysb.yaml")  # found, not named: used once trusted
     done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pysb_core", "run", "--provider", provider, "app.py"],
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pysb_core",
+            "run",
+            "--profile",
+            ".pysb.yaml",
+            "--provider",
+            provider,
+            "app.py",
+        ],
         cwd=project,
         env=BASE_ENV,
         capture_output=True,

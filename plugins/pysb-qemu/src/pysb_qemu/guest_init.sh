@@ -57,6 +57,9 @@ fi
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 if [ -d /pysb/tmp-seed ]; then
   cp -a /pysb/tmp-seed/. /tmp/ && umount /pysb/tmp-seed || fail "cannot fill /tmp"
+  # "cp -a DIR/." also copies DIR's own mode onto /tmp (0755): a normal user's program
+  # could no longer write there.
+  chmod 1777 /tmp || fail "cannot open /tmp"
 fi
 stage "init started"
 while read -r m; do
