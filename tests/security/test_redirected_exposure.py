@@ -94,3 +94,47 @@ def test_an_exposure_redirected_by_one_run_is_refused_by_the_next(
     )
     assert f"{project / 'rw' / 'data' / 'inputs'} -> ../../.." in second.stderr
     assert f"read-write exposure {project / 'rw'} (.pysb.yaml:5)" in second.stderr
+
+
+RW_PROFILE = """\
+version: 1
+imports: [os]
+files:
+  expose-ro: [.]
+  expose-rw: [./rw, ./rw/data/inputs]
+"""
+
+#: Run 2 of the read-write variant: write through the exposure, above the project.
+WRITE = """\
+try:
+    open("rw/data/inputs/planted.txt", "w").write("written from the sandbox")
+    print("wrote")
+except OSError as e:
+    print("refused", type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_read_write_exposure_redirected_by_one_run_is_refused_by_the_next(
+    tmp_path: Path, provider: str
+) -> None:
+    """The same move on an ``expose-rw`` entry would give write access anywhere."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project = tmp_path / "project"
+    (project / "rw" / "data" / "inputs").mkdir(parents=True)
+    (project / ".pysb.yaml").write_text(RW_PROFILE)
+    (project / "redirect.py").write_text(REDIRECT)
+    (project / "write.py").write_text(WRITE)
+    run = ("run", "--profile", ".pysb.yaml", "--provider", provider)
+
+    first = _pysb(*run, "redirect.py", cwd=project)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "redirected\n"
+
+    second = _pysb(*run, "write.py", cwd=project)
+    assert not (tmp_path / "planted.txt").exists()  # beside the project: never writable
+    assert second.returncode == 125, second.stdout + second.stderr
+    assert "files.expose-rw: './rw/data/inputs' is reached through the symbolic link" in (
+        second.stderr
+    )
