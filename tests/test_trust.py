@@ -222,3 +222,16 @@ def test_a_learning_run_refuses_an_untrusted_discovered_profile(tmp_path: Path) 
     assert "not trusted" in r.stderr
     assert planted.read_text() == "files:\n  expose-rw: [/tmp]\n"
     assert trust.records({**BASE_ENV, **env}) == []
+
+
+def test_check_json_says_whether_a_found_profile_is_trusted(tmp_path: Path) -> None:
+    import json
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    write(tmp_path / ".pysb.yaml", "imports: [json]\n")
+    found = json.loads(run_pysb("check", "--json", cwd=tmp_path, env=env).stdout)
+    assert found["trusted"] is False and found["valid"] is True
+    assert run_pysb("trust", cwd=tmp_path, env=env).returncode == 0
+    assert json.loads(run_pysb("check", "--json", cwd=tmp_path, env=env).stdout)["trusted"] is True
+    named = run_pysb("check", "--json", "--profile", ".pysb.yaml", cwd=tmp_path, env=env)
+    assert json.loads(named.stdout)["trusted"] is None  # named: nothing to trust

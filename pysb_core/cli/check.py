@@ -57,6 +57,8 @@ def run_check(
     details: list[str] = []
     provider_name = provider or os.environ.get("PYSB_PROVIDER") or ""
     profile_path = None
+    #: False: a found profile `pysb run` would refuse until trusted; None: nothing to trust.
+    trusted: bool | None = None
     try:
         session = Session.create(
             profile=profile,
@@ -88,6 +90,7 @@ def run_check(
             from pysb_core.trust import untrusted_reason
 
             why = untrusted_reason(policy, session.environ)
+            trusted = why is None if policy.profile_path else None
             if why is not None:
                 notes.append(f"{why}; `pysb run` refuses it until you trust it (pysb trust)")
         if policy.learn:
@@ -113,6 +116,7 @@ def run_check(
                     "errors": errors,
                     "provider": provider_name,
                     "profile": profile_path,
+                    "trusted": trusted,
                     "rules": rules,
                     "notes": notes,
                     "details": details,
