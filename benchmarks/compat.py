@@ -21,6 +21,7 @@ import datetime
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -76,10 +77,40 @@ MODULES = (
 )
 
 #: (provider or "*", module) -> why its result may differ from plain Python (a limit).
-KNOWN: dict[tuple[str, str], str] = {}
+KNOWN: dict[tuple[str, str], str] = {
+    ("*", "test_traceback"): (
+        "3 failures, all in `CPythonTracebackErrorCaretTests`, which print with the "
+        "interpreter's C printer (`_testcapi.exception_print`): before 3.13 it reads a "
+        "traceback without any audited attribute, so the face entry of a guarded `exec` stays "
+        "in it (docs/compat.md, Tracebacks). Python-level printing is clean."
+    ),
+    ("*", "test_sqlite3"): (
+        "7 errors by design of the file guard's SQLite judge: connections are made by "
+        "`sqlite3.connect()` only (its authorizer judges ATTACH), so a `factory=` or a "
+        "`Connection` subclass with its own `__init__`, and re-initialising a connection, are "
+        "refused with PermissionError; opening a database under a read-only exposure is "
+        "refused before SQLite tries (WriteDeniedError, not OperationalError)."
+    ),
+    ("*", "test_pathlib"): (
+        "2 more tests skip themselves (`test_is_socket_true`): the network guard refuses to "
+        "bind a Unix socket in the scratch directory, which the test takes for a path too long."
+    ),
+    ("*", "test_re"): (
+        "3 failures of `test_deprecated_modules`: the DeprecationWarning of importing "
+        "`sre_compile` & co is attributed, by the C `warnings` code's stack level, to the import "
+        "gate's door frame (`<pysb-door>`) instead of the test's line (docs/compat.md, Stacks)."
+    ),
+    ("*", "test_os"): (
+        "6 failures, 2 errors around invalid paths: the file guard normalises a path before "
+        "its judge and accepts `str`, `bytes` and `os.PathLike` only, so a `bytearray` path "
+        "and a `__fspath__` returning a wrong type get pysb's TypeError (another message), "
+        "`os.access` answers for a hidden or invalid path without raising, and "
+        "`test_rename` finds one reference more than it expects (not investigated further)."
+    ),
+}
 
 #: A module that needs more than this under a sandbox is reported as a timeout.
-MODULE_TIMEOUT = 600.0
+MODULE_TIMEOUT = 240.0
 
 _TOTAL = re.compile(r"^Total tests: run=([\d,]+)((?: \w+=[\d,]+)*)", re.M)
 _RESULT = re.compile(r"^Result: (\w+)", re.M)
@@ -107,6 +138,10 @@ def profile_text(work: Path, provider: str) -> str:
     if provider != "firejail":
         lines += [
             "network:",
+            "  - allow any localhost * any",
+            # smtplib names itself with gethostbyname(gethostname()): resolvable, while
+            # port 0 lets no traffic out to it
+            f"  - allow tcp {socket.gethostname()} 0 out",
             "  - allow any 127.0.0.1 * any",
             "  - allow any ::1 * any",
             "  - allow any 0.0.0.0 * in",
@@ -221,6 +256,9 @@ def markdown(data: dict[str, Any]) -> str:
         "available, with benchmarks/compat.py's profile. Each cell: the regrtest result, "
         "tests run / failed (failures + errors) / skipped.",
     ]
+    skipped = [p for p in PROVIDERS if p not in providers and p not in data["unavailable"]]
+    if skipped:
+        lines += ["", "Not part of this run (`--providers`): " + ", ".join(skipped) + "."]
     if data["unavailable"]:
         lines += ["", "Not available here (not run): " + ", ".join(
             f"{p} ({why.splitlines()[0]})" for p, why in data["unavailable"].items()
