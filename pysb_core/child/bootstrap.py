@@ -215,11 +215,29 @@ def _install_cleaning_hooks() -> None:
             _clean_chain(exc)
         return show_unraisable(unraisable)
 
-    for hook, original in ((excepthook, show), (unraisablehook, show_unraisable)):
+    import _thread
+
+    show_thread = _thread._excepthook
+
+    def thread_excepthook(args, /):
+        _user_traceback(getattr(args, "exc_traceback", None))
+        exc = getattr(args, "exc_value", None)
+        if isinstance(exc, BaseException):
+            _clean_chain(exc)
+        return show_thread(args)
+
+    hooks = ((excepthook, show), (unraisablehook, show_unraisable))
+    for hook, original in (*hooks, (thread_excepthook, show_thread)):
         hook.__doc__ = original.__doc__
         hook.__module__ = "sys"
+    thread_excepthook.__module__ = "_thread"
     sys.excepthook = sys.__excepthook__ = excepthook
     sys.unraisablehook = sys.__unraisablehook__ = unraisablehook
+    # threading takes its hook from _thread when it is imported (or already did)
+    _thread._excepthook = thread_excepthook
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.excepthook is show_thread:
+        threading.excepthook = threading.__excepthook__ = thread_excepthook
 
 
 def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:

@@ -89,3 +89,27 @@ def test_no_pysb_frame_and_no_failure_in_formatted_tracebacks(tmp_path: Path, py
     exec_text = out["exec"]["format_exc"]
     assert exec_text.rstrip().endswith("ZeroDivisionError: division by zero"), exec_text
     assert 'File "<string>", line 1, in <module>' in exec_text, exec_text
+
+
+THREAD = r"""
+import os, threading
+t = threading.Thread(target=os.stat, args=({hidden!r},))
+t.start()
+t.join()
+"""
+
+
+def test_a_thread_dying_of_a_refusal_shows_no_pysb_frame(tmp_path: Path, python: str) -> None:
+    """``threading.excepthook`` prints with C code before 3.13: it, too, gets the guards'
+    entries dropped first."""
+    result = guarded.run(
+        THREAD.format(hidden="/pysb-not-exposed/x"),
+        cwd=tmp_path,
+        python=python,
+        imports=("os", "threading"),
+        exposures=[guarded.expose(tmp_path)],
+        api=(("allow", "threads"),),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "FileDeniedError" in result.stderr, result.stderr
+    assert "<pysb" not in result.stderr, result.stderr
