@@ -123,3 +123,17 @@ def test_the_launch_command_uses_descriptors(tmp_path: Path) -> None:
         assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "data"))
     finally:
         res.release()
+
+
+def test_each_descriptor_is_used_once_bwrap_closes_it_after_binding() -> None:
+    """The same directory exposed twice (the profile's and a partial-mode caller's module
+    directory): bwrap closes a descriptor once bound, so a second use failed the start
+    with "Can't stat fd N"."""
+    twice = Exposure("/p", "/p", False, "x.yaml:1")
+    again = Exposure("/p", "/p", False, "<caller>")
+    elsewhere = Exposure("/p", "/data", False, "x.yaml:2")
+    argv = build_argv(plan(twice, again, elsewhere), HostLayout(), exposure_fds={"/p": 7}).argv
+    text = " ".join(argv)
+    assert text.count("--ro-bind-fd 7 ") == 1
+    assert text.count(" /p /p") == 0 and "--ro-bind-fd 7 /p " in text
+    assert "--ro-bind /p /data" in text  # a second place: by path (no descriptor left)

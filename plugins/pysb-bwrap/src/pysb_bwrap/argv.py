@@ -325,6 +325,8 @@ def build_argv(
 
     # -- exposures: shallowest first; read-write after read-only at equal target -------
     bound: list[str] = [*SYSTEM_RO, *(e.target for e in root_exposed)]
+    fds_used: set[int] = set()
+    fd_bound: set[tuple[str, bool]] = set()
     for e in sorted(
         (e for e in exposures if e.target != "/"), key=lambda e: (depth(e.target), e.writable)
     ):
@@ -341,9 +343,14 @@ def build_argv(
         if same_ro and e.path in layout.canonical and _redundant(e.target, mounts):
             bound.append(e.target)
             continue
+        if (e.target, e.writable) in fd_bound:
+            continue  # the same exposure twice (the profile's and the caller's): bound once
         fd = (exposure_fds or {}).get(e.path)
-        if fd is not None:
+        if fd is not None and fd not in fds_used:
+            # bwrap closes a descriptor once it has bound it: each one is usable once
             argv += ["--bind-fd" if e.writable else "--ro-bind-fd", str(fd), e.target]
+            fds_used.add(fd)
+            fd_bound.add((e.target, e.writable))
         else:
             argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
         bound.append(e.target)
