@@ -44,6 +44,7 @@ __all__ = [
     "numeric_host",
     "parse_rule",
     "pin_hosts",
+    "rule_networks",
 ]
 
 ALL_PORTS = PortRange(0, 65535)
@@ -268,8 +269,12 @@ def parse_rule(text: str, source: str = "<cli>") -> NetworkRule:
 # ---------------------------------------------------------------------------------------
 
 
-def _rule_networks(rule: NetworkRule, pins: Mapping[str, Sequence[str]]) -> tuple[IPNetwork, ...]:
-    """The address sets a rule covers, IPv4-mapped IPv6 networks turned into IPv4 ones."""
+def rule_networks(rule: NetworkRule, pins: Mapping[str, Sequence[str]]) -> tuple[IPNetwork, ...]:
+    """The address sets a rule covers, IPv4-mapped IPv6 networks turned into IPv4 ones.
+
+    ``*`` is every IPv4 and IPv6 address; a host name is its pinned addresses (none when
+    it did not resolve). The packet filters compile from this too (:mod:`pysb_core.netfilter`).
+    """
     if rule.network == "*":
         return (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
     if "/" in rule.network or numeric_host(rule.network) is not None:
@@ -307,7 +312,7 @@ def reference_algebra() -> dict[str, Any]:
         "literal_text": str,
         "embedded": _embedded_v4,
         "wide": _is_wide,
-        "networks": _rule_networks,
+        "networks": rule_networks,
         "matches": _matches,
     }
 

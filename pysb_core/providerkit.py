@@ -44,6 +44,11 @@ Groups (see docs/writing-providers.md for the guide):
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
   filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
   lands);
+- the network-rule compiler (since 1.1), for a provider that loads the profile's rules
+  into a kernel packet filter itself: :class:`FilterTarget` (the network it runs on:
+  user-mode helper addresses, uplink, loopback), :func:`compile_nft` (an nftables ruleset,
+  a :class:`CompiledNetwork`), :func:`compile_iptables` (``iptables-restore`` inputs),
+  :func:`rule_networks` (the addresses a rule covers, pins applied);
 - C calls without ``ctypes``: :func:`c_function`, :class:`CInt`, :class:`CLong`,
   :class:`CPointer`, :func:`c_errno`;
 - light records (no ``dataclasses`` import in the sandbox): :func:`record`,
@@ -57,7 +62,7 @@ from importlib import import_module
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 0)
+KIT_VERSION: tuple[int, int] = (1, 1)
 
 #: The constant a provider's module sets to the kit version it was written for.
 DECLARATION = "PYSB_PROVIDERKIT"
@@ -113,6 +118,12 @@ _EXPORTS: dict[str, str] = {
     # network layer
     "NetnsNetwork": "pysb_core.netns.session:NetnsNetwork",
     "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
+    # the network-rule compiler
+    "FilterTarget": "pysb_core.netfilter.target:FilterTarget",
+    "CompiledNetwork": "pysb_core.netfilter.nft:CompiledNetwork",
+    "compile_nft": "pysb_core.netfilter.nft:compile_nft",
+    "compile_iptables": "pysb_core.netfilter.iptables:compile_iptables",
+    "rule_networks": "pysb_core.netrules:rule_networks",
     # C calls
     "c_function": "pysb_core.cfuncs:function",
     "CInt": "pysb_core.cfuncs:Int",
@@ -141,7 +152,9 @@ __all__ = [
     "Capability",
     "CheckReport",
     "ChildSetup",
+    "CompiledNetwork",
     "Exposure",
+    "FilterTarget",
     "LaunchPlan",
     "LaunchSpec",
     "Limits",
@@ -162,6 +175,8 @@ __all__ = [
     "c_errno",
     "c_function",
     "cached_probe",
+    "compile_iptables",
+    "compile_nft",
     "ephemeral_ports",
     "field",
     "find_pids_controller",
@@ -172,6 +187,7 @@ __all__ = [
     "mutable_record",
     "open_dir_nofollow",
     "record",
+    "rule_networks",
     "seccomp_child_setup",
     "seccomp_covers",
     "seccomp_describe",
@@ -206,8 +222,12 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.errors import ProviderUnavailableError, SandboxError
     from pysb_core.execute import ProgramStart
     from pysb_core.markers import hookimpl
+    from pysb_core.netfilter.iptables import compile_iptables
+    from pysb_core.netfilter.nft import CompiledNetwork, compile_nft
+    from pysb_core.netfilter.target import FilterTarget
     from pysb_core.netmatch import ephemeral_ports
     from pysb_core.netns.session import NetnsNetwork
+    from pysb_core.netrules import rule_networks
     from pysb_core.nofollow import open_dir_nofollow
     from pysb_core.paths import is_within
     from pysb_core.pidlimit import PidsCgroup

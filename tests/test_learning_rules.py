@@ -375,7 +375,7 @@ def test_every_compiler_reads_a_learned_ephemeral_range_as_the_programs_own() ->
     from pysb_qemu import netfilter
 
     from pysb_core import netmatch
-    from pysb_core.netns import nft
+    from pysb_core.netfilter import compile_nft
     from pysb_core.netrules import parse_rule
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
@@ -393,16 +393,16 @@ def test_every_compiler_reads_a_learned_ephemeral_range_as_the_programs_own() ->
     denied = netmatch.compile_matcher([*rules, parse_rule("deny tcp * 0 in")], {}, None, None, span)
     assert not netmatch.decide(denied, "tcp", ip, 0, "in")[0]
 
-    compiled = nft.compile_network(rules, {})
+    compiled = compile_nft(rules, {})
     assert compiled.inbound == [] and compiled.host_loopback == []
     assert "dnat" not in compiled.ruleset
-    host = nft.compile_network([parse_rule("allow tcp 127.0.0.1 8000 out")], {})
+    host = compile_nft([parse_rule("allow tcp 127.0.0.1 8000 out")], {})
     assert host.host_loopback  # a host service on a named port is still the host's
 
     policy = Policy(network=rules, provider="qemu")
-    assert netfilter.inbound_ports(policy)[0] == []
-    assert not netfilter.needs_nat(policy)
-    assert "dnat" not in netfilter.ruleset(policy)
+    guest = netfilter.compile_guest_filter(policy)
+    assert guest.inbound == [] and not guest.nat
+    assert "dnat" not in guest.ruleset
 
     plan = LaunchPlan(
         policy=policy.replace(provider="landlock"), python="/p", argv=[], env={}, cwd="/"

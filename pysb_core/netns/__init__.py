@@ -32,8 +32,9 @@ The loopback rule (SPEC §4): ``allow ... 127.0.0.1 P out`` reaches the *host's*
 without such a rule the host's loopback is unreachable (the gateway address is rejected).
 ``allow tcp 127.0.0.1 P in`` forwards the host's 127.0.0.1:P to a server bound inside on P.
 
-Modules: :mod:`~pysb_core.netns.nft` (pure ruleset compiler), :mod:`~pysb_core.netns.usernet`
-(helper processes), :mod:`~pysb_core.netns.session` (the order above).
+Modules: :mod:`~pysb_core.netns.usernet` (helper processes), :mod:`~pysb_core.netns.session`
+(the order above); the ruleset comes from the one network-rule compiler,
+:mod:`pysb_core.netfilter`.
 """
 
 from __future__ import annotations
@@ -42,15 +43,10 @@ TYPE_CHECKING = False  # no typing import: this package is on every unshare run
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.netns.nft import CompiledNetwork, Forward, UserNetLayout, compile_network
     from pysb_core.netns.session import NetnsNetwork
     from pysb_core.netns.usernet import INSTALL_HINT, Pasta, Slirp4netns, UserNet, choose_helper
 
 _WHERE = {
-    "CompiledNetwork": "nft",
-    "Forward": "nft",
-    "UserNetLayout": "nft",
-    "compile_network": "nft",
     "NetnsNetwork": "session",
     "INSTALL_HINT": "usernet",
     "Pasta": "usernet",
@@ -61,15 +57,11 @@ _WHERE = {
 
 __all__ = [
     "INSTALL_HINT",
-    "CompiledNetwork",
-    "Forward",
     "NetnsNetwork",
     "Pasta",
     "Slirp4netns",
     "UserNet",
-    "UserNetLayout",
     "choose_helper",
-    "compile_network",
 ]
 
 

@@ -24,7 +24,7 @@ from pysb_core.errors import ProviderUnavailableError, SandboxError
 
 TYPE_CHECKING = False  # no typing import: this module is on every unshare run
 if TYPE_CHECKING:
-    from pysb_core.netns import nft
+    from pysb_core.netfilter import CompiledNetwork, FilterTarget
     from pysb_core.netns.enter import SandboxNamespaces
     from pysb_core.netns.usernet import UserNet
     from pysb_core.plan import LaunchPlan
@@ -58,7 +58,7 @@ class NetnsNetwork:
         self.enabled = any(r.action == "allow" for r in self.rules)
         self._helper_name = helper
         self._helper_cls: type[UserNet] | None = None
-        self._compiled: nft.CompiledNetwork | None = None
+        self._compiled: CompiledNetwork | None = None
         self.helper: UserNet | None = None
 
     @classmethod
@@ -76,20 +76,20 @@ class NetnsNetwork:
         return self._helper_cls
 
     @property
-    def layout(self) -> nft.UserNetLayout:
+    def layout(self) -> FilterTarget:
         try:
             return self.helper_class.layout
         except ProviderUnavailableError:
-            from pysb_core.netns.nft import SLIRP4NETNS
+            from pysb_core.netfilter.target import SLIRP4NETNS
 
             return SLIRP4NETNS
 
     @property
-    def compiled(self) -> nft.CompiledNetwork:
+    def compiled(self) -> CompiledNetwork:
         if self._compiled is None:
-            from pysb_core.netns import nft
+            from pysb_core.netfilter.nft import compile_nft
 
-            self._compiled = nft.compile_network(self.rules, self.pins, self.layout)
+            self._compiled = compile_nft(self.rules, self.pins, self.layout)
         return self._compiled
 
     def problems(self) -> list[tuple[str, str]]:
@@ -209,7 +209,7 @@ class NetnsNetwork:
     def ruleset_text(self) -> str:
         """What :meth:`load_filter` loads, as text (for ``pysb check``)."""
         if self.backend == "iptables":
-            from pysb_core.netns.iptables import compile_iptables
+            from pysb_core.netfilter.iptables import compile_iptables
 
             v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
             return f"# iptables-restore\n{v4}# ip6tables-restore\n{v6}"
@@ -219,8 +219,7 @@ class NetnsNetwork:
     def needs_route_localnet(self) -> bool:
         """Whether the filter DNATs to the user-mode network's gateway, which the kernel
         routes only with ``net.ipv4.conf.all.route_localnet=1`` in the namespace."""
-        c = self.compiled
-        return bool(self.layout.host_loopback_nat and (c.host_loopback or c.inbound))
+        return self.compiled.nat
 
     def load_filter(
         self,
@@ -259,7 +258,7 @@ class NetnsNetwork:
         else:
             import tempfile
 
-            from pysb_core.netns.iptables import compile_iptables
+            from pysb_core.netfilter.iptables import compile_iptables
 
             v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
             tmpdir = tempfile.mkdtemp(prefix="pysb-ipt-")

@@ -25,7 +25,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
-from pysb_core.netns.nft import SLIRP4NETNS, Forward, UserNetLayout
+from pysb_core.netfilter.plan import Forward
+from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class UserNet(ABC):
 
     name: str = ""
     package: str = ""
-    layout: UserNetLayout = SLIRP4NETNS
+    layout: FilterTarget = SLIRP4NETNS
 
     def __init__(self, *, dns: bool, host_loopback: bool, inbound: Sequence[Forward]) -> None:
         self.dns = dns
@@ -250,7 +251,7 @@ class Pasta(UserNet):
 
     name = "pasta"
     package = "passt"
-    layout = UserNetLayout(
+    layout = FilterTarget(
         name="pasta",
         subnet="10.0.2.0/24",
         gateway="10.0.2.2",

@@ -7,11 +7,12 @@ import pytest
 from pysb_firejail import network, options
 from pysb_firejail.argv import CHILD_MODULE, build_argv
 from pysb_firejail.hostfs import HostLayout
-from pysb_firejail.netfilter import compile_rules
+from pysb_firejail.network import BRIDGE_NETWORK
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import ChildSetup, LaunchPlan
 from pysb_core.policy import Exposure, Limits, NetworkRule, Policy, PortRange
+from pysb_core.providerkit import compile_iptables
 
 LAYOUT = HostLayout(
     top_level={
@@ -217,29 +218,51 @@ def test_without_a_bridge_network_rules_are_the_namespace_layers(monkeypatch) ->
 
 
 def test_netfilter_rulesets() -> None:
+    """firejail's --netfilter files come from the core compiler for a bridge: denies first,
+    the sandbox's own loopback open, ``in`` rules judged by the real local address, IPv6
+    neighbour discovery, no user-mode helper addresses and no NAT."""
     rules = [
         NetworkRule("allow", ("tcp",), "api.example.com", (PortRange(443, 443),), "out", "a"),
         NetworkRule("allow", ("tcp", "udp"), "*", (PortRange(53, 53),), "out", "b"),
         NetworkRule("deny", ("tcp",), "10.0.2.0/24", (PortRange(0, 65535),), "any", "c"),
         NetworkRule("allow", ("tcp",), "*", (PortRange(8000, 8100),), "in", "d"),
         NetworkRule("allow", ("tcp",), "::ffff:10.0.2.9", (PortRange(1, 1),), "out", "e"),
+        NetworkRule("allow", ("tcp",), "192.0.2.5", (PortRange(80, 80),), "in", "f"),
     ]
     pins = {"api.example.com": ("10.0.2.15", "2001:db8::1")}
-    sets = compile_rules(rules, pins)
-    v4 = sets.v4.splitlines()
+    v4_text, v6_text = compile_iptables(rules, pins, BRIDGE_NETWORK)
+    v4 = [line.split(" -m comment")[0] for line in v4_text.splitlines()]
     assert v4[:4] == ["*filter", ":INPUT DROP [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT DROP [0:0]"]
-    deny = v4.index("-A OUTPUT -p tcp -d 10.0.2.0/24 -j REJECT")
-    assert "-A INPUT -p tcp -d 10.0.2.0/24 -j DROP" in v4
-    assert deny < v4.index("-A OUTPUT -p tcp --dport 443 -d 10.0.2.15/32 -j ACCEPT")
-    assert "-A OUTPUT -p udp --dport 53 -j ACCEPT" in v4
-    assert "-A INPUT -p tcp --dport 8000:8100 -j ACCEPT" in v4
-    assert "-A OUTPUT -p tcp --dport 1 -d 10.0.2.9/32 -j ACCEPT" in v4  # mapped = IPv4
-    assert v4[-2:] == ["-A OUTPUT -j REJECT", "COMMIT"]
-    v6 = sets.v6.splitlines()
-    assert "-A OUTPUT -p tcp --dport 443 -d 2001:db8::1/128 -j ACCEPT" in v6
+    deny = v4.index(
+        "-A OUTPUT -m conntrack --ctorigdst 10.0.2.0/24 -p tcp -j REJECT --reject-with tcp-reset"
+    )
+    loopback = v4.index("-A OUTPUT -o lo -j ACCEPT")
+    allow = v4.index(
+        "-A OUTPUT -m conntrack --ctorigdst 10.0.2.15/32 -p tcp -m multiport --dports 443 -j ACCEPT"
+    )
+    assert deny < loopback < allow
+    assert "-A INPUT -d 10.0.2.0/24 -p tcp -j REJECT --reject-with tcp-reset" in v4
+    assert "-A OUTPUT -p udp -m multiport --dports 53 -j ACCEPT" in v4
+    assert "-A INPUT -p tcp -m multiport --dports 8000:8100 -j ACCEPT" in v4
+    assert "-A INPUT -d 192.0.2.5/32 -p tcp -m multiport --dports 80 -j ACCEPT" in v4
+    mapped = (
+        "-A OUTPUT -m conntrack --ctorigdst 10.0.2.9/32 -p tcp -m multiport --dports 1 -j ACCEPT"
+    )
+    assert mapped in v4  # IPv4 written as IPv6 is judged as IPv4
+    assert v4[-3:] == [
+        "-A INPUT -p tcp -j REJECT --reject-with tcp-reset",
+        "-A INPUT -j REJECT",
+        "COMMIT",
+    ]
+    assert "*nat" not in v4 and "--ctorigdst 10.0.2.0/24 -j REJECT" not in v4_text  # no helper
+    v6 = v6_text.splitlines()
+    assert "-A INPUT -p ipv6-icmp --icmpv6-type 135 -j ACCEPT" in v6
+    assert any(
+        line.startswith("-A OUTPUT -m conntrack --ctorigdst 2001:db8::1/128 ") for line in v6
+    )
     assert not any("10.0.2" in line for line in v6)
     # an unresolved name allows nothing
-    assert "443" not in compile_rules(rules[:1], {}).v4
+    assert "443" not in compile_iptables(rules[:1], {}, BRIDGE_NETWORK)[0]
 
 
 def test_restricted_network_setting_is_read(tmp_path) -> None:

@@ -133,26 +133,35 @@ def _rule(text: str) -> NetworkRule:
     return NetworkRule(action, protos, net, tuple(ranges), direction, text=text)  # type: ignore[arg-type]
 
 
-def test_ruleset_denies_first_and_is_valid_nft() -> None:
+def test_guest_ruleset_comes_from_the_core_compiler_and_is_valid_nft() -> None:
+    """The guest's filter is the unshare/bwrap filter for QEMU's slirp (eth0, 10.0.2.15):
+    denies first, the guest's own loopback open after them, slirp's addresses refused but
+    through loopback rules, the host's 127.0.0.1:P NATed to 10.0.2.2, ``in`` ports forwarded
+    from the host's loopback and NATed to the guest's."""
     policy = Policy(
         network=(
             _rule("allow tcp 0.0.0.0/0 80,443 out"),
-            _rule("deny any 10.0.2.0/24 * out"),
+            _rule("deny any 192.0.2.0/24 * out"),
             _rule("allow udp 2001:db8::/32 53 out"),
             _rule("allow tcp api.example.com 443 out"),
             _rule("allow tcp 127.0.0.1 8000 in"),
+            _rule("allow tcp 127.0.0.1 9000 out"),
         ),
         pins={"api.example.com": ("198.51.100.7",)},
     )
-    text = netfilter.ruleset(policy)
-    body = text.splitlines()
-    deny_at = next(i for i, line in enumerate(body) if "10.0.2.0/24" in line)
-    allow_at = next(i for i, line in enumerate(body) if "th dport { 80, 443 }" in line)
-    assert deny_at < allow_at
-    assert "ip daddr { 198.51.100.7/32 }" in text
-    assert "th sport { 8000 } accept" in text  # replies of the forwarded inbound port
-    assert "th dport { 8000 } dnat to 127.0.0.1" in text
-    assert netfilter.inbound_ports(policy) == ([("tcp", 8000)], [])
+    compiled = netfilter.compile_guest_filter(policy)
+    text = compiled.ruleset
+    body = [line.strip().split(" comment ")[0] for line in text.splitlines()]
+    deny_at = body.index("ip daddr { 192.0.2.0/24 } reject")
+    loopback_at = body.index('oifname "lo" accept')
+    allow_at = body.index("ip daddr { 0.0.0.0/0 } tcp dport { 80, 443 } accept")
+    assert body.index("ip daddr 10.0.2.0/24 reject") < deny_at < loopback_at < allow_at
+    assert "ip daddr { 198.51.100.7/32 } tcp dport { 443 } accept" in body
+    assert "ip daddr 127.0.0.1 tcp dport { 9000 } dnat ip to 10.0.2.2" in body
+    assert 'iifname "eth0" tcp dport 8000 dnat ip to 127.0.0.1' in body
+    assert 'oifname "eth0" ip saddr 127.0.0.0/8 masquerade' in body
+    assert [(f.proto, f.port) for f in compiled.inbound] == [("tcp", 8000)]
+    assert compiled.nat
     if shutil.which("nft") is None or os.geteuid() != 0:
         pytest.skip("nft --check needs nft and root")
     check = subprocess.run(

@@ -186,16 +186,16 @@ def test_inbound_rule_forwards_host_port():
 
 def test_filter_failure_fails_closed(tmp_path, monkeypatch):
     """If the ruleset cannot be loaded, the program never runs and nothing is left."""
-    from pysb_core.netns import nft
+    from pysb_core.netfilter import nft
 
-    real = nft.compile_network
+    real = nft.compile_nft
 
     def broken(*a, **kw):
         c = real(*a, **kw)
         c.ruleset = c.ruleset.replace("policy drop", "policy nonsense")
         return c
 
-    monkeypatch.setattr("pysb_core.netns.nft.compile_network", broken)
+    monkeypatch.setattr("pysb_core.netfilter.nft.compile_nft", broken)
     marker = tmp_path / "ran"
     plan = sh(f"touch {marker}", rules=["allow tcp 127.0.0.1 9 out"], rw=[str(tmp_path)])
     with pytest.raises(SandboxError, match="network filter could not be loaded"):

@@ -1,4 +1,4 @@
-"""The nftables compiler of pysb_core.netns (pure), and that nft accepts what it writes."""
+"""The nftables back end of pysb_core.netfilter (pure), and that nft accepts what it writes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from pysb_core.netns import NetnsNetwork, compile_network
-from pysb_core.netns.nft import SLIRP4NETNS, Forward
+from pysb_core.netfilter import SLIRP4NETNS, Forward, compile_nft
+from pysb_core.netns import NetnsNetwork
 from pysb_core.netns.usernet import Pasta
 from pysb_core.netrules import parse_rule
 
@@ -23,7 +23,7 @@ def out_chain(ruleset: str) -> list[str]:
 
 
 def test_denies_come_before_allows_whatever_the_order():
-    c = compile_network(rules("allow tcp 0.0.0.0/0 443 out", "deny tcp 192.0.2.0/24 443 out"), {})
+    c = compile_nft(rules("allow tcp 0.0.0.0/0 443 out", "deny tcp 192.0.2.0/24 443 out"), {})
     lines = out_chain(c.ruleset)
     deny = next(i for i, ln in enumerate(lines) if "192.0.2.0/24" in ln)
     allow = next(i for i, ln in enumerate(lines) if "0.0.0.0/0" in ln)
@@ -33,7 +33,7 @@ def test_denies_come_before_allows_whatever_the_order():
 
 
 def test_default_is_reject_and_gateway_is_never_direct():
-    lines = out_chain(compile_network(rules("allow tcp * 443 out"), {}).ruleset)
+    lines = out_chain(compile_nft(rules("allow tcp * 443 out"), {}).ruleset)
     assert lines[0] == "ct state established,related accept"
     gateway = next(i for i, ln in enumerate(lines) if ln.startswith("ip daddr 10.0.2.0/24 reject"))
     allow = next(i for i, ln in enumerate(lines) if "dport { 443 } accept" in ln)
@@ -43,7 +43,7 @@ def test_default_is_reject_and_gateway_is_never_direct():
 
 def test_host_names_become_their_pinned_addresses():
     pins = {"api.example.com": ("192.0.2.7", "2001:db8::7")}
-    c = compile_network(rules("allow tcp api.example.com 443 out"), pins)
+    c = compile_nft(rules("allow tcp api.example.com 443 out"), pins)
     text = c.ruleset
     assert "ip daddr { 192.0.2.7/32 } tcp dport { 443 } accept" in text
     assert "ip6 daddr { 2001:db8::7/128 } tcp dport { 443 } accept" in text
@@ -52,49 +52,49 @@ def test_host_names_become_their_pinned_addresses():
 
 
 def test_unpinned_host_allows_nothing():
-    c = compile_network(rules("allow tcp nowhere.example 443 out"), {})
+    c = compile_nft(rules("allow tcp nowhere.example 443 out"), {})
     assert "443" not in c.ruleset
     assert any("no pinned address" in n for n in c.notes)
 
 
 def test_ipv4_mapped_rule_is_judged_as_ipv4():
-    c = compile_network(rules("allow udp ::ffff:192.0.2.9 53 out"), {})
+    c = compile_nft(rules("allow udp ::ffff:192.0.2.9 53 out"), {})
     assert "ip daddr { 192.0.2.9/32 } udp dport { 53 } accept" in c.ruleset
     assert "ip6 daddr" not in c.ruleset
 
 
 def test_wide_rule_opens_the_namespace_resolver_only():
-    c = compile_network(rules("allow tcp 0.0.0.0/0 80,443 out"), {})
+    c = compile_nft(rules("allow tcp 0.0.0.0/0 80,443 out"), {})
     assert c.dns
     assert f"ip daddr {SLIRP4NETNS.resolver} udp dport 53 accept" in c.ruleset
-    c2 = compile_network(rules("allow tcp 0.0.0.0/0 80 out", "deny udp * 53 out"), {})
+    c2 = compile_nft(rules("allow tcp 0.0.0.0/0 80 out", "deny udp * 53 out"), {})
     assert not c2.dns and "dport 53 accept" not in c2.ruleset
 
 
 def test_port_ranges_and_lists():
-    c = compile_network(rules("allow tcp 192.0.2.1 80,8000-8010,9000- out"), {})
+    c = compile_nft(rules("allow tcp 192.0.2.1 80,8000-8010,9000- out"), {})
     assert "tcp dport { 80, 8000-8010, 9000-65535 } accept" in c.ruleset
 
 
 def test_deny_any_all_ports_blocks_every_protocol():
-    c = compile_network(rules("allow tcp * 443 out", "deny any 198.51.100.0/24 * out"), {})
+    c = compile_nft(rules("allow tcp * 443 out", "deny any 198.51.100.0/24 * out"), {})
     assert "ip daddr { 198.51.100.0/24 } reject comment" in c.ruleset
 
 
 def test_host_loopback_rule_is_dnatted_to_the_gateway():
-    c = compile_network(rules("allow tcp 127.0.0.1 8000 out"), {})
+    c = compile_nft(rules("allow tcp 127.0.0.1 8000 out"), {})
     assert "ip daddr 127.0.0.1 tcp dport { 8000 } dnat ip to 10.0.2.2" in c.ruleset
     assert 'oifname "tap0" ip saddr 127.0.0.0/8 masquerade' in c.ruleset
     assert c.host_loopback and not c.inbound
 
 
 def test_no_loopback_rule_no_dnat():
-    c = compile_network(rules("allow tcp 192.0.2.1 443 out"), {})
+    c = compile_nft(rules("allow tcp 192.0.2.1 443 out"), {})
     assert "dnat" not in c.ruleset and not c.host_loopback
 
 
 def test_inbound_rules_become_forwards_minus_denies():
-    c = compile_network(
+    c = compile_nft(
         rules("allow tcp 127.0.0.1 8000-8002 in", "deny tcp * 8001 in", "allow udp * 5353 in"), {}
     )
     assert c.inbound == [Forward("tcp", 8000), Forward("tcp", 8002), Forward("udp", 5353)]
@@ -103,13 +103,13 @@ def test_inbound_rules_become_forwards_minus_denies():
 
 
 def test_inbound_all_ports_is_not_forwarded():
-    c = compile_network(rules("allow tcp * * in"), {})
+    c = compile_nft(rules("allow tcp * * in"), {})
     assert c.inbound == []
     assert any("every port inbound" in n for n in c.notes)
 
 
 def test_pasta_layout_has_no_nat():
-    c = compile_network(rules("allow tcp 127.0.0.1 8000 out"), {}, Pasta.layout)
+    c = compile_nft(rules("allow tcp 127.0.0.1 8000 out"), {}, Pasta.layout)
     assert "nat" not in c.ruleset
     assert "ip daddr { 127.0.0.1/32 } tcp dport { 8000 } accept" in c.ruleset
 
@@ -142,7 +142,7 @@ def test_nft_accepts_the_ruleset(texts):
     """``nft -c`` (check only) in a throwaway user+net namespace parses every ruleset."""
     if shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin") is None or not shutil.which("unshare"):
         pytest.skip("nft or unshare missing")
-    c = compile_network(rules(*texts), {})
+    c = compile_nft(rules(*texts), {})
     done = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--net", "nft", "-c", "-f", "-"],
         input=c.ruleset,
@@ -157,7 +157,7 @@ def test_nft_accepts_the_ruleset(texts):
 @pytest.mark.parametrize("texts", CASES)
 def test_iptables_restore_accepts_the_fallback(texts):
     """The iptables fallback parses too (``--test``: nothing is loaded)."""
-    from pysb_core.netns.iptables import compile_iptables
+    from pysb_core.netfilter import compile_iptables
 
     tools = [
         shutil.which(t, path="/usr/sbin:/sbin") for t in ("iptables-restore", "ip6tables-restore")
@@ -177,7 +177,7 @@ def test_iptables_restore_accepts_the_fallback(texts):
 
 
 def test_iptables_judges_the_original_destination():
-    from pysb_core.netns.iptables import compile_iptables
+    from pysb_core.netfilter import compile_iptables
 
     v4, _ = compile_iptables(rules("allow tcp 127.0.0.1 8000 out", "deny tcp * 22 out"), {})
     want = "-m conntrack --ctorigdst 127.0.0.1/32 -p tcp -m multiport --dports 8000 -j ACCEPT"

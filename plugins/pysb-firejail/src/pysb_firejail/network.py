@@ -6,7 +6,8 @@ loopback only (its own ``127.0.0.1``: the host's loopback services are unreachab
 With an allow rule, firejail's own filtering is used: the sandbox gets a new network
 namespace connected to a host bridge (``--net=BRIDGE``, a veth pair firejail makes) with
 the profile's rules loaded inside as iptables rulesets (``--netfilter`` /
-``--netfilter6``, see :mod:`pysb_firejail.netfilter`) before the program starts, and an
+``--netfilter6``, compiled by pysb's one network-rule compiler for a bridge:
+:data:`BRIDGE_NETWORK`) before the program starts, and an
 ``/etc/hosts`` holding the pinned names (``--hosts-file``). That needs host set-up pysb
 does not do on its own, named with ``providers: {firejail: {bridge: NAME}}``: a bridge
 interface with an address (firejail gives the sandbox a free address of its subnet and
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.providerkit import Capability, ProviderUnavailableError
+from pysb_core.providerkit import Capability, FilterTarget, ProviderUnavailableError
 
 # shutil, socket, tempfile and the rule compiler (ipaddress) are imported where used: a run
 # without network allow rules (nearly every run) needs none of them.
@@ -42,6 +43,10 @@ BRIDGE_HINT = (
     "for traffic beyond the host) and name it in the profile: "
     "`providers: {firejail: {bridge: pysb0}}`"
 )
+#: What firejail's ``--net=BRIDGE`` gives the sandbox: a veth named ``eth0`` on the bridge,
+#: no user-mode helper (no NAT, nothing forwarded), and its own loopback, which is not the
+#: host's (rules on the host's loopback are refused: :func:`rule_problems`).
+BRIDGE_NETWORK = FilterTarget.bridge("eth0", name="firejail bridge")
 
 
 def needs_network(policy: Policy) -> bool:
@@ -97,13 +102,15 @@ def host_problems(bridge: Any, *, as_root: bool) -> list[str]:
 
 def rule_problems(policy: Policy) -> list[str]:
     """Rules a bridged namespace cannot honour (the host's loopback, SPEC §4)."""
-    from pysb_firejail.netfilter import is_loopback_rule
+    from pysb_core.providerkit import rule_networks
 
     return [
         f"'{r}' ({r.source}) names the host's loopback, which a bridged sandbox cannot reach "
         "(use the bwrap or unshare provider for it)"
         for r in policy.network
-        if r.action == "allow" and is_loopback_rule(r, policy.pins)
+        if r.action == "allow"
+        and r.network != "*"
+        and any(n.network_address.is_loopback for n in rule_networks(r, policy.pins))
     ]
 
 
@@ -140,14 +147,14 @@ class BridgedNetwork:
     def create(cls, plan: LaunchPlan, bridge: str) -> BridgedNetwork:
         import tempfile
 
-        from pysb_firejail.netfilter import compile_rules
+        from pysb_core.providerkit import compile_iptables
 
-        rulesets = compile_rules(plan.policy.network, plan.policy.pins)
+        v4_rules, v6_rules = compile_iptables(plan.policy.network, plan.policy.pins, BRIDGE_NETWORK)
         directory = tempfile.mkdtemp(prefix="pysb-firejail-net-")
         net = cls(options=[], directory=directory)
         try:
-            v4 = net._write("rules4.net", rulesets.v4)
-            v6 = net._write("rules6.net", rulesets.v6)
+            v4 = net._write("rules4.net", v4_rules)
+            v6 = net._write("rules6.net", v6_rules)
             net.options = [f"--net={bridge}", f"--netfilter={v4}", f"--netfilter6={v6}"]
             if plan.hosts_file is not None:
                 net.options.append(f"--hosts-file={net._write('hosts', plan.hosts_file)}")

@@ -30,14 +30,14 @@ from pysb_core.providerkit import ProviderUnavailableError
 from pysb_qemu.cpio import CpioWriter
 
 #: Bump when the layout of the cache or of the base archive changes.
-FORMAT_VERSION = "2"
+FORMAT_VERSION = "3"
 
 APT_FIX = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
 
 #: Loaded at every boot, in this order after dependency expansion (microvm = virtio-mmio).
 CORE_MODULES = ("virtio_mmio", "9p", "9pnet_virtio", "virtio_console")
 #: Loaded only when a network rule allows traffic: the NIC and the in-guest packet filter.
-NET_MODULES = ("virtio_net", "nf_tables", "nft_reject_inet")
+NET_MODULES = ("virtio_net", "nf_tables", "nft_ct", "nft_reject_inet")
 #: Loaded only when a rule allows the host's loopback (127.0.0.1 in the guest is NATed to
 #: slirp's 10.0.2.2, which is the host's 127.0.0.1).
 NAT_MODULES = ("nft_chain_nat", "nft_nat", "nft_masq")

@@ -134,7 +134,9 @@ class QemuProvider(Provider):
         lines += [f"qemu: read-only {path}" for path in layout.protect]
         if plan.policy.allows_network():
             lines.append("qemu: network: user-mode (slirp) + nftables in the guest:")
-            lines += [f"qemu:   {r}" for r in netfilter.ruleset(plan.policy).splitlines()]
+            compiled = netfilter.compile_guest_filter(plan.policy)
+            lines += [f"qemu:   {r}" for r in compiled.ruleset.splitlines()]
+            lines += [f"qemu: note: {n}" for n in compiled.notes]
         else:
             lines.append("qemu: network: no network device")
         lines += layout.notes
@@ -177,21 +179,18 @@ class QemuProvider(Provider):
             if fd in (0, 1, 2):
                 continue
             spec.pass_fd(fd)
-        nft_rules = None
+        network = None
         if plan.policy.allows_network():
             if not os.access("/usr/sbin/nft", os.X_OK):
                 raise ProviderUnavailableError(
                     "qemu: network rules need nft to filter the guest's traffic",
                     fix="apt-get install nftables",
                 )
-            try:
-                nft_rules = netfilter.ruleset(plan.policy)
-            except netfilter.UnsupportedRuleError as exc:
-                raise SandboxError(f"qemu: {exc}") from exc
+            network = netfilter.compile_guest_filter(plan.policy)
             spec.network = True
-            spec.hostfwd, problems = netfilter.inbound_ports(plan.policy)
-            for problem in problems:
-                plan.note(f"qemu: {problem}")
+            spec.hostfwd = [(f.proto, f.port) for f in network.inbound]
+            for note in network.notes:
+                plan.note(f"qemu: {note}")
         spec.check_devices()
         plan.note(f"qemu: accelerator {accel.reason}")
         for note in layout.notes:
@@ -202,8 +201,8 @@ class QemuProvider(Provider):
             spec.ports,
             spec.payloads,
             spec.marker,
-            nft_rules,
-            nat=nft_rules is not None and netfilter.needs_nat(plan.policy),
+            network.ruleset if network is not None else None,
+            nat=network is not None and network.nat,
         )
         return spec, archive
 

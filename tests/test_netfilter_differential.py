@@ -1,14 +1,17 @@
-"""Differential tests of the back ends that let all loopback traffic through by design --
-qemu's guest nftables ruleset (``pysb_qemu.netfilter.ruleset``) and firejail's
-``--netfilter`` files (``pysb_firejail.netfilter.compile_rules``, its bridge option): the
-kernel, running the compiled rules, decides every probe exactly as pysb's reference matcher
-(``pysb_core.netrules.NetworkMatcher``) does.
+"""Differential test of the one network-rule compiler (:mod:`pysb_core.netfilter`), for every
+back end and every provider's target: the kernel, running the compiled rules, decides every
+probe exactly as pysb's reference matcher (``pysb_core.netrules.NetworkMatcher``) does.
 
-Each case runs in a throwaway user+network namespace this test creates ("the sandbox"),
-joined by a veth pair named ``eth0`` to a second namespace it creates inside ("the
-world"), where documentation addresses are put with listeners behind them. The rules are
-loaded in the sandbox, and each probe is a real TCP connect from it. No packet leaves the
-two namespaces.
+Back ends: nftables and iptables for the namespace providers (unshare, bwrap: slirp4netns
+or pasta in front), nftables for the qemu guest (QEMU's slirp), iptables for firejail's
+bridge. Random rule sets (seeded, so a failure reproduces) are compiled and loaded one
+after the other.
+
+Each back end runs in a throwaway user+network namespace this test creates ("the
+sandbox"), joined by a veth pair named ``eth0`` to a second namespace it creates inside
+("the world"), where documentation addresses are put with listeners behind them. The
+rules are loaded in the sandbox, and each probe is a real TCP connect from it. No packet
+leaves the two namespaces.
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 
+from pysb_core.netfilter import SLIRP4NETNS, FilterTarget, compile_iptables, compile_nft
 from pysb_core.netrules import NetworkMatcher, parse_rule
-from pysb_core.policy import Policy
+
+Load = tuple[list[str], str]  # (argv run in the sandbox, its standard input)
+Compile = Callable[[list[str]], list[Load]]
 
 ADDRESSES = ["192.0.2.7", "192.0.2.9", "192.0.2.130", "198.51.100.5", "198.51.100.200"]
 PORTS = [8001, 8002, 8003, 8004]
@@ -109,21 +116,38 @@ WORLD = textwrap.dedent(
 )
 
 
-def _firejail(rules: list[str]) -> list[tuple[list[str], str]]:
-    from pysb_firejail.netfilter import compile_rules
+def _nft(target: FilterTarget) -> Compile:
+    def compile_case(rules: list[str]) -> list[Load]:
+        text = compile_nft([parse_rule(r) for r in rules], PINS, target).ruleset
+        return [(["nft", "flush", "ruleset"], ""), (["nft", "-f", "-"], text)]
 
-    compiled = compile_rules([parse_rule(r) for r in rules], PINS)
-    return [(["iptables-restore"], compiled.v4), (["ip6tables-restore"], compiled.v6)]
-
-
-def _qemu(rules: list[str]) -> list[tuple[list[str], str]]:
-    from pysb_qemu.netfilter import ruleset
-
-    policy = Policy(network=tuple(parse_rule(r) for r in rules), pins=PINS)
-    return [(["nft", "-f", "-"], ruleset(policy))]
+    return compile_case
 
 
-BACK_ENDS = {"firejail-netfilter": (_firejail, "iptables-restore"), "qemu-guest": (_qemu, "nft")}
+def _iptables(target: FilterTarget) -> Compile:
+    def compile_case(rules: list[str]) -> list[Load]:
+        v4, v6 = compile_iptables([parse_rule(r) for r in rules], PINS, target)
+        return [(["iptables-restore"], v4), (["ip6tables-restore"], v6)]
+
+    return compile_case
+
+
+def _back_ends() -> dict[str, tuple[Compile, str]]:
+    from pysb_firejail.network import BRIDGE_NETWORK
+    from pysb_qemu.netfilter import GUEST_NETWORK
+
+    from pysb_core.netns.usernet import Pasta
+
+    return {
+        "slirp4netns-nft": (_nft(SLIRP4NETNS), "nft"),
+        "slirp4netns-iptables": (_iptables(SLIRP4NETNS), "iptables-restore"),
+        "pasta-nft": (_nft(Pasta.layout), "nft"),
+        "qemu-guest-nft": (_nft(GUEST_NETWORK), "nft"),
+        "firejail-bridge-iptables": (_iptables(BRIDGE_NETWORK), "iptables-restore"),
+    }
+
+
+BACK_ENDS = _back_ends()
 
 
 def random_rules(rng: random.Random) -> list[str]:
