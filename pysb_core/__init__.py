@@ -6,7 +6,7 @@ interpreter, which needs almost none of them, imports no more than it uses.
 
 from __future__ import annotations
 
-from importlib import import_module
+from pysb_core._lazy import lazy_exports as _lazy_exports
 
 TYPE_CHECKING = False  # no typing import at run time: this package is loaded in the sandbox
 
@@ -14,43 +14,43 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # partial mode
-    "sandbox": "pysb_core.remote",
-    "sandboxes": "pysb_core.remote",
-    "run": "pysb_core.remote",
-    "is_in_sandbox": "pysb_core.remote",
+    "sandbox": "pysb_core.remote:sandbox",
+    "sandboxes": "pysb_core.remote:sandboxes",
+    "run": "pysb_core.remote:run",
+    "is_in_sandbox": "pysb_core.remote:is_in_sandbox",
     # errors
-    "SandboxError": "pysb_core.errors",
-    "ProfileError": "pysb_core.errors",
-    "ProviderUnavailableError": "pysb_core.errors",
-    "UnenforceableRuleError": "pysb_core.errors",
-    "SandboxProtocolError": "pysb_core.errors",
-    "SandboxTimeoutError": "pysb_core.errors",
-    "SandboxBaseExceptionError": "pysb_core.errors",
-    "RestrictedResultError": "pysb_core.errors",
-    "DeniedError": "pysb_core.errors",
-    "FileDeniedError": "pysb_core.errors",
-    "WriteDeniedError": "pysb_core.errors",
-    "ImportDeniedError": "pysb_core.errors",
-    "NetworkDeniedError": "pysb_core.errors",
-    "ApiDeniedError": "pysb_core.errors",
-    "sandbox_denials": "pysb_core.errors",
-    "ExitCode": "pysb_core.exitcodes",
+    "SandboxError": "pysb_core.errors:SandboxError",
+    "ProfileError": "pysb_core.errors:ProfileError",
+    "ProviderUnavailableError": "pysb_core.errors:ProviderUnavailableError",
+    "UnenforceableRuleError": "pysb_core.errors:UnenforceableRuleError",
+    "SandboxProtocolError": "pysb_core.errors:SandboxProtocolError",
+    "SandboxTimeoutError": "pysb_core.errors:SandboxTimeoutError",
+    "SandboxBaseExceptionError": "pysb_core.errors:SandboxBaseExceptionError",
+    "RestrictedResultError": "pysb_core.errors:RestrictedResultError",
+    "DeniedError": "pysb_core.errors:DeniedError",
+    "FileDeniedError": "pysb_core.errors:FileDeniedError",
+    "WriteDeniedError": "pysb_core.errors:WriteDeniedError",
+    "ImportDeniedError": "pysb_core.errors:ImportDeniedError",
+    "NetworkDeniedError": "pysb_core.errors:NetworkDeniedError",
+    "ApiDeniedError": "pysb_core.errors:ApiDeniedError",
+    "sandbox_denials": "pysb_core.errors:sandbox_denials",
+    "ExitCode": "pysb_core.exitcodes:ExitCode",
     # plugin authoring
-    "hookimpl": "pysb_core.markers",
-    "Provider": "pysb_core.provider",
-    "ProviderStatus": "pysb_core.provider",
-    "Capability": "pysb_core.provider",
-    "LaunchPlan": "pysb_core.plan",
-    "LaunchSpec": "pysb_core.plan",
-    "ChildSetup": "pysb_core.plan",
-    "Policy": "pysb_core.policy",
-    "Exposure": "pysb_core.policy",
-    "NetworkRule": "pysb_core.policy",
-    "ApiRule": "pysb_core.policy",
-    "Limits": "pysb_core.policy",
-    "Event": "pysb_core.events",
-    "Recorder": "pysb_core.events",
-    "CheckReport": "pysb_core.check",
+    "hookimpl": "pysb_core.markers:hookimpl",
+    "Provider": "pysb_core.provider:Provider",
+    "ProviderStatus": "pysb_core.provider:ProviderStatus",
+    "Capability": "pysb_core.provider:Capability",
+    "LaunchPlan": "pysb_core.plan:LaunchPlan",
+    "LaunchSpec": "pysb_core.plan:LaunchSpec",
+    "ChildSetup": "pysb_core.plan:ChildSetup",
+    "Policy": "pysb_core.policy:Policy",
+    "Exposure": "pysb_core.policy:Exposure",
+    "NetworkRule": "pysb_core.policy:NetworkRule",
+    "ApiRule": "pysb_core.policy:ApiRule",
+    "Limits": "pysb_core.policy:Limits",
+    "Event": "pysb_core.events:Event",
+    "Recorder": "pysb_core.events:Recorder",
+    "CheckReport": "pysb_core.check:CheckReport",
 }
 
 __all__ = [
@@ -93,17 +93,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pysb_core' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only

@@ -57,7 +57,7 @@ Groups (see docs/writing-providers.md for the guide):
 
 from __future__ import annotations
 
-from importlib import import_module
+from pysb_core._lazy import lazy_exports as _lazy_exports
 
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
@@ -198,18 +198,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    target = _EXPORTS.get(name)
-    if target is None:
-        raise AttributeError(f"module 'pysb_core.providerkit' has no attribute {name!r}")
-    module, _, attribute = target.partition(":")
-    value = getattr(import_module(module), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
