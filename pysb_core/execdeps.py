@@ -21,6 +21,8 @@ import os
 import struct
 import subprocess
 
+from pysb_core.paths import is_within
+
 #: ELF program header type of the interpreter path.
 PT_INTERP = 3
 
@@ -104,7 +106,7 @@ def is_system_loader(path: str) -> bool:
     return (
         name.startswith("ld")
         and ".so" in name
-        and any(path.startswith(d + "/") for d in LOADER_DIRS)
+        and any(is_within(path, d) for d in LOADER_DIRS)
         and os.path.isfile(path)
     )
 

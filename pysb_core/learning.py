@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from pysb_core.events import Recorder
+from pysb_core.paths import is_within
 
 __all__ = ["LearnedProfile", "LearnedRule", "Recorder"]
 
@@ -119,6 +120,6 @@ class LearnedProfile:
                 continue
             if path == root:
                 best = (len(root), spelled)
-            elif path.startswith(root + os.sep):
+            elif is_within(path, root):
                 best = (len(root), f"{spelled}/{path[len(root) + 1 :]}")
         return path if best is None else best[1]

@@ -15,6 +15,7 @@ import threading
 
 from pysb_core.check import PYTHON_ONLY_FAMILIES, CheckReport
 from pysb_core.errors import ExitCode, ProfileError, SandboxError, UnenforceableRuleError
+from pysb_core.paths import is_within
 from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, get_plugin_manager, plugin_failure
 from pysb_core.policy import Exposure
@@ -161,7 +162,7 @@ def renamed_by_mounts(policy: Policy) -> Policy:
 
     def inside(path: str) -> str:
         for host, target in renames:
-            if path == host or path.startswith(host.rstrip("/") + "/"):
+            if is_within(path, host):
                 rest = path[len(host) :].lstrip("/")
                 return target.rstrip("/") + "/" + rest if rest else target
         return path

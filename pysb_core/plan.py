@@ -30,6 +30,19 @@ class ChildSetup(Record):
     args: dict[str, Any] = field(default_factory=dict)
 
 
+@record
+class PreExecStep(Record):
+    """A step the provider's host process runs between ``fork`` and ``exec``.
+
+    The steps of a launch (``LaunchPlan.pre_exec``) run in order in the forked child, which
+    must do nothing but system calls (no locks, no imports, no threads: ``preexec_fn``'s
+    rules). ``what`` names the step in the error when one fails (the run does not start).
+    """
+
+    what: str
+    run: Callable[[], None]
+
+
 @mutable_record
 class LaunchPlan(Record):
     """Everything a provider needs to start the sandboxed interpreter.
@@ -57,6 +70,9 @@ class LaunchPlan(Record):
     interactive: bool = False
     notes: list[str] = field(default_factory=list)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    #: What the host process does between fork and exec, in order (the base
+    #: ``Provider.launch`` runs them; the pids cgroup, when there is one, goes first).
+    pre_exec: list[PreExecStep] = field(default_factory=list)
     #: stdin/stdout/stderr (and similar) for the host process, from the caller.
     popen_kwargs: dict[str, Any] = field(default_factory=dict)
     #: The bootstrap payload (JSON-able) and the inherited fd it is written to by seal().
@@ -101,6 +117,10 @@ class LaunchPlan(Record):
 
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         self.cleanups.append(fn)
+
+    def add_pre_exec(self, what: str, run: Callable[[], None]) -> None:
+        """Run ``run`` in the host process between fork and exec, after the steps before."""
+        self.pre_exec.append(PreExecStep(what, run))
 
     def note(self, message: str) -> None:
         self.notes.append(message)

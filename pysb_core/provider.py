@@ -48,7 +48,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any, ClassVar
 
-    from pysb_core.plan import LaunchPlan, LaunchSpec
+    from pysb_core.errors import SandboxError
+    from pysb_core.pidlimit import PidsCgroup
+    from pysb_core.plan import LaunchPlan, LaunchSpec, PreExecStep
 
 
 class Capability(enum.StrEnum):
@@ -119,9 +121,11 @@ class Provider(ABC):
     install_hint: ClassVar[str | None] = None
     #: Processes of the provider itself inside the sandbox's process count (a wrapper and
     #: its init); ``limits: processes`` for a root pysb is enforced with a pids cgroup of
-    #: ``processes + own_processes`` (:mod:`pysb_core.pidlimit`).
+    #: ``processes + own_processes`` (:meth:`pids_cgroup`).
     own_processes: ClassVar[int] = 0
-    #: True when the provider enforces ``limits: processes`` itself (its own cgroup).
+    #: True when the base :meth:`launch` must not put the host process into the pids
+    #: cgroup: the provider has it joined otherwise (from inside, after its own set-up:
+    #: :meth:`pids_cgroup`), or enforces the limit another way (a cgroup in a VM).
     manages_process_limit: ClassVar[bool] = False
     #: Where the provider mounts a fresh, empty, writable tmpfs of its own (``"/tmp"``
     #: under a mount namespace), given to the program as ``TMPDIR``; None: pysb makes a
@@ -162,36 +166,55 @@ class Provider(ABC):
     def prepare(self, plan: LaunchPlan) -> LaunchSpec:
         """Compile the plan into this provider's own command line / rulesets."""
 
+    def pids_cgroup(self, plan: LaunchPlan) -> PidsCgroup | None:
+        """The pids cgroup that enforces ``limits: processes`` for a root pysb, or ``None``.
+
+        The one place pysb makes one (:mod:`pysb_core.pidlimit`): sized ``processes +
+        own_processes``, removed with the plan's cleanups; ``None`` when the limit is unset
+        or ``RLIMIT_NPROC`` does the job (pysb is not root). Raises :class:`SandboxError`
+        when the limit is needed and cannot be enforced. The base :meth:`launch` calls it
+        and joins the cgroup first thing after ``fork``; a provider that sets
+        ``manages_process_limit`` calls it itself and has the program join it
+        (:attr:`~pysb_core.pidlimit.PidsCgroup.procs`).
+        """
+        from pysb_core import pidlimit  # (only a root pysb with a process limit needs it)
+
+        processes = plan.policy.limits.processes
+        if processes is None or not pidlimit.needed(processes):
+            return None
+        cgroup = pidlimit.PidsCgroup.create(processes + self.own_processes)
+        plan.add_cleanup(cgroup.remove)
+        return cgroup
+
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Start the sandbox and return the host process to wait for.
 
-        The caller runs ``spec.cleanups`` (kept on ``plan.cleanups``) after it exits.
+        Between ``fork`` and ``exec`` the host process runs, in order: joining the pids
+        cgroup (:meth:`pids_cgroup`), the plan's ``pre_exec`` steps, and the caller's own
+        ``preexec_fn``; a step that fails stops the launch with a :class:`SandboxError`
+        naming the steps. The caller runs ``spec.cleanups`` (kept on ``plan.cleanups``)
+        after it exits.
         """
+        from pysb_core.plan import PreExecStep
+
         spec = self.prepare(plan)
         plan.cleanups.extend(spec.cleanups)
         plan.seal()
-        processes = plan.policy.limits.processes
-        if processes is not None and not self.manages_process_limit:
-            from pysb_core import pidlimit  # (only a root pysb with a process limit needs it)
-
-            if pidlimit.needed(processes):
-                cgroup = pidlimit.PidsCgroup.create(processes + self.own_processes)
-                plan.cleanups.append(cgroup.remove)
-                previous = popen_kwargs.pop("preexec_fn", None)
-
-                def join_cgroup() -> None:
-                    cgroup.join_self()
-                    if previous is not None:
-                        previous()
-
-                popen_kwargs["preexec_fn"] = join_cgroup
-        proc = subprocess.Popen(
-            spec.argv,
-            env=spec.env,
-            cwd=spec.cwd,
-            pass_fds=tuple(spec.pass_fds),
-            **popen_kwargs,
-        )
+        cgroup = None if self.manages_process_limit else self.pids_cgroup(plan)
+        first = [PreExecStep("joining the pids cgroup", cgroup.join_self)] if cgroup else []
+        steps = set_pre_exec(popen_kwargs, plan, first=first)
+        try:
+            proc = subprocess.Popen(
+                spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                pass_fds=tuple(spec.pass_fds),
+                **popen_kwargs,
+            )
+        except subprocess.SubprocessError as exc:  # a step failed in the child: nothing ran
+            if not steps:
+                raise
+            raise pre_exec_failed(self.name, steps, exc) from exc
         try:
             for started in spec.on_started:
                 started(proc)
@@ -201,3 +224,39 @@ class Provider(ABC):
             proc.wait()
             raise
         return proc
+
+
+def set_pre_exec(
+    popen_kwargs: dict[str, Any], plan: LaunchPlan, *, first: Sequence[PreExecStep] = ()
+) -> list[PreExecStep]:
+    """Make ``popen_kwargs["preexec_fn"]`` run ``first``, the plan's ``pre_exec`` steps and
+    the caller's own ``preexec_fn`` (if any), in that order; return the steps.
+
+    The base :meth:`Provider.launch` uses it; a provider that starts its host process
+    itself calls it before its ``Popen``.
+    """
+    from pysb_core.plan import PreExecStep
+
+    steps = [*first, *plan.pre_exec]
+    caller = popen_kwargs.pop("preexec_fn", None)
+    if caller is not None:
+        steps.append(PreExecStep("the caller's preexec_fn", caller))
+    if steps:
+        functions = tuple(step.run for step in steps)
+
+        def pre_exec() -> None:
+            for run in functions:
+                run()
+
+        popen_kwargs["preexec_fn"] = pre_exec
+    return steps
+
+
+def pre_exec_failed(
+    provider: str, steps: Sequence[PreExecStep], exc: BaseException
+) -> SandboxError:
+    """The error for a launch whose pre-exec steps failed (the child cannot say which)."""
+    from pysb_core.errors import SandboxError
+
+    what = ", ".join(step.what for step in steps)
+    return SandboxError(f"{provider}: the set-up before {provider} starts failed ({what}): {exc}")

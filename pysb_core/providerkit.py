@@ -35,9 +35,12 @@ Groups (see docs/writing-providers.md for the guide):
   :func:`hosts_file_text`;
 - processes: :func:`adopt_wrapper` and :class:`WrapperProcess` (a wrapper command whose
   signals must reach the program), :func:`watch_wrapper_setup` (the wrapper's own set-up
-  failure told from the program's exit), :class:`PidsCgroup` and :func:`find_pids_controller`
-  (``limits: processes`` for a root pysb), :class:`ProgramStart` (``wall-time`` counted
-  from the program's start when the sandbox boots first);
+  failure told from the program's exit), :class:`PreExecStep` and :func:`set_pre_exec`
+  (what the host process does between ``fork`` and ``exec``: ``LaunchPlan.add_pre_exec``),
+  :class:`PidsCgroup`, :func:`find_pids_controller` and :func:`pids_limit_problem`
+  (``limits: processes`` for a root pysb: ``Provider.pids_cgroup`` makes it),
+  :class:`ProgramStart` (``wall-time`` counted from the program's start when the sandbox
+  boots first);
 - the common seccomp refusals: :class:`SeccompRules`, :func:`seccomp_covers`,
   :func:`seccomp_filter_bytes`, :func:`install_seccomp`, :func:`seccomp_child_setup`,
   :func:`seccomp_describe` (its line in ``pysb check``);
@@ -108,6 +111,9 @@ _EXPORTS: dict[str, str] = {
     "ProgramStart": "pysb_core.execute:ProgramStart",
     "PidsCgroup": "pysb_core.pidlimit:PidsCgroup",
     "find_pids_controller": "pysb_core.pidlimit:find_controller",
+    "pids_limit_problem": "pysb_core.pidlimit:problem",
+    "PreExecStep": "pysb_core.plan:PreExecStep",
+    "set_pre_exec": "pysb_core.provider:set_pre_exec",
     # seccomp
     "SeccompRules": "pysb_core.seccomp:Rules",
     "seccomp_covers": "pysb_core.seccomp:covers",
@@ -162,6 +168,7 @@ __all__ = [
     "NetworkRule",
     "PidsCgroup",
     "Policy",
+    "PreExecStep",
     "ProgramStart",
     "Provider",
     "ProviderStatus",
@@ -186,12 +193,14 @@ __all__ = [
     "is_within",
     "mutable_record",
     "open_dir_nofollow",
+    "pids_limit_problem",
     "record",
     "rule_networks",
     "seccomp_child_setup",
     "seccomp_covers",
     "seccomp_describe",
     "seccomp_filter_bytes",
+    "set_pre_exec",
     "unknown_option",
     "watch_wrapper_setup",
     "which",
@@ -221,10 +230,17 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.paths import is_within
     from pysb_core.pidlimit import PidsCgroup
     from pysb_core.pidlimit import find_controller as find_pids_controller
-    from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec
+    from pysb_core.pidlimit import problem as pids_limit_problem
+    from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec, PreExecStep
     from pysb_core.policy import Exposure, Limits, NetworkRule, Policy
     from pysb_core.probecache import cached_probe, which
-    from pysb_core.provider import Capability, Provider, ProviderStatus, unknown_option
+    from pysb_core.provider import (
+        Capability,
+        Provider,
+        ProviderStatus,
+        set_pre_exec,
+        unknown_option,
+    )
     from pysb_core.records import Record, asdict, field, mutable_record, record
     from pysb_core.seccomp import Rules as SeccompRules
     from pysb_core.seccomp import child_setup as seccomp_child_setup

@@ -14,6 +14,7 @@ import os
 import sys
 import sysconfig
 
+from pysb_core.paths import is_within
 from pysb_core.policy import Exposure
 
 CA_DIRS = (
@@ -75,13 +76,13 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
         ]
     )
     for real in import_roots():
-        if real in dirs or any(real.startswith(d + os.sep) for d in dirs):
+        if any(is_within(real, d) for d in dirs):
             continue
         dirs.extend(p for p in _importable_parts(real) if p not in dirs)
     # pysb_core itself (the bootstrap, the partial-mode worker, the public API that sandboxed
     # modules import), even when the working directory is a development checkout of it.
     core = os.path.dirname(os.path.realpath(__file__))
-    if not any(core == d or core.startswith(d + os.sep) for d in dirs):
+    if not any(is_within(core, d) for d in dirs):
         dirs.append(core)
     return tuple(files), tuple(dirs)
 

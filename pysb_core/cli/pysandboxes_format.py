@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pysb_core.paths import is_within
 from pysb_core.profile.variables import VariableError, expand
 
 #: Keys that take one value: given twice in the files, pysandboxes refuses the file.
@@ -184,7 +185,7 @@ def collect(
     if real in seen:
         return []
     seen.add(real)
-    display = os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+    display = os.path.relpath(path, cwd) if is_within(path, cwd) else path
     out.sources.append(display)
     lines: list[Line] = []
     for line in read_lines(path, display, out):

@@ -14,6 +14,7 @@ import os
 import stat
 
 from pysb_core.errors import ProfileError
+from pysb_core.paths import is_within
 from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Limits, NetworkRule, Policy
 from pysb_core.profile.loader import expand_user, load_files
 from pysb_core.profile.merge import Item, merge_files
@@ -99,7 +100,7 @@ class _Compiler:
         rather than the link followed."""
         for link, target in followed:
             parent = os.path.dirname(link)
-            holder = next((w for w in writable if _below(parent, w.path)), None)
+            holder = next((w for w in writable if is_within(parent, w.path)), None)
             if holder is None:
                 continue
             self.err(
@@ -308,11 +309,6 @@ class _Compiler:
             values[attr] = value
             sources[key] = item.loc
         return Limits(**values, sources=sources)
-
-
-def _below(path: str, root: str) -> bool:
-    """``path`` is ``root`` or lies under it (both canonical)."""
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def resolve(path: str) -> tuple[str, list[tuple[str, str]]]:

@@ -28,6 +28,7 @@ from typing import Any
 
 from pysb_core.errors import ProfileError, SandboxError
 from pysb_core.learning import IMPORT_GROUPS, LearnedProfile, LearnedRule
+from pysb_core.paths import is_within
 from pysb_core.profile.loader import display_path
 from pysb_core.profile.schema import BUILTIN_SECTIONS, SCALAR
 
@@ -175,7 +176,7 @@ def _covers(root: str, path: str) -> bool:
         return True
     if root == ".":
         return not (path.startswith(("/", "~", "$", "..")) or path == ".")
-    return path.startswith(root.rstrip("/") + "/")
+    return is_within(path, root)
 
 
 class _Existing:

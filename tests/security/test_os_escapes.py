@@ -64,16 +64,6 @@ KEYRING_HOLE = pytest.mark.xfail(
     reason="HOLE: the program inherits the session keyring of the process that started pysb "
     "and keyctl(2) is not filtered: keys there (tokens, Kerberos tickets) are readable",
 )
-#: limits.processes is an RLIMIT_NPROC, which the kernel ignores for the host's root.
-NPROC_HOLE = pytest.mark.xfail(
-    os.geteuid() == 0,
-    strict=True,
-    reason="HOLE: 'limits: processes' is only RLIMIT_NPROC here; the kernel does not apply "
-    "it to the host's root (uid 0 of the initial user namespace), so the run starts and "
-    "the limit is not enforced (firejail, unshare and qemu use a pids cgroup instead)",
-)
-
-
 def _param(provider: str, *marks: pytest.MarkDecorator) -> object:
     return pytest.param(provider, marks=[pytest.mark.provider(provider), *marks], id=provider)
 

@@ -222,14 +222,7 @@ class BwrapProvider(Provider):
         routes ``send_signal``/``terminate`` to the program (:mod:`pysb_core.wrapper_process`), and
         in an interactive run bwrap ignores SIGINT (see :mod:`pysb_bwrap.child`)."""
         if shares_terminal(plan):
-            previous = popen_kwargs.pop("preexec_fn", None)
-
-            def ignore_sigint() -> None:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                if previous is not None:
-                    previous()
-
-            popen_kwargs["preexec_fn"] = ignore_sigint
+            plan.add_pre_exec("ignoring SIGINT", _ignore_sigint)
         elif "start_new_session" not in popen_kwargs:
             # The program is in a session of its own (--new-session); bwrap goes into a
             # process group of its own too, so the terminal's Ctrl-C does not kill bwrap
@@ -255,6 +248,10 @@ class BwrapProvider(Provider):
                 args={"unset": unset, "restore_sigint": shares_terminal(plan)},
             )
         )
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def shares_terminal(plan: LaunchPlan) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from pysb_core.providerkit import (
     Capability,
@@ -24,6 +24,7 @@ from pysb_core.providerkit import (
     SandboxError,
     adopt_wrapper,
     hookimpl,
+    pids_limit_problem,
     seccomp_covers,
     seccomp_describe,
     watch_wrapper_setup,
@@ -31,7 +32,6 @@ from pysb_core.providerkit import (
 from pysb_firejail import mountns, netns, network, nsnet, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.hostfs import scan_host
-from pysb_firejail.limits import PidsCgroup, processes_problem
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
@@ -62,7 +62,9 @@ class FirejailProvider(Provider):
     )
     capabilities = BASE_CAPABILITIES | network.NETWORK_CAPABILITIES
     install_hint = INSTALL_FIX
-    manages_process_limit = True  # its own pids cgroup (pysb_firejail.limits)
+    #: firejail's own processes in the pids cgroup of a root pysb (the base launch joins
+    #: it): the host process and the sandbox's PID 1.
+    own_processes = 2
     private_tmp = "/tmp"  # firejail's own tmpfs (pysb_firejail.argv)
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -136,7 +138,7 @@ class FirejailProvider(Provider):
                     ]
                 finally:
                     net.close()
-        problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
+        problem = pids_limit_problem(plan.policy.limits.processes)
         if problem:
             lines.append(f"limits: {problem}")
         try:
@@ -224,23 +226,15 @@ class FirejailProvider(Provider):
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Like :meth:`Provider.launch`, with steps between ``fork`` and ``exec`` of
-        firejail when pysb runs as root: with a ``processes`` limit (``RLIMIT_NPROC`` does
-        not apply to root) it joins a pids cgroup of its own, so that nothing escapes it;
-        it enters a new mount namespace whose root mount is read-only
+        firejail when pysb runs as root (``plan.pre_exec``, after the base's pids cgroup
+        for a ``processes`` limit, which ``RLIMIT_NPROC`` does not apply to root): it
+        enters a new mount namespace whose root mount is read-only
         (:mod:`pysb_firejail.mountns`: firejail's bind mounts are then read-only from the
         start) and, without network allow rules, a new network namespace with ``lo`` up
         (:mod:`pysb_firejail.netns`), both of which firejail keeps for the sandbox."""
-        problem = processes_problem(plan.policy.limits, as_root=uid_is_root())
-        if problem:
+        problem = pids_limit_problem(plan.policy.limits.processes)
+        if problem:  # before any set-up (the base launch would refuse it after)
             raise SandboxError(f"firejail: {problem}")
-        steps: list[Callable[[], None]] = []
-        what: list[str] = []
-        limit = plan.policy.limits.processes
-        if limit is not None and uid_is_root():
-            group = PidsCgroup.create(limit)
-            plan.add_cleanup(group.remove)
-            steps.append(group.join_self)
-            what.append("the pids cgroup")
         if network.needs_network(plan.policy) and not self.bridge:
             # Allow rules without a bridge: the filtered namespace is made (and any
             # failure raised, exit 125) before firejail starts; firejail joins it.
@@ -249,8 +243,7 @@ class FirejailProvider(Provider):
             namespace_net.start()
             self._started[id(plan)] = namespace_net
             plan.add_cleanup(lambda: self._started.pop(id(plan), None))
-            steps.append(namespace_net.enter_step())
-            what.append("the filtered network namespace")
+            plan.add_pre_exec("the filtered network namespace", namespace_net.enter_step())
         # prepare() leaves --net=none out for this plan: the namespace is made here.
         own_netns = self._own_netns(plan)
         read_only_root = mountns.usable(
@@ -261,32 +254,17 @@ class FirejailProvider(Provider):
             mountns.CLONE_NEWNS if read_only_root else 0
         )
         if flags:
-            steps.append(netns.unshare_function(flags))
+            plan.add_pre_exec("new namespaces", netns.unshare_function(flags))
         if read_only_root:
             bind = mountns.firejail_run_on_root()
-            steps.append(mountns.read_only_root(bind_firejail_run=bind))
-            what.append("a mount namespace with a read-only root")
+            plan.add_pre_exec(
+                "a mount namespace with a read-only root",
+                mountns.read_only_root(bind_firejail_run=bind),
+            )
         if own_netns:
             netns.prepare_loopback()
-            steps.append(netns.loopback_up)
-            what.append("a network namespace of its own")
-        if not steps:
-            return super().launch(plan, **popen_kwargs)
-        previous = popen_kwargs.pop("preexec_fn", None)
-        if previous is not None:
-            steps.append(previous)
-
-        def before_exec() -> None:
-            for step in steps:
-                step()
-
-        popen_kwargs["preexec_fn"] = before_exec
-        try:
-            return super().launch(plan, **popen_kwargs)
-        except subprocess.SubprocessError as exc:  # a step failed in the child: nothing ran
-            raise SandboxError(
-                f"firejail: the set-up before firejail starts failed ({', '.join(what)}): {exc}"
-            ) from exc
+            plan.add_pre_exec("a network namespace of its own", netns.loopback_up)
+        return super().launch(plan, **popen_kwargs)
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
 

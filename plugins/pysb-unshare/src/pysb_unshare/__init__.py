@@ -29,6 +29,7 @@ from pysb_core.providerkit import (
     SandboxError,
     seccomp_child_setup,
     seccomp_describe,
+    set_pre_exec,
 )
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
@@ -108,7 +109,9 @@ class UnshareProvider(Provider):
         }
     )
     install_hint = "apt-get install util-linux slirp4netns nftables"
-    manages_process_limit = True  # a pids cgroup of its own (pysb_unshare.cgroup)
+    #: ``limits: processes`` as root: the program joins the pids cgroup itself, from inside
+    #: (``nsinit``), so that pysb's helpers in the namespace are not counted.
+    manages_process_limit = True
     private_tmp = "/tmp"  # a tmpfs of its own (pysb_unshare.rootfs)
 
     _probe_cache: dict[str, ProviderStatus] = {}
@@ -304,12 +307,7 @@ class UnshareProvider(Provider):
         net = self.network(plan)
         if net.enabled:
             net.check()
-        cgroup = None
-        if plan.policy.limits.processes is not None and os.geteuid() == 0:
-            from pysb_unshare.cgroup import PidsCgroup
-
-            cgroup = PidsCgroup(plan.policy.limits.processes)
-            plan.add_cleanup(cgroup.remove)
+        cgroup = self.pids_cgroup(plan)
         spec = self.prepare(plan)
         plan.cleanups.extend(spec.cleanups)
         plan.seal()
@@ -324,6 +322,7 @@ class UnshareProvider(Provider):
             os.write(cfg_fd, data)
             os.lseek(cfg_fd, 0, os.SEEK_SET)
             argv = [*spec.argv, str(cfg_fd)]
+            set_pre_exec(popen_kwargs, plan)
             proc = subprocess.Popen(
                 argv,
                 env=spec.env,
