@@ -64,6 +64,8 @@ KEYRING_HOLE = pytest.mark.xfail(
     reason="HOLE: the program inherits the session keyring of the process that started pysb "
     "and keyctl(2) is not filtered: keys there (tokens, Kerberos tickets) are readable",
 )
+
+
 def _param(provider: str, *marks: pytest.MarkDecorator) -> object:
     return pytest.param(provider, marks=[pytest.mark.provider(provider), *marks], id=provider)
 
