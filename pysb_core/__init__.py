@@ -51,6 +51,8 @@ _EXPORTS: dict[str, str] = {
     "Event": "pysb_core.events:Event",
     "Recorder": "pysb_core.events:Recorder",
     "CheckReport": "pysb_core.check:CheckReport",
+    # profiles
+    "check_profile": "pysb_core.profilecheck:check_profile",
 }
 
 __all__ = [
@@ -84,6 +86,7 @@ __all__ = [
     "UnenforceableRuleError",
     "WriteDeniedError",
     "__version__",
+    "check_profile",
     "hookimpl",
     "is_in_sandbox",
     "run",
@@ -120,5 +123,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pysb_core.markers import hookimpl
     from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy
+    from pysb_core.profilecheck import check_profile
     from pysb_core.provider import Capability, Provider, ProviderStatus
     from pysb_core.remote import is_in_sandbox, run, sandbox, sandboxes

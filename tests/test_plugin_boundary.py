@@ -28,15 +28,8 @@ PUBLIC: dict[str, set[str]] = {
 }
 IMPORTERS = {"import_module", "__import__", "find_spec"}
 #: Known gaps, each with its reason: (distribution, "module.name") a plugin still takes from
-#: pysb-core's internals until a kit offers it. pysb-ray (an integration in ``pysb.plugins``,
-#: not a provider or guard) validates a profile on the Ray driver exactly as a run would:
-#: no public call does that yet.
-KNOWN_GAPS = {
-    ("pysb-ray", "pysb_core.plugins.Hooks"),
-    ("pysb-ray", "pysb_core.plugins.get_plugin_manager"),
-    ("pysb-ray", "pysb_core.profile.ProfileSchema"),
-    ("pysb-ray", "pysb_core.profile.load_policy"),
-}
+#: pysb-core's internals until a kit offers it. None today; a gap added here must be used.
+KNOWN_GAPS: set[tuple[str, str]] = set()
 
 
 def _distribution(path: Path) -> str:

@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from pysb_core import ProfileError
+from pysb_core import ProfileError, check_profile
 
 PROFILE_DIR_VARIABLE = "${PROFILE_DIR}"
 
@@ -116,13 +116,7 @@ def _validate(path: str, text: str, provider: str | None, cwd: str) -> None:
     The schema is the one a run uses (the installed plugins add their keys). The provider
     is not probed: the driver need not be able to run it, the nodes must.
     """
-    from pysb_core.plugins import Hooks, get_plugin_manager
-    from pysb_core.profile import ProfileSchema, load_policy
-
-    pm, _ = get_plugin_manager(light=True)
-    schema = ProfileSchema()
-    Hooks(pm).add_profile_keys(schema)
-    policy = load_policy(path, cwd=cwd, environ=os.environ, provider=provider, schema=schema)
+    policy = check_profile(path, cwd=cwd, provider=provider)
     _refuse_includes(path, text)
     if policy.learn:
         raise ProfileError(
