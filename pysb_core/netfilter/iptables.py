@@ -18,6 +18,7 @@ from pysb_core.netfilter.plan import (
     FilterPlan,
     Match,
     is_all_ports,
+    overlaps,
     plan_filter,
 )
 from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
@@ -94,12 +95,15 @@ def _nat_table(plan: FilterPlan) -> list[str]:
         ":OUTPUT ACCEPT [0:0]",
         ":POSTROUTING ACCEPT [0:0]",
     ]
+    own = plan.own_ephemeral  # the program's own servers stay in the sandbox
     for protos, ranges in plan.host_loopback:
+        keep = f"! --dport {own[0]}:{own[1]} " if own and overlaps(ranges, own) else ""
         for proto in protos.split(","):
             groups = [""] if is_all_ports(ranges) else _port_groups(ranges)
             lines += [
                 f"-A OUTPUT -d 127.0.0.1/32 -p {proto} "
                 + (f"-m multiport --dports {group} " if group else "")
+                + keep
                 + f"-j DNAT --to-destination {target.gateway}"
                 for group in groups
             ]

@@ -30,6 +30,7 @@ from pysb_core.netfilter.plan import (
     Forward,
     Match,
     is_all_ports,
+    overlaps,
     plan_filter,
 )
 from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
@@ -121,6 +122,9 @@ def _nat_chains(plan: FilterPlan) -> list[str]:
                 if is_all_ports(ranges)
                 else f"{proto} dport {_ports(ranges)}"
             )
+            own = plan.own_ephemeral  # the program's own servers stay in the sandbox
+            if own and overlaps(ranges, own):
+                m += f" {proto} dport != {own[0]}-{own[1]}"
             nat_out.append(f"ip daddr 127.0.0.1 {m} dnat ip to {target.gateway}")
     nat_pre = [
         f'iifname "{target.uplink}" {fwd.proto} dport {fwd.port} dnat ip to 127.0.0.1'

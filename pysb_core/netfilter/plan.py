@@ -82,6 +82,9 @@ class FilterPlan(Record):
     #: True when the sandbox may ask the helper's resolver (some rule allows a wide network).
     dns: bool = False
     notes: list[str] = field(default_factory=list)
+    #: The ephemeral range when an ``in`` rule lets the program serve there: loopback traffic
+    #: to it stays in the sandbox (its own servers), never NATed to the host's loopback.
+    own_ephemeral: tuple[int, int] | None = None
 
     @property
     def nat(self) -> bool:
@@ -100,6 +103,10 @@ def is_all_ports(ports: Iterable[PortRange]) -> bool:
 
 def _covers(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
     return any(p.low <= span[0] and span[1] <= p.high for p in ports)
+
+
+def overlaps(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
+    return any(p.low <= span[1] and span[0] <= p.high for p in ports)
 
 
 def _within(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
@@ -186,13 +193,14 @@ def plan_filter(
     rules = tuple(rules)
     pins = {normalize_host(k): tuple(v) for k, v in pins.items()}
     plan = FilterPlan(target=target)
+    # A rule for every port counts too: `allow any 127.0.0.1 * any` lets the program serve
+    # on port 0, and its own clients must reach that server, not the host's loopback.
     serves_ephemeral = any(
-        r.action == "allow"
-        and r.direction in ("in", "any")
-        and not is_all_ports(r.ports)
-        and _covers(r.ports, ephemeral)
+        r.action == "allow" and r.direction in ("in", "any") and _covers(r.ports, ephemeral)
         for r in rules
     )
+    if serves_ephemeral:
+        plan.own_ephemeral = ephemeral
     wanted_in: dict[str, list[int]] = {"tcp": [], "udp": []}
     denied_in: dict[str, set[int]] = {"tcp": set(), "udp": set()}
     for rule in rules:
@@ -234,6 +242,12 @@ def _plan_out(
             )
         else:
             plan.host_loopback.append((",".join(rule.protocols), rule.ports))
+            if own_servers and overlaps(rule.ports, ephemeral):
+                plan.notes.append(
+                    f"{rule.source}: '{rule}' reaches the host's loopback outside the "
+                    f"ephemeral ports {ephemeral[0]}-{ephemeral[1]}, which are the "
+                    "sandbox's own servers"
+                )
     if _is_wide(rule):
         plan.dns = True
 
