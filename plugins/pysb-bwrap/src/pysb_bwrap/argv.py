@@ -222,9 +222,63 @@ def build_argv(
         )
     exposures = list(plan.exposures)
     _check_targets(exposures)
-
     argv = [
         bwrap,
+        *_isolation(
+            hostname=hostname,
+            new_session=new_session,
+            disable_userns=disable_userns,
+            seccomp_fd=seccomp_fd,
+            info_fd=info_fd,
+            block_fd=block_fd,
+            json_status_fd=json_status_fd,
+        ),
+    ]
+    root_exposed = [e for e in exposures if e.target == "/"]
+    for e in sorted(root_exposed, key=lambda e: e.writable):
+        argv += ["--bind" if e.writable else "--ro-bind", e.path, "/"]
+    # Every mount made, in order: (target, whether it shows the host's tree at the same
+    # path read-only). bwrap reads the whole mount table for each bind (~0.15 ms each),
+    # so a bind that would change nothing in the view is left out (see _redundant).
+    mounts: list[tuple[str, bool]] = [(e.target, False) for e in root_exposed]
+    argv += _system(
+        plan,
+        layout,
+        root_exposed,
+        mounts,
+        network=network,
+        # The root is a host directory then: a copy would be written into it.
+        copies={} if root_exposed else dict(copies or {}),
+        hosts_file=hosts_file,
+        resolv_file=resolv_file,
+    )
+    argv += _exposures(exposures, root_exposed, layout, mounts, exposure_fds or {})
+    mask_argv, masked, masked_inside, needs_empty = _masks(plan, layout, empty_file)
+    argv += mask_argv
+    argv += _protected(plan, layout, masked_inside)
+    # -- working directory, then a read-only root ---------------------------------------
+    cwd = sandbox_path(plan.cwd, exposures)
+    if cwd is None:
+        cwd = plan.cwd
+        argv += ["--dir", cwd]
+    if not root_exposed:
+        argv += ["--remount-ro", "/"]
+    argv += ["--chdir", cwd, "--", *plan.argv]
+    return BwrapCommand(argv=argv, masked=masked, cwd=cwd, needs_empty_file=needs_empty)
+
+
+def _isolation(
+    *,
+    hostname: str,
+    new_session: bool,
+    disable_userns: bool,
+    seccomp_fd: int | None,
+    info_fd: int | None,
+    block_fd: int | None,
+    json_status_fd: int | None,
+) -> list[str]:
+    """Namespaces, process hardening and bwrap's status descriptors."""
+    argv = [
         # user, ipc, pid, net, uts, cgroup: nothing of the host's is shared.
         "--unshare-all",
         "--unshare-user",
@@ -249,32 +303,35 @@ def build_argv(
         argv += ["--block-fd", str(block_fd)]
     if json_status_fd is not None:
         argv += ["--json-status-fd", str(json_status_fd)]
+    return argv
 
-    root_exposed = [e for e in exposures if e.target == "/"]
-    for e in sorted(root_exposed, key=lambda e: e.writable):
-        argv += ["--bind" if e.writable else "--ro-bind", e.path, "/"]
-    if root_exposed:
-        # The root is a host directory then: a copy would be written into it.
-        copies = None
-    copies = copies or {}
-    # Every mount made, in order: (target, whether it shows the host's tree at the same
-    # path read-only). bwrap reads the whole mount table for each bind (~0.15 ms each),
-    # so a bind that would change nothing in the view is left out (see _redundant).
-    mounts: list[tuple[str, bool]] = [(e.target, False) for e in root_exposed]
+
+def _system(
+    plan: LaunchPlan,
+    layout: HostLayout,
+    root_exposed: Sequence[Exposure],
+    mounts: list[tuple[str, bool]],
+    *,
+    network: bool,
+    copies: Mapping[str, int],
+    hosts_file: str | int | None,
+    resolv_file: str | int | None,
+) -> list[str]:
+    """The system, read-only: /usr, the top-level trees and links, the /etc files CPython
+    and glibc need, /proc, /dev and a private /tmp (recorded in ``mounts``)."""
     # Exposures mounted after the system files, over them: what they cover is not bound.
     covering = [
         e.target
-        for e in exposures
+        for e in plan.exposures
         if e.target != "/" and not (e.path in layout.exposure_links and not e.renamed)
     ]
-
-    # -- the system, read-only ---------------------------------------------------------
     # A host directory at / (``expose-ro: [/]``) holds the system already: /bin and the
     # other top-level links exist there (bwrap cannot make a link over them: "Can't make
     # symlink at /bin: File exists"), and /usr is the host's. Read-write, /usr is bound
     # read-only on top as usual.
     host_root = any(e.path == "/" for e in root_exposed)
     ro_root = host_root and not any(e.writable for e in root_exposed)
+    argv: list[str] = []
     for path in SYSTEM_RO:
         if ro_root:
             continue
@@ -322,8 +379,18 @@ def build_argv(
     # exposures below /tmp are bound onto it below.
     argv += ["--perms", "1777", "--tmpfs", "/tmp"]
     mounts.append(("/tmp", False))
+    return argv
 
-    # -- exposures: shallowest first; read-write after read-only at equal target -------
+
+def _exposures(
+    exposures: Sequence[Exposure],
+    root_exposed: Sequence[Exposure],
+    layout: HostLayout,
+    mounts: list[tuple[str, bool]],
+    exposure_fds: Mapping[str, int],
+) -> list[str]:
+    """The exposures: shallowest first, read-write after read-only at equal target."""
+    argv: list[str] = []
     bound: list[str] = [*SYSTEM_RO, *(e.target for e in root_exposed)]
     fds_used: set[int] = set()
     fd_bound: set[tuple[str, bool]] = set()
@@ -345,7 +412,7 @@ def build_argv(
             continue
         if (e.target, e.writable) in fd_bound:
             continue  # the same exposure twice (the profile's and the caller's): bound once
-        fd = (exposure_fds or {}).get(e.path)
+        fd = exposure_fds.get(e.path)
         if fd is not None and fd not in fds_used:
             # bwrap closes a descriptor once it has bound it: each one is usable once
             argv += ["--bind-fd" if e.writable else "--ro-bind-fd", str(fd), e.target]
@@ -355,8 +422,15 @@ def build_argv(
             argv += ["--bind" if e.writable else "--ro-bind", e.path, e.target]
         bound.append(e.target)
         mounts.append((e.target, same_ro))
+    return argv
 
-    # -- ignored paths: masked by an unreadable placeholder -----------------------------
+
+def _masks(
+    plan: LaunchPlan, layout: HostLayout, empty_file: str
+) -> tuple[list[str], list[str], list[str], bool]:
+    """Ignored paths masked by an unreadable placeholder: ``(argv, masked host paths,
+    the same inside, whether the empty placeholder file is needed)``."""
+    argv: list[str] = []
     masked: list[str] = []
     needs_empty = False
     targets = set()
@@ -367,7 +441,7 @@ def build_argv(
     masked_dirs: list[str] = []
     masked_inside: list[str] = []
     for host in sorted(targets, key=lambda p: (depth(p), p)):
-        inside = sandbox_path(host, exposures)
+        inside = sandbox_path(host, plan.exposures)
         if inside is None or any(is_within(inside, d) for d in masked_dirs):
             continue  # not visible anyway, or inside a directory already masked
         masked_inside.append(inside)
@@ -378,22 +452,17 @@ def build_argv(
             argv += ["--ro-bind", empty_file, inside]
             needs_empty = True
         masked.append(host)
+    return argv, masked, masked_inside, needs_empty
 
-    # -- profile files: never writable inside ------------------------------------------
+
+def _protected(plan: LaunchPlan, layout: HostLayout, masked_inside: Sequence[str]) -> list[str]:
+    """The profile files under a read-write exposure, rebound read-only."""
+    argv: list[str] = []
     for host in sorted({layout.resolved.get(p, p) for p in plan.protected}):
-        cover = covering_exposure(host, exposures)
+        cover = covering_exposure(host, plan.exposures)
         if cover is None or not cover.writable:
             continue
-        inside = sandbox_path(host, exposures)
+        inside = sandbox_path(host, plan.exposures)
         if inside is not None and not any(is_within(inside, m) for m in masked_inside):
             argv += ["--ro-bind-try", host, inside]
-
-    # -- working directory, then a read-only root ---------------------------------------
-    cwd = sandbox_path(plan.cwd, exposures)
-    if cwd is None:
-        cwd = plan.cwd
-        argv += ["--dir", cwd]
-    if not root_exposed:
-        argv += ["--remount-ro", "/"]
-    argv += ["--chdir", cwd, "--", *plan.argv]
-    return BwrapCommand(argv=argv, masked=masked, cwd=cwd, needs_empty_file=needs_empty)
+    return argv

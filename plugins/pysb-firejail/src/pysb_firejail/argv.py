@@ -158,9 +158,81 @@ def build_argv(
     _check_paths(exposures)
     # A renamed exposure (SRC:DEST) is shown under SRC: the rename is the Python layer's
     # path translation (``Capability.RENAME`` is not declared).
+    argv = [firejail, *_isolation(plan, as_root, hostname, network, own_netns)]
+    cmd = FirejailCommand(argv=argv)
+    paths = [e.path for e in exposures]
+    if "/run" in paths:
+        raise SandboxError(
+            "firejail cannot expose /run as a whole (it needs /run/firejail for itself); "
+            "expose the parts of /run the program needs"
+        )
+    view = _View(
+        exposures=exposures,
+        paths=paths,
+        root_exposed=any(e.path == "/" for e in exposures),
+        root_writable=any(e.path == "/" and e.writable for e in exposures),
+    )
+    #: /tmp is a private tmpfs unless the profile exposes it (or all of /).
+    view.tmp_private = not view.root_exposed and "/tmp" not in paths
+    #: The host's /var/log is visible (firejail's skeleton would stand in for it).
+    view.var_log_visible = view.root_exposed or any(
+        is_within(p, VAR_LOG) or is_within(VAR_LOG, p) for p in paths
+    )
+    if view.var_log_visible:
+        argv.append("--writable-var-log")
+    _whitelist(cmd, view, layout, network=network is not None)
+    # ``--read-only=/`` remounts only the root mount itself (firejail's remount of "/"
+    # does not recurse), but it first bind-mounts the whole tree onto itself, doubling
+    # the mount table that every later step reads: it goes last (section 5) unless a
+    # ``--read-write`` below needs it first (see ``_exposure_states``).
+    ro_at = len(argv)
+    done = _read_only_tops(cmd, view, layout, as_root=as_root)
+    root_first = _exposure_states(cmd, view, done, as_root=as_root)
+    _protect_and_hide(cmd, view, plan, layout)
+    # -- 5. the unexposed top-level entries, then the root mount read-only ---------------
+    # After the remounts above: each of those reads /proc/self/mountinfo, which these
+    # entries would lengthen (blacklists cost a bind mount each, no remount).
+    argv += [f"--blacklist={top}" for top in cmd.blacklisted]
+    # Only for root: firejail makes / read-only by binding the whole tree over itself, and
+    # a process whose root directory is then covered by a mount counts as chrooted for
+    # the kernel, which refuses it a user namespace: firejail's --noroot (a normal user's
+    # sandbox) would silently start without one (RLIMIT_NPROC would then count every
+    # process of the user on the host, not those of the sandbox). A normal user cannot
+    # write to / itself; the visible top-level directories got their own entries above.
+    if not view.root_writable and as_root:
+        if root_first:
+            argv.insert(ro_at, "--read-only=/")
+        else:
+            argv.append("--read-only=/")
+    _working_directory(cmd, view, plan)
+    # No "--" before the program: firejail 0.9.72 would then start it through
+    # ``/bin/bash -c`` (one more exec, and bash reads $BASH_ENV). Option parsing stops
+    # at the first argument not starting with "-", and the program is an absolute path.
+    argv += plan.argv
+    return cmd
 
+
+@mutable_record
+class _View:
+    """What one build knows about the profile's view of the file system."""
+
+    exposures: list[Exposure]
+    paths: list[str]
+    root_exposed: bool
+    root_writable: bool
+    tmp_private: bool = False
+    var_log_visible: bool = False
+
+
+def _isolation(
+    plan: LaunchPlan,
+    as_root: bool,
+    hostname: str | None,
+    network: list[str] | None,
+    own_netns: bool,
+) -> list[str]:
+    """-- 1. namespaces, hardening, network, inherited descriptors and limits."""
     argv = [
-        firejail,
         "--noprofile",
         "--quiet",
         "--caps.drop=all",
@@ -191,27 +263,14 @@ def build_argv(
     if plan.pass_fds:
         argv.append("--keep-fd=" + ",".join(str(fd) for fd in sorted(set(plan.pass_fds))))
     argv += limit_options(plan.policy.limits)
+    return argv
 
-    cmd = FirejailCommand(argv=argv)
-    root_exposed = any(e.path == "/" for e in exposures)
-    paths = [e.path for e in exposures]
-    if "/run" in paths:
-        raise SandboxError(
-            "firejail cannot expose /run as a whole (it needs /run/firejail for itself); "
-            "expose the parts of /run the program needs"
-        )
-    #: /tmp is a private tmpfs unless the profile exposes it (or all of /).
-    tmp_private = not root_exposed and "/tmp" not in paths
-    #: The host's /var/log is visible (firejail's skeleton would stand in for it).
-    var_log_visible = root_exposed or any(
-        is_within(p, VAR_LOG) or is_within(VAR_LOG, p) for p in paths
-    )
-    if var_log_visible:
-        argv.append("--writable-var-log")
 
-    # -- 2. the view: whitelist or blacklist each top-level entry ----------------------
+def _whitelist(cmd: FirejailCommand, view: _View, layout: HostLayout, *, network: bool) -> None:
+    """-- 2. the view: whitelist or blacklist each top-level entry."""
+    argv, paths = cmd.argv, view.paths
     whitelist: list[str] = []
-    if not root_exposed:
+    if not view.root_exposed:
         for top, kind in sorted(layout.top_level.items()):
             if top in SYSTEM or top in SPECIAL or kind == "link":
                 continue  # links point into the system or at entries handled on their own
@@ -224,12 +283,12 @@ def build_argv(
                 cmd.blacklisted.append(top)  # emitted last (section 5)
         if "/etc" not in paths:
             whitelist += [p for p in ETC_BASE if p in layout.etc]
-            if network is not None:
+            if network:
                 whitelist += [p for p in ETC_NETWORK if p in layout.etc]
             if ETC_HOSTS in layout.etc:  # replaced by --hosts-file when names are pinned
                 whitelist.append(ETC_HOSTS)
             whitelist += [p for p in paths if is_within(p, "/etc")]
-        if tmp_private:
+        if view.tmp_private:
             tmp = [p for p in paths if is_within(p, "/tmp")]
             whitelist += tmp
             if not tmp:
@@ -247,12 +306,14 @@ def build_argv(
         argv += [f"--whitelist={p}" for p in kept]
         cmd.whitelisted = kept
 
-    # -- 3. read-only everywhere, then each exposure as the profile says ---------------
-    # ``--read-only=/`` remounts only the root mount itself (firejail's remount of "/"
-    # does not recurse), but it first bind-mounts the whole tree onto itself, doubling
-    # the mount table that every later step reads: it goes last (section 5) unless a
-    # ``--read-write`` below needs it first (see ``root_first``).
-    ro_at = len(argv)
+
+def _read_only_tops(
+    cmd: FirejailCommand, view: _View, layout: HostLayout, *, as_root: bool
+) -> list[str]:
+    """-- 3a. read-only everywhere: the whitelisted tops, the other file systems in the
+    visible tree, /var/log, and (for a normal user) each visible top-level directory.
+    Returns the places made read-only."""
+    argv = cmd.argv
     # /tmp stays a writable private tmpfs; /run holds only firejail's own directory,
     # which firejail itself writes to while it sets the sandbox up.
     tops = sorted({top_of(p) for p in cmd.whitelisted} - {"/tmp", "/run"})
@@ -270,7 +331,7 @@ def build_argv(
     hidden_tops = set(cmd.blacklisted)
     done: list[str] = ["/", *tops]
     for m in sorted(layout.mounts, key=depth):
-        private = ("/run", "/tmp") if tmp_private else ("/run",)
+        private = ("/run", "/tmp") if view.tmp_private else ("/run",)
         if any(is_within(m, r) for r in (*_RESERVED, *private, *hidden_tops)):
             continue
         if any(is_within(m, d) and (d != "/" or m == "/") for d in done):
@@ -279,21 +340,30 @@ def build_argv(
         done.append(m)
     # --writable-var-log leaves the host's /var/log writable (its own bind mount): back to
     # read-only, which the exposures below then widen where the profile says.
-    if var_log_visible and not any(e.writable and is_within(VAR_LOG, e.path) for e in exposures):
+    if view.var_log_visible and not any(
+        e.writable and is_within(VAR_LOG, e.path) for e in view.exposures
+    ):
         argv.append(f"--read-only={VAR_LOG}")
         done.append(VAR_LOG)
-    root_writable = any(e.path == "/" and e.writable for e in exposures)
-    if not as_root and not root_writable:
+    if not as_root and not view.root_writable:
         # No --read-only=/ for a normal user (section 5): each visible top-level
         # directory is made read-only on its own instead.
         covered = {*tops, *cmd.blacklisted, *_RESERVED, "/run"}
-        if tmp_private:
+        if view.tmp_private:
             covered.add("/tmp")
-        rw_tops = {e.path for e in exposures if e.writable}
+        rw_tops = {e.path for e in view.exposures if e.writable}
         for top, kind in sorted(layout.top_level.items()):
             if kind == "dir" and top not in covered and top not in rw_tops:
                 argv.append(f"--read-only={top}")
                 done.append(top)
+    return done
+
+
+def _exposure_states(
+    cmd: FirejailCommand, view: _View, done: Sequence[str], *, as_root: bool
+) -> bool:
+    """-- 3b. each exposure as the profile says, where it differs from what it inherits.
+    Returns whether a ``--read-write`` needs the root mount read-only first."""
     # Each remount costs firejail about a millisecond and a half, so only the exposures
     # whose state differs from what they inherit get an entry of their own (read-only is
     # recursive: below a read-only top, every whitelisted path is read-only already).
@@ -302,35 +372,40 @@ def build_argv(
     # before firejail started: pysb_firejail.mountns), so those always get an entry.
     state: dict[str, bool] = {}
     root_first = False
-    for e in sorted(exposures, key=lambda e: (depth(e.path), e.writable)):
+    for e in sorted(view.exposures, key=lambda e: (depth(e.path), e.writable)):
         if e.path == "/":
             continue  # the root mount's state is section 5's
         parents = [p for p in state if is_within(e.path, p) and p != e.path]
         inherited: bool | None
         if parents:
             inherited = state[max(parents, key=depth)]
-        elif (tmp_private and is_within(e.path, "/tmp")) or is_within(e.path, "/run"):
+        elif (view.tmp_private and is_within(e.path, "/tmp")) or is_within(e.path, "/run"):
             inherited = None  # the source mount's: say it
         elif as_root:
-            inherited = root_writable
+            inherited = view.root_writable
         else:  # the root mount stays writable: read-only only below a read-only entry
             inherited = not any(is_within(e.path, d) for d in done if d != "/")
         if e.path in state:
             inherited = state[e.path]
         state[e.path] = e.writable or state.get(e.path, False)
         if state[e.path] != inherited:
-            argv.append(f"--read-write={e.path}" if e.writable else f"--read-only={e.path}")
+            cmd.argv.append(f"--read-write={e.path}" if e.writable else f"--read-only={e.path}")
             # firejail skips a --read-write whose target is writable already: one that
             # still lies on the root mount (not inside a whitelisted tree, which the
             # read-only tops above cover) only works after the root mount is read-only.
             if e.writable and not any(is_within(e.path, w) for w in cmd.whitelisted):
                 root_first = True
+    return root_first
 
-    # -- 4. profile files read-only, ignored paths blacklisted ---------------------------
+
+def _protect_and_hide(
+    cmd: FirejailCommand, view: _View, plan: LaunchPlan, layout: HostLayout
+) -> None:
+    """-- 4. profile files read-only, ignored paths blacklisted."""
     for host in sorted({layout.resolved.get(p, p) for p in plan.protected}):
-        under_rw = any(e.writable and is_within(host, e.path) for e in exposures)
+        under_rw = any(e.writable and is_within(host, e.path) for e in view.exposures)
         if host in layout.existing and under_rw:
-            argv.append(f"--read-only={host}")
+            cmd.argv.append(f"--read-only={host}")
     hidden: set[str] = set()
     for host in (*plan.hidden, *(p for p in ALWAYS_HIDDEN if p in layout.etc)):
         real = layout.resolved.get(host, host)
@@ -341,36 +416,23 @@ def build_argv(
             )
         if real not in layout.existing and host not in ALWAYS_HIDDEN:
             continue
-        if root_exposed or any(is_within(real, p) for p in [*paths, *cmd.whitelisted]):
+        if view.root_exposed or any(is_within(real, p) for p in [*view.paths, *cmd.whitelisted]):
             hidden.add(real)
     for real in sorted(hidden, key=lambda p: (depth(p), p)):
         if any(is_within(real, h) and real != h for h in cmd.hidden):
             continue
-        argv.append(f"--blacklist={real}")
+        cmd.argv.append(f"--blacklist={real}")
         cmd.hidden.append(real)
 
-    # -- 5. the unexposed top-level entries, then the root mount read-only ---------------
-    # After the remounts above: each of those reads /proc/self/mountinfo, which these
-    # entries would lengthen (blacklists cost a bind mount each, no remount).
-    argv += [f"--blacklist={top}" for top in cmd.blacklisted]
-    # Only for root: firejail makes / read-only by binding the whole tree over itself, and
-    # a process whose root directory is then covered by a mount counts as chrooted for
-    # the kernel, which refuses it a user namespace: firejail's --noroot (a normal user's
-    # sandbox) would silently start without one (RLIMIT_NPROC would then count every
-    # process of the user on the host, not those of the sandbox). A normal user cannot
-    # write to / itself; the visible top-level directories got their own entries above.
-    if not root_writable and as_root:
-        if root_first:
-            argv.insert(ro_at, "--read-only=/")
-        else:
-            argv.append("--read-only=/")
 
-    # -- working directory ---------------------------------------------------------------
-    # Also visible: an ancestor of a whitelisted path (firejail creates it, holding only
-    # the whitelisted entries), so relative paths into the exposures work from there.
+def _working_directory(cmd: FirejailCommand, view: _View, plan: LaunchPlan) -> None:
+    """The working directory, when the sandbox can see it; else ``/`` (with a note).
+
+    Also visible: an ancestor of a whitelisted path (firejail creates it, holding only
+    the whitelisted entries), so relative paths into the exposures work from there."""
     visible = (
-        root_exposed
-        or any(is_within(plan.cwd, p) for p in [*paths, *SYSTEM])
+        view.root_exposed
+        or any(is_within(plan.cwd, p) for p in [*view.paths, *SYSTEM])
         or any(is_within(w, plan.cwd) for w in cmd.whitelisted)
     )
     if visible and not any(is_within(plan.cwd, h) for h in cmd.hidden):
@@ -380,12 +442,7 @@ def build_argv(
         cmd.notes.append(
             f"the working directory {plan.cwd} is not exposed: the program starts in /"
         )
-    argv.append(f"--private-cwd={cmd.cwd}")
-    # No "--" before the program: firejail 0.9.72 would then start it through
-    # ``/bin/bash -c`` (one more exec, and bash reads $BASH_ENV). Option parsing stops
-    # at the first argument not starting with "-", and the program is an absolute path.
-    argv += plan.argv
-    return cmd
+    cmd.argv.append(f"--private-cwd={cmd.cwd}")
 
 
 def uid_is_root() -> bool:
