@@ -269,7 +269,7 @@ def _f_decide(canon, write, kind):
             # landlock, a read-only bind or a read-only exposure alike): so does the guard,
             # or `pathlib.Path(D).mkdir(exist_ok=True)` of an exposed D would fail here only.
             return REFUSE(OSError(EEXIST, "File exists", canon))
-        if kind == "delete" and not _f_lexists(canon):
+        if kind == "delete" and _f_missing(canon):
             # Likewise, removing a name looks it up first: a missing one is ENOENT (what
             # `test.support.unlink`, `contextlib.suppress(FileNotFoundError)`... expect).
             return REFUSE(OSError(ENOENT, "No such file or directory", canon))
@@ -304,6 +304,17 @@ def _f_decide(canon, write, kind):
                 EACCES,
             )
     return None
+
+
+def _f_missing(canon):
+    """True only when the look-up says the name does not exist (ENOENT). A directory the
+    program may not search (EACCES) hides nothing: the real call then fails as the kernel
+    says, which is what `tempfile`'s cleanup waits for to restore permissions."""
+    try:
+        LSTAT(canon)
+    except OSError as exc:
+        return exc.errno == ENOENT
+    return False
 
 
 def _f_lexists(canon):

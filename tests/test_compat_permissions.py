@@ -1,0 +1,86 @@
+"""A directory's own permissions answer as they do under plain Python (issue 17, item 6).
+
+Removing a name in a directory the program may not search (mode 0400) is refused by the
+kernel with EACCES. The file guard looks the name up before judging a removal, and used to
+take any failed look-up for a missing name (FileNotFoundError): `tempfile.TemporaryDirectory`
+then skipped the entry instead of restoring the directory's permissions, and its cleanup of
+a read-only tree failed (CPython's test_tempfile `test_modes`, under bwrap, which runs the
+program without capabilities). Root ignores directory permissions (CAP_DAC_OVERRIDE), so the
+program runs without capabilities (``setpriv``) where pysb itself runs as root, except
+under bwrap and unshare, which drop them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider
+
+PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare"]
+
+PROGRAM = r"""
+import os, tempfile
+os.makedirs("box/inner")
+open("box/inner/f", "w").close()
+os.chmod("box/inner", 0o400)
+try:
+    os.unlink("box/inner/f")
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("removed")  # with CAP_DAC_OVERRIDE: the test could not show anything
+os.chmod("box/inner", 0o700)
+with tempfile.TemporaryDirectory(dir="box") as tree:
+    os.makedirs(os.path.join(tree, "a", "b"))
+    open(os.path.join(tree, "a", "b", "f"), "w").close()
+    for root, dirs, files in os.walk(tree, topdown=False):
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o400)
+        os.chmod(root, 0o400)
+print("cleaned" if not os.path.exists(tree) else "left")
+"""
+
+PROFILE = "version: 1\nimports: [os, tempfile]\nfiles:\n  expose-rw: [.]\n"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_directory_without_search_permission_refuses_as_the_kernel_does(provider: str) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    prefix: list[str] = []
+    # bwrap and unshare run the program without capabilities themselves (and need theirs to
+    # map the user namespace); the others keep root's, so pysb runs without any
+    if os.geteuid() == 0 and provider in ("subprocess", "landlock"):
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv (util-linux) to drop capabilities")
+        prefix = [setpriv, "--bounding-set=-all", "--inh-caps=-all"]
+    # in the home directory: the namespace providers give the program a /tmp of its own
+    root = Path(tempfile.mkdtemp(prefix=".pysb-perm-", dir=Path.home()))
+    try:
+        project = Project(root)
+        project.profile(PROFILE)
+        project.file("app.py", PROGRAM)
+        res = subprocess.run(
+            [*prefix, *pysb_command(), "run", "--provider", provider, "app.py"],
+            cwd=root,
+            env=BASE_ENV,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert res.returncode == 0, res.stderr
+        lines = res.stdout.splitlines()
+        assert lines == ["PermissionError", "cleaned"], res.stdout + res.stderr
+    finally:
+        for parent, dirs, _ in os.walk(root):
+            for name in dirs:
+                os.chmod(os.path.join(parent, name), 0o700)
+        shutil.rmtree(root, ignore_errors=True)
