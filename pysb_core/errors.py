@@ -22,6 +22,10 @@ def __getattr__(name: str) -> object:
         from pysb_core.exitcodes import ExitCode
 
         return ExitCode
+    if name == "NameResolutionDeniedError":
+        cls = _name_resolution_denied_error()
+        globals()[name] = cls  # one class, made once: pickle finds it here again
+        return cls
     raise AttributeError(f"module 'pysb_core.errors' has no attribute {name!r}")
 
 
@@ -160,6 +164,24 @@ class NetworkDeniedError(DeniedError, ConnectionRefusedError):
     default_errno = 111  # ECONNREFUSED
 
 
+def _name_resolution_denied_error() -> type[NetworkDeniedError]:
+    """``NameResolutionDeniedError``: made on first use, since its second base lives in
+    ``_socket``, which a run without network rules never loads on the host."""
+    from _socket import EAI_NONAME, gaierror
+
+    class NameResolutionDeniedError(NetworkDeniedError, gaierror):
+        """A host name no network rule covers: refused before any query. Also the
+        ``socket.gaierror`` (``EAI_NONAME``) the resolver raises for a name that does not
+        resolve -- what code asking for a name handles (smtplib, ``socket.getfqdn``
+        users, HTTP clients) -- and still a :class:`NetworkDeniedError`."""
+
+        default_errno = EAI_NONAME
+
+    NameResolutionDeniedError.__module__ = __name__
+    NameResolutionDeniedError.__qualname__ = "NameResolutionDeniedError"
+    return NameResolutionDeniedError
+
+
 class ApiDeniedError(DeniedError, PermissionError):
     """A call of a sensitive function the ``api`` rules do not allow."""
 
@@ -203,3 +225,9 @@ class UntrustedProfileError(SandboxError):
     """A discovered profile (found, not named) that the user has not trusted as it is now
     (``pysb trust``): a program an earlier run let write its directory may have planted
     or rewritten it. The run must not start (exit 125)."""
+
+
+if TYPE_CHECKING:  # made on first use at run time (module __getattr__ above)
+    from socket import gaierror
+
+    class NameResolutionDeniedError(NetworkDeniedError, gaierror): ...

@@ -83,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "WriteDeniedError": "pysb_core.errors:WriteDeniedError",
     "ImportDeniedError": "pysb_core.errors:ImportDeniedError",
     "NetworkDeniedError": "pysb_core.errors:NetworkDeniedError",
+    "NameResolutionDeniedError": "pysb_core.errors:NameResolutionDeniedError",
     "ApiDeniedError": "pysb_core.errors:ApiDeniedError",
     # the host side
     "ProfileSchema": "pysb_core.profile.schema:ProfileSchema",
@@ -118,6 +119,7 @@ __all__ = [
     "LearnedProfile",
     "Limits",
     "Located",
+    "NameResolutionDeniedError",
     "NetworkDeniedError",
     "NetworkRule",
     "Policy",
@@ -153,6 +155,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
         DeniedError,
         FileDeniedError,
         ImportDeniedError,
+        NameResolutionDeniedError,
         NetworkDeniedError,
         SandboxError,
         WriteDeniedError,

@@ -98,3 +98,46 @@ def test_api_and_import_denials_keep_their_attributes() -> None:
     assert (imp.name, imp.msg, str(imp)) == ("socket", str(imp), "import of 'socket' refused")
     back = pickle.loads(pickle.dumps(imp))
     assert (back.name, str(back)) == ("socket", str(imp))
+
+
+NAMES = r"""
+import smtplib, socket
+try:
+    socket.gethostbyname("uncovered.pysb.test")
+except socket.gaierror as exc:
+    refused = isinstance(exc, ConnectionRefusedError)
+    print(type(exc).__name__, exc.errno == socket.EAI_NONAME, refused)
+# smtplib names the client after the machine: gethostbyname(gethostname()), ready for a
+# name that does not resolve (gaierror) -- the sandbox's own host name is not in any rule
+print("smtp", smtplib.SMTP().local_hostname.startswith("["))
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_refused_name_does_not_resolve_as_the_resolver_says(
+    project: Project, provider: str
+) -> None:
+    """A name no rule covers raises what the resolver raises for a name that does not
+    resolve (``socket.gaierror``, EAI_NONAME), and is still a NetworkDeniedError: code
+    written for unresolvable names (smtplib, getfqdn users) runs on. It raised a bare
+    ConnectionRefusedError, which smtplib.SMTP() let through (CPython's test_logging waited
+    five minutes on SMTPHandlerTest under bwrap, whose sandbox has a host name of its own)."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile("version: 1\nimports: '*'\n")
+    project.file("names.py", NAMES)
+    r = project.run("run", "--provider", provider, "names.py")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["NameResolutionDeniedError True True", "smtp True"], r.stdout
+
+
+def test_a_name_refusal_is_both_builtins_and_survives_pickling() -> None:
+    import socket
+
+    exc = errors.NameResolutionDeniedError(
+        "name resolution of 'x.test' refused before any query", target="x.test"
+    )
+    assert isinstance(exc, errors.NetworkDeniedError) and isinstance(exc, socket.gaierror)
+    assert (exc.errno, exc.strerror) == (socket.EAI_NONAME, str(exc))
+    back = pickle.loads(pickle.dumps(exc))
+    assert type(back) is errors.NameResolutionDeniedError and back.errno == socket.EAI_NONAME

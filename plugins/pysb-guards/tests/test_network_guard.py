@@ -219,7 +219,9 @@ def test_refusal_traceback_ends_at_the_callers_line(tmp_path: Path) -> None:
         # (issue 17); the door and the judge never show.
         assert "<pysb guard>" not in text, text
         assert "pysb_guards" not in text and "pysb-door" not in text, text
-        assert lines[-1].startswith("pysb_core.errors.NetworkDeniedError: "), name
+        # a name no rule covers does not resolve: also socket.gaierror (issue 17)
+        kind = "NameResolutionDeniedError" if name == "getaddrinfo" else "NetworkDeniedError"
+        assert lines[-1].startswith(f"pysb_core.errors.{kind}: "), name
 
 
 def test_deny_listed_after_allow_still_denies(tmp_path: Path, server: Server) -> None:
@@ -388,8 +390,9 @@ def test_audit_backstop_catches_kept_resolvers(tmp_path: Path, private_netns: li
     """
     policy = Policy(network=rules("allow tcp 127.0.0.1 8000 out"))
     results, _ = run_child(tmp_path, policy, code, setup=setup, wrap=private_netns)
-    for key in ("kept_gai", "kept_byname", "kept_byaddr"):
-        assert results[key]["error"] == "NetworkDeniedError", (key, results[key])
+    for key in ("kept_gai", "kept_byname"):
+        assert results[key]["error"] == "NameResolutionDeniedError", (key, results[key])
+    assert results["kept_byaddr"]["error"] == "NetworkDeniedError", results["kept_byaddr"]
     assert results["kept_numeric"] == {"ok": ["127.0.0.1", 80]}
 
 
@@ -516,8 +519,9 @@ def test_uncovered_name_is_refused_without_a_wider_rule(
     attempt('nameinfo', socket.getnameinfo, ('127.0.0.2', 80), 0)
     """
     results, events = run_child(tmp_path, policy, code, wrap=private_netns)
-    for key in ("gai", "byname", "byname_ex", "connect", "raw_gai", "reverse"):
-        assert results[key]["error"] == "NetworkDeniedError", key
+    for key in ("gai", "byname", "byname_ex", "connect", "raw_gai"):
+        assert results[key]["error"] == "NameResolutionDeniedError", key
+    assert results["reverse"]["error"] == "NetworkDeniedError"
     assert "before any query" in results["gai"]["message"]
     assert "allow tcp uncovered.pysb.test 443 out" in results["gai"]["message"]
     assert results["numeric"] == {"ok": ["127.0.0.1", 80]}
@@ -592,7 +596,7 @@ def test_refused_name_sends_no_query(tmp_path: Path, private_netns: list[str]) -
     results, _ = run_child(
         tmp_path, policy, NAMESERVER_PROBE, setup=NAMESERVER_SETUP, wrap=private_netns
     )
-    assert results["gai"]["error"] == "NetworkDeniedError"
+    assert results["gai"]["error"] == "NameResolutionDeniedError"
     assert results["queries"] == 0
 
 

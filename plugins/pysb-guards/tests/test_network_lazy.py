@@ -144,7 +144,7 @@ def test_a_non_ascii_name_fails_on_the_rule(python: str) -> None:
         python=python,
     )
     for key in ("create", "getaddrinfo", "gethostbyname", "connect"):
-        assert found[key][0] == "NetworkDeniedError", (key, found[key])
+        assert found[key][0] == "NameResolutionDeniedError", (key, found[key])
         assert "refused before any query" in found[key][1]
 
 

@@ -157,7 +157,7 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
     import posix
     import sys
 
-    from pysb_core.guardkit import NetworkDeniedError, netmatch
+    from pysb_core.guardkit import NameResolutionDeniedError, NetworkDeniedError, netmatch
     from pysb_guards import _seal
 
     function_type = type(install)
@@ -204,6 +204,7 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
         RESOLVER_DEFAULTS=dict(_RESOLVER_DEFAULTS),
         ADDRESS_AT=dict(_ADDRESS_AT),
         DENIED=NetworkDeniedError,
+        NAME_DENIED=NameResolutionDeniedError,
         RECORDER=_seal.private_recorder(recorder),
         ENFORCE=enforce,
         LEARNING=learning,
@@ -388,6 +389,7 @@ NUMERIC_HOST: Any = None
 IP_TEXT: Any = None
 RECORDER: Any = None
 DENIED: Any = None
+NAME_DENIED: Any = None  # a name refused before any query: also socket.gaierror
 DEFER: Any = None
 NEW_VALUE: Any = None
 GUARD_FACE: Any = None
@@ -561,10 +563,12 @@ def _n_exact_int(value: Any) -> int:
     raise TypeError(f"'{TYPE_NAME(type(value))}' object cannot be interpreted as an integer")
 
 
-def _n_refuse(message: str, target: str, suggestion: str = "") -> Any:
-    """Record a refusal; the placeholder to raise (the face builds the error)."""
+def _n_refuse(message: str, target: str, suggestion: str = "", name: bool = False) -> Any:
+    """Record a refusal; the placeholder to raise (the face builds the error). ``name``:
+    a host name refused before any query, raised as the resolver's own error for a name
+    that does not resolve (``socket.gaierror``) as well as a NetworkDeniedError."""
     RECORDER.deny(GUARD, target, message, suggestion)
-    return DEFER(DENIED, message, target=target, suggested_rule=suggestion)
+    return DEFER(NAME_DENIED if name else DENIED, message, target=target, suggested_rule=suggestion)
 
 
 def _n_refusal_text(what: str, rule: Any, suggestion: str) -> str:
@@ -683,7 +687,7 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
             f"name resolution of '{key}' refused before any query: no network rule names it; "
             f"to allow it, add to the profile's network: section:  - {suggestion}"
         )
-        return _n_refuse(message, key, suggestion)
+        return _n_refuse(message, key, suggestion, name=True)
 
     def refuse_reverse(key: str) -> Any:
         message = (
