@@ -143,11 +143,7 @@ def _statements(matches: Iterable[Match], prefix: str = "") -> list[str]:
     and a comment naming the profile line."""
     out = []
     for m in matches:
-        v4 = [n for n in m.networks if n.version == 4]
-        v6 = [n for n in m.networks if n.version == 6]
-        families = [(f, nets) for f, nets in (("ip", v4), ("ip6", v6)) if nets]
-        for family in families or [None]:
-            addr = f"{family[0]} daddr {_set(family[1])} " if family else ""
+        for addr in _address_matches(m):
             for proto in m.protocols or (None,):
                 if proto is None:
                     line = addr.rstrip() or "meta nfproto { ipv4, ipv6 }"
@@ -156,6 +152,19 @@ def _statements(matches: Iterable[Match], prefix: str = "") -> list[str]:
                 else:
                     line = f"{addr}{proto} dport {_ports(m.ports)}"
                 out.append(f"{prefix}{line} {_verdict(m, proto)} {_comment(m.rule)}")
+    return out
+
+
+def _address_matches(m: Match) -> list[str]:
+    """``ip daddr {...} `` and ``ip6 daddr {...} `` (the families the match names), or one
+    empty match for any address."""
+    if not m.networks:
+        return [""]
+    out = []
+    for family, version in (("ip", 4), ("ip6", 6)):
+        nets = [n for n in m.networks if n.version == version]
+        if nets:
+            out.append(f"{family} daddr {_set(nets)} ")
     return out
 
 
@@ -173,9 +182,16 @@ def _set(items: Iterable[object]) -> str:
     return "{ " + ", ".join(str(i) for i in items) + " }"
 
 
+#: nft refuses a comment longer than this (and with it the whole ruleset).
+_COMMENT_MAX = 128
+
+
 def _comment(rule: NetworkRule) -> str:
+    """The profile line a statement comes from; a long path keeps its end (file, line)."""
     text = (f"{rule.source}: {rule}" if rule.source else str(rule)).replace('"', "'")
-    text = text.encode()[:240].decode(errors="ignore")  # nft's limit is 255 bytes
+    data = text.encode()
+    if len(data) > _COMMENT_MAX:
+        text = "..." + data[-(_COMMENT_MAX - 3) :].decode(errors="ignore")
     return f'comment "{text}"'
 
 

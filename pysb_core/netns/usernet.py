@@ -251,14 +251,8 @@ class Pasta(UserNet):
 
     name = "pasta"
     package = "passt"
-    layout = FilterTarget(
-        name="pasta",
-        subnet="10.0.2.0/24",
-        gateway="10.0.2.2",
-        resolver="10.0.2.3",
-        guest="10.0.2.100",
-        host_loopback_nat=False,
-    )
+    #: slirp4netns's addresses (pasta is started with them), without NAT to the gateway.
+    layout = FilterTarget(name="pasta", host_loopback_nat=False)
 
     def __init__(
         self,

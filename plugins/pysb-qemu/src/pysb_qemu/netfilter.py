@@ -15,16 +15,11 @@ from __future__ import annotations
 
 from pysb_core.providerkit import CompiledNetwork, FilterTarget, Policy, compile_nft
 
-#: QEMU's slirp as the guest sees it (guest_init.sh sets the guest's address and route).
+#: QEMU's slirp as the guest sees it (guest_init.sh sets the guest's address and route):
+#: slirp's addresses, as slirp4netns has them (FilterTarget's defaults: 10.0.2.0/24,
+#: gateway 10.0.2.2 = the host's loopback, reached by NAT; resolver 10.0.2.3).
 GUEST_NETWORK = FilterTarget(
-    name="qemu user-mode network",
-    uplink="eth0",
-    subnet="10.0.2.0/24",
-    gateway="10.0.2.2",
-    resolver="10.0.2.3",
-    guest="10.0.2.15",
-    host_loopback_nat=True,
-    open_loopback=True,
+    name="qemu user-mode network", uplink="eth0", guest="10.0.2.15", open_loopback=True
 )
 
 

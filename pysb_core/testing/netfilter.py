@@ -1,0 +1,157 @@
+"""Probe compiled packet filters in a real kernel, in namespaces the calling test creates.
+
+For the tests of the network-rule compiler (pysb's tests/test_netfilter_differential.py
+holds every target and back end to the reference matcher with it) and of a provider that
+loads a filter of its own (:func:`pysb_core.providerkit.compile_nft`): a throwaway
+user+network namespace ("the sandbox"), joined by a veth pair named ``eth0`` to a second
+namespace it creates inside ("the world"), where the documentation addresses are put with
+a listener on each port. Each case's loads (argv and standard input, such as ``nft -f -``
+and the ruleset) run in the sandbox, then every probe is a real TCP connect from it. With
+``local_ports`` the sandbox listens on its own 127.0.0.1 too, so probes of
+``127.0.0.1`` show what the filter does to traffic that stays on the sandbox's loopback
+(or is NATed to the host's loopback: :data:`HOST_LOOPBACK_GATEWAY`).
+No packet leaves the two namespaces: :func:`probe` refuses any other address.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+
+import pytest
+
+SBIN = "/usr/sbin:/sbin:/usr/bin:/bin"
+#: Where the world is: every probed address outside the sandbox lies in these networks.
+WORLD_NETWORKS = ("192.0.2.0/24", "198.51.100.0/24")
+
+#: slirp's name for the host's loopback: the world answers there too, on the same ports, so
+#: a probe of 127.0.0.1 that a filter NATs to the host's loopback (``allow ... 127.0.0.1 P
+#: out`` behind slirp) succeeds when the world's listener answers.
+HOST_LOOPBACK_GATEWAY = "10.0.2.2"
+
+Load = tuple[list[str], str]  # (argv run in the sandbox, its standard input)
+
+#: Runs in the sandbox namespace: builds the world namespace and probes each case.
+_PROBER = textwrap.dedent(
+    """
+    import json, socket, subprocess, sys
+    cases, addresses, ports, local = json.load(sys.stdin)
+    run = lambda *a: subprocess.run(list(a), check=True)
+    world_addresses = [a for a in addresses if not a.startswith("127.")]
+    world = subprocess.Popen(
+        ["unshare", "--net", sys.executable, "-c", WORLD, json.dumps([world_addresses, ports])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    run("ip", "link", "set", "lo", "up")
+    run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "w0")
+    run("ip", "link", "set", "w0", "netns", str(world.pid))
+    run("ip", "addr", "add", "203.0.113.1/24", "dev", "eth0")
+    run("ip", "link", "set", "eth0", "up")
+    for net in NETWORKS:
+        run("ip", "route", "add", net, "via", "203.0.113.2")
+    # The world plays the host's loopback too, as slirp's gateway 10.0.2.2, where a filter
+    # NATs 127.0.0.1 (with route_localnet, as the providers set it).
+    run("ip", "route", "add", GATEWAY + "/32", "via", "203.0.113.2")
+    with open("/proc/sys/net/ipv4/conf/all/route_localnet", "w") as f:
+        f.write("1")
+    servers = []
+    for p in local:
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", p)); s.listen(64); servers.append(s)
+    world.stdin.write("go\\n"); world.stdin.flush()
+    assert world.stdout.readline() == "ready\\n"
+    out = []
+    for loads in cases:
+        for argv, text in loads:
+            subprocess.run(argv, input=text.encode(), check=True)
+        row = []
+        for a in addresses:
+            for p in ports:
+                c = socket.socket(); c.settimeout(3)
+                try:
+                    c.connect((a, p)); row.append(True)
+                except OSError:
+                    row.append(False)
+                finally:
+                    c.close()
+                for s in servers:
+                    s.setblocking(False)
+                    try:
+                        s.accept()[0].close()
+                    except OSError:
+                        pass
+        out.append(row)
+    world.stdin.close(); world.wait(timeout=10)
+    print(json.dumps(out))
+    """
+)
+
+#: Runs in the world namespace: the addresses, and a listener on each port.
+_WORLD = textwrap.dedent(
+    """
+    import json, socket, subprocess, sys, threading
+    addresses, ports = json.loads(sys.argv[1])
+    assert sys.stdin.readline() == "go\\n"
+    run = lambda *a: subprocess.run(list(a), check=True)
+    run("ip", "link", "set", "lo", "up")
+    run("ip", "addr", "add", "203.0.113.2/24", "dev", "w0")
+    for a in addresses + [GATEWAY]:
+        run("ip", "addr", "add", a + "/32", "dev", "lo")
+    run("ip", "link", "set", "w0", "up")
+    def serve(s):
+        while True:
+            try:
+                s.accept()[0].close()
+            except OSError:
+                return
+    for p in ports:
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", p)); s.listen(64)
+        threading.Thread(target=serve, args=(s,), daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.read()  # until the sandbox side is done
+    """
+)
+
+
+def require_tools(*tools: str) -> None:
+    """Skip the calling test when a tool the harness or a back end needs is missing."""
+    for tool in ("unshare", "ip", *tools):
+        if shutil.which(tool, path=SBIN) is None:
+            pytest.skip(f"{tool} missing")
+
+
+def probe(
+    cases: list[list[Load]],
+    addresses: list[str],
+    ports: list[int],
+    *,
+    local_ports: Sequence[int] = (),
+) -> list[list[bool]]:
+    """For each case (its loads, run in order in the sandbox), whether a TCP connect to each
+    ``(address, port)`` succeeded, addresses outer, ports inner. ``127.x`` addresses are
+    the sandbox's own loopback; every other address must lie in :data:`WORLD_NETWORKS`."""
+    import ipaddress
+
+    world = [ipaddress.ip_network(n) for n in WORLD_NETWORKS]
+    for a in addresses:
+        ip = ipaddress.ip_address(a)
+        assert ip.is_loopback or any(ip in n for n in world), f"{a} is not the test's own"
+    consts = f"GATEWAY = {HOST_LOOPBACK_GATEWAY!r}\n"
+    script = f"{consts}WORLD = {consts + _WORLD!r}\nNETWORKS = {list(WORLD_NETWORKS)!r}\n{_PROBER}"
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-c", script],
+        input=json.dumps([cases, addresses, ports, list(local_ports)]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={"PATH": SBIN},
+    )
+    assert done.returncode == 0, done.stderr
+    results: list[list[bool]] = json.loads(done.stdout)
+    return results

@@ -1,0 +1,122 @@
+"""Unit tests of the one network-rule compiler (pysb_core.netfilter): the decisions that
+depend on the target, and the bugs fixed when the compilers became one. The kernel's view
+is in test_netfilter_differential.py and test_netfilter_before_after.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from pysb_core.netfilter import (
+    SLIRP4NETNS,
+    FilterTarget,
+    Forward,
+    compile_iptables,
+    compile_nft,
+    plan_filter,
+)
+from pysb_core.netrules import parse_rule
+
+BRIDGE = FilterTarget.bridge("eth0")
+QEMU_LIKE = FilterTarget(name="guest", uplink="eth0", guest="10.0.2.15", open_loopback=True)
+
+
+def rules(*texts: str, source: str = "p.yaml"):
+    return [parse_rule(t, f"{source}:{i + 1}") for i, t in enumerate(texts)]
+
+
+def chain(ruleset: str, name: str) -> list[str]:
+    body = ruleset.split(f"chain {name} {{", 1)[1].split("}\n", 1)[0]
+    return [ln.strip().split(" comment ")[0] for ln in body.strip().splitlines()[1:]]
+
+
+def test_an_open_loopback_comes_after_the_denies_and_before_the_allows() -> None:
+    rs = rules("allow tcp * 443 out", "deny tcp * 22 out")
+    out = chain(compile_nft(rs, {}, QEMU_LIKE).ruleset, "filter_out")
+    assert out.index("tcp dport { 22 } reject with tcp reset") < out.index('oifname "lo" accept')
+    assert out.index('oifname "lo" accept') < out.index("tcp dport { 443 } accept")
+    v4, _ = compile_iptables(rs, {}, QEMU_LIKE)
+    lines = [ln.split(" -m comment")[0] for ln in v4.splitlines()]
+    deny = lines.index(
+        "-A OUTPUT -p tcp -m multiport --dports 22 -j REJECT --reject-with tcp-reset"
+    )
+    assert deny < lines.index("-A OUTPUT -o lo -j ACCEPT")
+    assert 'oifname "lo" accept' not in compile_nft(rs, {}).ruleset  # the host's loopback
+
+
+def test_a_bridge_judges_in_rules_by_their_real_address_and_forwards_nothing() -> None:
+    rs = rules("allow tcp 127.0.0.1 8000 in", "allow tcp 0.0.0.0/0 9000 in")
+    bridged = plan_filter(rs, {}, BRIDGE)
+    assert [m.networks for m in bridged.in_allow] == [
+        (parse_net("127.0.0.1/32"),),
+        (parse_net("0.0.0.0/0"),),
+    ]
+    assert bridged.inbound == [] and not bridged.nat and not bridged.dns
+    behind_helper = plan_filter(rs, {}, SLIRP4NETNS)
+    assert [m.networks for m in behind_helper.in_allow] == [(), ()]  # by port alone
+    assert behind_helper.inbound == [Forward("tcp", 8000), Forward("tcp", 9000)]
+
+
+def parse_net(text: str):
+    import ipaddress
+
+    return ipaddress.ip_network(text)
+
+
+def test_a_bridge_has_no_helper_addresses_and_lets_neighbour_discovery_through() -> None:
+    rs = rules("allow tcp * 443 out")
+    text = compile_nft(rs, {}, BRIDGE).ruleset
+    assert "10.0.2" not in text and "nd-neighbor-solicit" in text
+    v4, v6 = compile_iptables(rs, {}, BRIDGE)
+    assert "10.0.2" not in v4 and "*nat" not in v4
+    assert "-A INPUT -p ipv6-icmp --icmpv6-type 136 -j ACCEPT" in v6.splitlines()
+    assert "icmpv6" not in compile_nft(rs, {}).ruleset  # behind a helper: no link to discover
+
+
+def test_an_in_rule_on_another_local_address_is_noted_not_forwarded() -> None:
+    compiled = compile_nft(rules("allow tcp 192.0.2.5 80 in"), {})
+    assert compiled.inbound == []
+    assert any("other than a wildcard" in n and "p.yaml:1" in n for n in compiled.notes)
+
+
+def test_port_zero_is_never_forwarded() -> None:
+    """``allow tcp 127.0.0.1 0-2 in`` forwarded host port 0 (a random port, never the
+    sandbox's) before the compilers became one."""
+    compiled = compile_nft(rules("allow tcp 127.0.0.1 0-2 in"), {})
+    assert compiled.inbound == [Forward("tcp", 1), Forward("tcp", 2)]
+
+
+def test_iptables_keeps_an_ephemeral_in_rule_off_the_outgoing_loopback() -> None:
+    """A learned ``allow ... 127.0.0.1 32768-60999 in`` (a bind to port 0) let the program
+    connect out to any of those loopback ports in the iptables back end (the nft one and
+    the reference matcher never did)."""
+    rs = rules("allow tcp 127.0.0.1 32768-60999 in")
+    v4, v6 = compile_iptables(rs, {})
+    assert "-o lo" not in v4 + v6
+    assert "-A INPUT -p tcp -m multiport --dports 32768:60999 -j ACCEPT" in v4
+    assert 'oifname "lo"' not in compile_nft(rs, {}).ruleset
+
+
+@pytest.mark.parametrize("target", [SLIRP4NETNS, QEMU_LIKE, BRIDGE], ids=lambda t: t.name)
+def test_a_long_or_quoted_profile_path_still_makes_a_valid_ruleset(target: FilterTarget) -> None:
+    """nft refuses a comment over 128 characters, the comments were cut at 250 with their
+    closing quote, and a ``"`` in the profile's path ended them early: ``nft -f`` refused
+    the whole ruleset (the run failed closed, but could not start at all)."""
+    source = "/srv/" + "deep/" * 60 + 'say "hi"/.pysb.yaml'
+    compiled = compile_nft(
+        rules("allow tcp * 443 out", "deny udp * 53 out", source=source), {}, target
+    )
+    comments = [ln.split(" comment ", 1)[1] for ln in compiled.ruleset.splitlines() if "deep" in ln]
+    assert len(comments) == 2
+    for comment in comments:
+        assert comment.startswith('"') and comment.endswith(' out"') and comment.count('"') == 2
+        assert len(comment.encode()) <= 128 + 2  # nft's limit, and the quotes
+    if shutil.which("nft", path="/usr/sbin:/sbin") is None or os.geteuid() != 0:
+        pytest.skip("nft --check needs nft and root")
+    check = subprocess.run(
+        ["nft", "--check", "-f", "-"], input=compiled.ruleset, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
