@@ -33,6 +33,7 @@ def compile_iptables(
     rules: Iterable[NetworkRule],
     pins: Mapping[str, Sequence[str]],
     target: FilterTarget = SLIRP4NETNS,
+    *,
     ephemeral: tuple[int, int] = NAMESPACE_EPHEMERAL,
 ) -> tuple[str, str]:
     """``(iptables-restore input, ip6tables-restore input)`` for the rules and pins."""

@@ -63,6 +63,7 @@ def compile_nft(
     rules: Iterable[NetworkRule],
     pins: Mapping[str, Sequence[str]],
     target: FilterTarget = SLIRP4NETNS,
+    *,
     ephemeral: tuple[int, int] = NAMESPACE_EPHEMERAL,
 ) -> CompiledNetwork:
     """Compile ``rules`` (with ``pins`` for host names) into an nftables ruleset for

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 
-from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
+from pysb_core.netfilter.target import FilterTarget
 from pysb_core.netrules import normalize_host, rule_networks
 from pysb_core.policy import NetworkRule, PortRange
 from pysb_core.records import Record, field, mutable_record, record
@@ -179,7 +179,7 @@ def _local_any(nets: Sequence[IPNetwork], target: FilterTarget) -> bool:
 def plan_filter(
     rules: Iterable[NetworkRule],
     pins: Mapping[str, Sequence[str]],
-    target: FilterTarget = SLIRP4NETNS,
+    target: FilterTarget,
     ephemeral: tuple[int, int] = NAMESPACE_EPHEMERAL,
 ) -> FilterPlan:
     """Plan the filter of ``rules`` (with ``pins`` for host names) on ``target``.
