@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "sandbox_denials": "pysb_core.errors:sandbox_denials",
     "ExitCode": "pysb_core.exitcodes:ExitCode",
     # plugin authoring
-    "hookimpl": "pysb_core.markers:hookimpl",
+    "hookimpl": "pysb_core._startup.markers:hookimpl",
     "Provider": "pysb_core.provider:Provider",
     "ProviderStatus": "pysb_core.provider:ProviderStatus",
     "Capability": "pysb_core.provider:Capability",
@@ -102,6 +102,7 @@ __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pysb_core._startup.markers import hookimpl
     from pysb_core.check import CheckReport
     from pysb_core.errors import (
         ApiDeniedError,
@@ -123,7 +124,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from pysb_core.events import Event, Recorder
     from pysb_core.exitcodes import ExitCode
-    from pysb_core.markers import hookimpl
     from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy
     from pysb_core.profilecheck import check_profile

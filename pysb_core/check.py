@@ -8,7 +8,7 @@ same rule merge.
 
 from __future__ import annotations
 
-from pysb_core.records import Record, field, mutable_record, record
+from pysb_core._startup.records import Record, field, mutable_record, record
 
 #: Families whose rules the user may leave unenforced by opting out of the Python layer.
 PYTHON_ONLY_FAMILIES = frozenset({"imports", "api"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from pysb_core.records import Record, field, record
+from pysb_core._startup.records import Record, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:

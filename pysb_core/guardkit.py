@@ -59,7 +59,7 @@ DECLARATION = "PYSB_GUARDKIT"
 
 #: public name -> ``module:attribute`` it is (``module:`` for a module).
 _EXPORTS: dict[str, str] = {
-    "hookimpl": "pysb_core.markers:hookimpl",
+    "hookimpl": "pysb_core._startup.markers:hookimpl",
     # what a guard judges by
     "Policy": "pysb_core.policy:Policy",
     "Exposure": "pysb_core.policy:Exposure",
@@ -95,11 +95,11 @@ _EXPORTS: dict[str, str] = {
     "Provider": "pysb_core.provider:Provider",
     "LearnedProfile": "pysb_core.learning:LearnedProfile",
     # records
-    "Record": "pysb_core.records:Record",
-    "record": "pysb_core.records:record",
-    "mutable_record": "pysb_core.records:mutable_record",
-    "field": "pysb_core.records:field",
-    "asdict": "pysb_core.records:asdict",
+    "Record": "pysb_core._startup.records:Record",
+    "record": "pysb_core._startup.records:record",
+    "mutable_record": "pysb_core._startup.records:mutable_record",
+    "field": "pysb_core._startup.records:field",
+    "asdict": "pysb_core._startup.records:asdict",
 }
 
 __all__ = [
@@ -149,6 +149,8 @@ __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core import netmatch as netmatch
+    from pysb_core._startup.markers import hookimpl
+    from pysb_core._startup.records import Record, asdict, field, mutable_record, record
     from pysb_core.check import CheckReport
     from pysb_core.errors import (
         ApiDeniedError,
@@ -163,7 +165,6 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.events import Event, Recorder, reporter_functions
     from pysb_core.execdeps import find_executable, needed_files
     from pysb_core.learning import LearnedProfile
-    from pysb_core.markers import hookimpl
     from pysb_core.netmatch import ephemeral_ports
     from pysb_core.paths import is_within
     from pysb_core.plan import ChildSetup, LaunchPlan
@@ -171,4 +172,3 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.profile.schema import Located, ProfileSchema
     from pysb_core.provider import Capability, Provider
     from pysb_core.pyenv import implicit_exposures
-    from pysb_core.records import Record, asdict, field, mutable_record, record

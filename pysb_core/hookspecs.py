@@ -27,7 +27,7 @@ traceback.
 
 from __future__ import annotations
 
-from pysb_core.markers import PROJECT, hookspec
+from pysb_core._startup.markers import PROJECT, hookspec
 
 TYPE_CHECKING = False  # read by every `pysb run`: no typing import at run time
 if TYPE_CHECKING:

@@ -13,13 +13,13 @@ import os
 import sys
 import threading
 
+from pysb_core._startup.records import Record, field, mutable_record
 from pysb_core.check import PYTHON_ONLY_FAMILIES, CheckReport
 from pysb_core.errors import ExitCode, ProfileError, SandboxError, UnenforceableRuleError
 from pysb_core.paths import is_within
 from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, get_plugin_manager, plugin_failure
 from pysb_core.policy import Exposure
-from pysb_core.records import Record, field, mutable_record
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.records import Record, field, mutable_record, record
+from pysb_core._startup.records import Record, field, mutable_record, record
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ import importlib
 import os
 
 from pysb_core import hookspecs
-from pysb_core.entrypoints import EntryPoint, entry_points
+from pysb_core._startup.entrypoints import EntryPoint, entry_points
+from pysb_core._startup.records import Record, record
 from pysb_core.errors import SandboxError
-from pysb_core.records import Record, record
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing (nor pluggy) at run time
 if TYPE_CHECKING:
@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 
     import pluggy
 
+    from pysb_core._startup.hooks import LightPluginManager
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
     from pysb_core.learning import LearnedProfile
-    from pysb_core.lighthooks import LightPluginManager
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
     from pysb_core.profile.schema import ProfileSchema
@@ -136,14 +136,14 @@ def get_plugin_manager(
         ``pysb check``, so callers normally keep this true and skip the child side).
     :param autoload: load ``pysb.plugins`` entry points.
     :param extra_plugins: plugin objects registered last (tests).
-    :param light: return a :class:`~pysb_core.lighthooks.LightPluginManager`, which calls
+    :param light: return a :class:`~pysb_core._startup.hooks.LightPluginManager`, which calls
         the hooks without importing pluggy and hands over to pluggy itself as soon as a
         plugin needs more (the ``pysb run`` path); else a ``pluggy.PluginManager``.
     """
     pm: Any
     debug = bool(os.environ.get("PYSB_DEBUG_PLUGINS"))
     if light and not debug:
-        from pysb_core.lighthooks import LightPluginManager
+        from pysb_core._startup.hooks import LightPluginManager
 
         pm = LightPluginManager(hookspecs.PROJECT)
     else:

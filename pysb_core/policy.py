@@ -11,7 +11,7 @@ and denial messages can point at it.
 
 from __future__ import annotations
 
-from pysb_core.records import Record, asdict, field, record
+from pysb_core._startup.records import Record, asdict, field, record
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:

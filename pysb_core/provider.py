@@ -41,7 +41,7 @@ import enum
 import subprocess
 from abc import ABC, abstractmethod
 
-from pysb_core.records import Record, field, record
+from pysb_core._startup.records import Record, field, record
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -177,10 +177,12 @@ class Provider(ABC):
         ``manages_process_limit`` calls it itself and has the program join it
         (:attr:`~pysb_core.pidlimit.PidsCgroup.procs`).
         """
-        from pysb_core import pidlimit  # (only a root pysb with a process limit needs it)
-
         processes = plan.policy.limits.processes
-        if processes is None or not pidlimit.needed(processes):
+        if processes is None:
+            return None
+        from pysb_core import pidlimit  # (only a run with a process limit needs it)
+
+        if not pidlimit.needed(processes):
             return None
         cgroup = pidlimit.PidsCgroup.create(processes + self.own_processes)
         plan.add_cleanup(cgroup.remove)

@@ -77,7 +77,7 @@ _EXPORTS: dict[str, str] = {
     "ProviderStatus": "pysb_core.provider:ProviderStatus",
     "Capability": "pysb_core.provider:Capability",
     "unknown_option": "pysb_core.provider:unknown_option",
-    "hookimpl": "pysb_core.markers:hookimpl",
+    "hookimpl": "pysb_core._startup.markers:hookimpl",
     # the plan
     "LaunchPlan": "pysb_core.plan:LaunchPlan",
     "LaunchSpec": "pysb_core.plan:LaunchSpec",
@@ -137,11 +137,11 @@ _EXPORTS: dict[str, str] = {
     "CPointer": "pysb_core.cfuncs:Pointer",
     "c_errno": "pysb_core.cfuncs:get_errno",
     # records
-    "Record": "pysb_core.records:Record",
-    "record": "pysb_core.records:record",
-    "mutable_record": "pysb_core.records:mutable_record",
-    "field": "pysb_core.records:field",
-    "asdict": "pysb_core.records:asdict",
+    "Record": "pysb_core._startup.records:Record",
+    "record": "pysb_core._startup.records:record",
+    "mutable_record": "pysb_core._startup.records:mutable_record",
+    "field": "pysb_core._startup.records:field",
+    "asdict": "pysb_core._startup.records:asdict",
 }
 
 __all__ = [
@@ -211,6 +211,8 @@ __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
+    from pysb_core._startup.markers import hookimpl
+    from pysb_core._startup.records import Record, asdict, field, mutable_record, record
     from pysb_core.cfuncs import Int as CInt
     from pysb_core.cfuncs import Long as CLong
     from pysb_core.cfuncs import Pointer as CPointer
@@ -219,7 +221,6 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.check import CheckReport
     from pysb_core.errors import ProviderUnavailableError, SandboxError
     from pysb_core.execute import ProgramStart
-    from pysb_core.markers import hookimpl
     from pysb_core.netfilter.iptables import compile_iptables
     from pysb_core.netfilter.nft import CompiledNetwork, compile_nft
     from pysb_core.netfilter.target import FilterTarget
@@ -241,7 +242,6 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
         set_pre_exec,
         unknown_option,
     )
-    from pysb_core.records import Record, asdict, field, mutable_record, record
     from pysb_core.seccomp import Rules as SeccompRules
     from pysb_core.seccomp import child_setup as seccomp_child_setup
     from pysb_core.seccomp import covers as seccomp_covers

@@ -105,7 +105,7 @@ def test_the_scan_catches_each_way_of_reaching_an_internal(tmp_path: Path) -> No
     sample = tmp_path / "sample.py"
     sample.write_text(
         "import pysb_core.seccomp\n"
-        "from pysb_core.records import record\n"
+        "from pysb_core._startup.records import record\n"
         "from pysb_core import cfuncs\n"
         "from pysb_core.providerkit import nosuch\n"
         "import importlib\nimportlib.import_module('pysb_core.netns')\n"
@@ -121,7 +121,7 @@ def test_the_scan_catches_each_way_of_reaching_an_internal(tmp_path: Path) -> No
         ROOT = saved
     assert [f.split(": ", 1)[1] for f in found] == [
         "import pysb_core.seccomp",
-        "from pysb_core.records import record",
+        "from pysb_core._startup.records import record",
         "from pysb_core import cfuncs",
         "from pysb_core.providerkit import nosuch",
         "import_module('pysb_core.netns')",

@@ -15,7 +15,7 @@ from pathlib import Path
 from pysb_core.testing import BASE_ENV, require_provider, trust_profile
 
 NEVER_ON_THE_HOST = {
-    # pluggy and what it drags in: the run path calls hooks without it (lighthooks)
+    # pluggy and what it drags in: the run path calls hooks without it (pysb_core._startup.hooks)
     "pluggy",
     "inspect",
     "typing",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from pysb_core.markers import hookimpl
+from pysb_core._startup.markers import hookimpl
 
 TYPE_CHECKING = False  # imported by every run (built-in plugin): keep it light
 if TYPE_CHECKING:

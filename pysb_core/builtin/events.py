@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
-from pysb_core.markers import hookimpl
+from pysb_core._startup.markers import hookimpl
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pysb_core.markers import hookimpl
+from pysb_core._startup.markers import hookimpl
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ with nothing otherwise, so that a rule with no enforcing layer is never silently
 
 from __future__ import annotations
 
-from pysb_core.markers import hookimpl
+from pysb_core._startup.markers import hookimpl
 from pysb_core.provider import Capability as C
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time

@@ -11,7 +11,7 @@ text (mode ``"python-info"``), which needs no sandbox.
 
 from __future__ import annotations
 
-from pysb_core.records import Record, field, mutable_record
+from pysb_core._startup.records import Record, field, mutable_record
 
 #: CPython flags without an argument, and those taking one.
 PY_FLAGS = frozenset("bBdEhiIOPqsSuvVx")

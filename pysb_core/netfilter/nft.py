@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from pysb_core._startup.records import Record, field, mutable_record
 from pysb_core.netfilter.plan import (
     NAMESPACE_EPHEMERAL,
     FilterPlan,
@@ -35,7 +36,6 @@ from pysb_core.netfilter.plan import (
 )
 from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
 from pysb_core.policy import NetworkRule, PortRange
-from pysb_core.records import Record, field, mutable_record
 
 _NEIGHBOUR_DISCOVERY = (
     "icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, "

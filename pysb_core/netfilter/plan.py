@@ -17,10 +17,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 
+from pysb_core._startup.records import Record, field, mutable_record, record
 from pysb_core.netfilter.target import FilterTarget
 from pysb_core.netrules import normalize_host, rule_networks
 from pysb_core.policy import NetworkRule, PortRange
-from pysb_core.records import Record, field, mutable_record, record
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -16,7 +16,7 @@ turns the rules into the same decisions for every target:
 
 from __future__ import annotations
 
-from pysb_core.records import Record, record
+from pysb_core._startup.records import Record, record
 
 
 @record

@@ -19,6 +19,7 @@ plugins see only
 
 from __future__ import annotations
 
+from pysb_core._startup.records import Record, field, mutable_record
 from pysb_core.profile.compile import load_policy
 from pysb_core.profile.discovery import (
     PROFILE_NAME,
@@ -27,7 +28,6 @@ from pysb_core.profile.discovery import (
     discover_profile,
 )
 from pysb_core.profile.schema import Located, ProfileSchema
-from pysb_core.records import Record, field, mutable_record
 
 __all__ = [
     "PROFILE_NAME",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
+from pysb_core._startup.records import Record, record
 from pysb_core.errors import ProfileError
-from pysb_core.records import Record, record
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 ``entry_points.txt`` and the modules it names, in a directory put on ``PYTHONPATH``.
 
 This is what ``pip install`` leaves on disk, so both of pysb's entry-point readers
-(``pysb_core.entrypoints`` and ``importlib.metadata``/stevedore) see it as installed.
+(``pysb_core._startup.entrypoints`` and ``importlib.metadata``/stevedore) see it as installed.
 """
 
 from __future__ import annotations

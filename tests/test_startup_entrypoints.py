@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core import entrypoints
-from pysb_core.entrypoints import EntryPoint, _parse
+from pysb_core._startup import entrypoints
+from pysb_core._startup.entrypoints import EntryPoint, _parse
 
 
 @pytest.mark.parametrize("group", ["pysb.providers", "pysb.guards", "console_scripts"])
@@ -20,12 +20,12 @@ def test_same_entry_points_as_importlib_metadata(group: str) -> None:
 
 
 def test_an_entry_point_is_a_named_tuple_that_loads() -> None:
-    ep = EntryPoint("x", "pysb_core.markers:hookimpl", "g", "pysb-core", "0.1.0")
-    assert tuple(ep) == ("x", "pysb_core.markers:hookimpl", "g", "pysb-core", "0.1.0")
+    ep = EntryPoint("x", "pysb_core._startup.markers:hookimpl", "g", "pysb-core", "0.1.0")
+    assert tuple(ep) == ("x", "pysb_core._startup.markers:hookimpl", "g", "pysb-core", "0.1.0")
     assert (ep.name, ep.value, ep.group, ep.dist_name, ep.dist_version) == tuple(ep)
     assert ep == EntryPoint(*ep) and hash(ep) == hash(EntryPoint(*ep))
-    assert ep.module == "pysb_core.markers"
-    from pysb_core.markers import hookimpl
+    assert ep.module == "pysb_core._startup.markers"
+    from pysb_core._startup.markers import hookimpl
 
     assert ep.load() is hookimpl
     assert "dist_name='pysb-core'" in repr(ep)

@@ -15,7 +15,7 @@ nothing more:
 
 Order (``tryfirst``, ``trylast``, last registered first), ``firstresult``, keyword
 defaults and the ``self`` rules of argument names are pluggy's
-(``tests/test_lighthooks.py`` runs the same plugins through both and compares).
+(``tests/test_startup_hooks.py`` runs the same plugins through both and compares).
 
 Anything else -- a wrapper or hookwrapper, ``specname``, ``optionalhook``, an unknown hook
 name, an argument the spec lacks, a static or class method, a custom ``__dir__``, a class
@@ -75,7 +75,7 @@ def _specs() -> dict[str, _Spec]:
             continue
         if fn.__defaults__ or opts.get("warn_on_impl") or opts.get("warn_on_impl_args"):
             raise NeedsPluggy(f"hookspec {name} uses options pluggy alone implements")
-        if opts.get("historic"):  # a developer's error: caught by tests/test_lighthooks.py
+        if opts.get("historic"):  # a developer's error: caught by tests/test_startup_hooks.py
             raise NeedsPluggy(f"hookspec {name} is historic, which this module does not do")
         code = fn.__code__
         out[name] = _Spec(

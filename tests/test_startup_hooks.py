@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pysb_core import hookimpl, hookspecs
+from pysb_core._startup.hooks import LightPluginManager, _specs
+from pysb_core._startup.markers import HookspecMarker
 from pysb_core.childhooks import pluggy_manager
-from pysb_core.lighthooks import LightPluginManager, _specs
-from pysb_core.markers import HookspecMarker
 from pysb_core.plugins import Hooks, get_plugin_manager
 
 
@@ -353,7 +353,7 @@ def test_a_historic_spec_is_refused_by_the_light_manager(monkeypatch: pytest.Mon
     def pysb_configure(policy: object) -> None: ...
 
     monkeypatch.setattr(hookspecs, "pysb_configure", pysb_configure)
-    from pysb_core.lighthooks import NeedsPluggy
+    from pysb_core._startup.hooks import NeedsPluggy
 
     with pytest.raises(NeedsPluggy, match="historic"):
         _specs()

@@ -5,7 +5,7 @@ package), more than a sandboxed ``-c pass`` may cost in total. Entry points are 
 INI-like files (``*.dist-info/entry_points.txt``, ``*.egg-info/entry_points.txt``) next to
 each distribution's metadata, so ``pysb run`` reads them directly. ``pysb providers``
 goes through stevedore (which uses importlib.metadata), so the two must agree on every
-point (tests/test_entrypoints.py compares them): the same distributions (the first of a
+point (tests/test_startup_entrypoints.py compares them): the same distributions (the first of a
 normalized name on ``sys.path`` wins), the distribution's name and version from its
 METADATA, and values with extras (``module:attr [extra]``) that load the same object.
 """

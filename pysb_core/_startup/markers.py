@@ -5,7 +5,7 @@ They set exactly the attributes pluggy's ``HookimplMarker("pysb")`` and
 ``HookspecMarker("pysb")`` set (``pysb_impl`` / ``pysb_spec``, holding the options), so
 pluggy registers marked functions as usual. They do not import pluggy: guard modules are
 imported inside the sandboxed interpreter, and ``pysb run`` calls its hooks without pluggy
-when it can (:mod:`pysb_core.lighthooks`); pluggy (with ``inspect``) costs about 5 ms to
+when it can (:mod:`pysb_core._startup.hooks`); pluggy (with ``inspect``) costs about 5 ms to
 import. Tests check the equivalence against pluggy's own markers.
 """
 
