@@ -130,3 +130,25 @@ def test_without_a_pids_controller_a_root_launch_is_refused(
     assert "RLIMIT_NPROC does not limit" in (pidlimit.problem(5) or "")
     with pytest.raises(SandboxError, match="cannot be enforced"):
         SubprocessProvider().launch(_plan("pass", processes=5))
+
+
+@pytest.mark.parametrize("name", ["landlock", "bwrap", "unshare", "firejail", "qemu"])
+def test_every_provider_runs_the_plans_steps_before_its_host_process(
+    name: str, tmp_path: Path
+) -> None:
+    """The steps run in the provider's host process (a wrapper, unshare's init, qemu's
+    supervisor) between fork and exec, in order, whether the provider starts it through
+    the base ``launch`` or its own."""
+    from pysb_core.drivers import load_provider
+    from pysb_core.testing import require_provider
+
+    require_provider(name)
+    log = tmp_path / "log"
+    python = os.path.realpath(sys.executable)
+    plan = make_launch_plan([python, "-I", "-c", "print('ran')"], provider=name, python=python)
+    for step in (_appender(log, "1"), _appender(log, "2")):
+        plan.add_pre_exec(step.what, step.run)
+    res = run_plan(load_provider(name), plan, timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert "ran" in res.stdout
+    assert log.read_text() == "12"

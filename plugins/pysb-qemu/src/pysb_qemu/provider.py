@@ -24,6 +24,7 @@ from pysb_core.providerkit import (
     ProviderUnavailableError,
     SandboxError,
     seccomp_child_setup,
+    set_pre_exec,
     unknown_option,
 )
 from pysb_qemu import assets as assets_mod
@@ -276,6 +277,7 @@ class QemuProvider(Provider):
                 *(pair[0].fileno() for pair in pairs.values()),
                 *(p.host_fd for p in spec.ports if p.host_fd not in (None, 0, 1, 2)),
             }
+            set_pre_exec(popen_kwargs, plan)  # the plan's steps, then the caller's
             proc = subprocess.Popen(
                 [sys.executable, "-S", "-E", "-s", SUPERVISOR, str(config_fd)],
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
