@@ -1,0 +1,168 @@
+"""The audit hook's dispatcher: handlers, unreadable door code, unreachable guard frames,
+tracebacks without the guards' entries.
+
+The hook cannot be removed from Python. :func:`_hook_factory` is run sealed (copied with
+private globals by :mod:`pysb_guards._seal.core`, which installs the hook itself as a door).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _hook_factory(
+    door_ns, function_type, frame_type, getframe, get_ident, sealed, closed, reading,
+    own=None,
+):  # fmt: skip
+    """Build the dispatcher of the single audit hook and the function adding handlers
+    (with ``close``, ``safe_frame`` and the set of events the dispatcher needs to see).
+
+    Handlers *return* the exception to raise (or None): the hook itself is a door, so a
+    traceback of a refusal shows only the door's frame, whose code is not readable.
+
+    The dispatcher also keeps the guards' frames out of the program's reach: a frame
+    obtained by ``sys._getframe``, ``tb_frame``, ``gi_frame``, ``cr_frame`` or ``ag_frame``
+    by code that is not sealed is refused when a sealed frame lies on its chain (code the
+    program runs while a judge is on the stack -- a signal handler -- must not walk up to
+    the judge's globals). Sealed frames are told by their builtins (``sealed``: the one
+    dictionary every sealed namespace holds as ``__builtins__``, which no other code can
+    reach): no lookup in a dictionary the program may have put a key of its own into, and
+    no ``id()`` (an audit event of its own). A door's code
+    is readable only by sealed code that says so (``reading``: the ids of the threads in
+    ``frame_code`` / ``code_of`` right now).
+
+    Tracebacks lose the guards' own entries as the program reads them (``own``: the
+    faces' globals, the door and face code ids, the directories of pysb's plain code). A
+    guarded call adds a face's entry (and the hook's own, a door, for a refusal of the
+    backstop) below the caller's; Python adds them as the exception leaves each frame,
+    after which no guard code runs. So reading ``tb.tb_frame`` (an audited attribute, and
+    what every reader -- ``traceback``, ``inspect``, ``logging``, IPython -- reads first)
+    splices the guards' entries out of the chain that follows ``tb``: the reader then
+    goes on with the program's next frame, as CPython shows an unguarded call. Only
+    ``tb_next`` is written (a C setter); nothing the program made is called.
+    """
+    if own is None:
+        own = (None, (), (), ())
+    face_ns, door_codes, face_codes, own_dirs = own
+    handlers = {}
+    # The events the dispatcher looks at: the hook (a door holding this set) leaves every
+    # other event -- most of them, ``socket.__new__``, ``import``, ``compile``... -- at once.
+    watched = {"object.__getattr__", "sys._getframe"}
+    busy = set()
+    frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
+    try:
+        raise TypeError
+    except TypeError as e:
+        tb_type = type(e.__traceback__)
+
+    def sealed_chain(frame):
+        while frame is not None:
+            if frame.f_builtins is sealed:
+                return True
+            frame = frame.f_back
+        return False
+
+    def own_frame(frame):
+        """True for a frame of pysb's own: sealed, a door, a face, pysb's plain code."""
+        if frame.f_builtins is sealed:
+            return True
+        g = frame.f_globals
+        me = get_ident()
+        reading.add(me)  # a door's code too (the nested audit event lets it through)
+        try:
+            code = frame.f_code
+        finally:
+            reading.discard(me)
+        if g is door_ns:
+            return id(code) in door_codes
+        if g is face_ns:
+            return id(code) in face_codes
+        name = code.co_filename
+        return type(name) is str and str.startswith(name, own_dirs)
+
+    def splice(tb):
+        """Drop the guards' entries that follow ``tb`` in its chain."""
+        nxt = tb.tb_next
+        skipped = nxt
+        while nxt is not None and own_frame(nxt.tb_frame):
+            nxt = nxt.tb_next
+        if nxt is not skipped:
+            tb.tb_next = nxt
+
+    def guard_frame(frame):
+        """None when ``frame`` may be handed out, else the exception refusing it."""
+        if not sealed_chain(frame):
+            return None  # the common case: no guard frame above it
+        # guard_frame, dispatch, the hook (a door), then the code asking: sealed code only
+        # (the guards' own frame walks)
+        caller = getframe(3)
+        if caller is not None and caller.f_builtins is sealed:
+            return None
+        return PermissionError("pysb: frames of the sandbox's guards are not reachable")
+
+    def dispatch(event, args):
+        hs = handlers.get(event)
+        if hs is not None:
+            for h in hs:
+                r = h(args)
+                if r is not None:
+                    return r
+        if event == "object.__getattr__":
+            obj = args[0]
+            name = args[1]
+            door_code = name == "__code__" and type(obj) is function_type
+            door_code = door_code and obj.__globals__ is door_ns
+            door_frame = name == "f_code" and type(obj) is frame_type
+            if door_code or (door_frame and obj.f_globals is door_ns):
+                if get_ident() in reading:  # sealed code reading it (frame_code)
+                    return None
+                return AttributeError("pysb: the code of a guard door is not readable")
+            if name in frame_attrs:
+                me = get_ident()
+                if me in busy:
+                    return None
+                busy.add(me)
+                try:
+                    if name == "tb_frame" and own_dirs and type(obj) is tb_type:
+                        splice(obj)
+                    return guard_frame(getattr(obj, name, None))
+                finally:
+                    busy.discard(me)
+        elif event == "sys._getframe":
+            me = get_ident()
+            if me in busy:
+                return None
+            busy.add(me)
+            try:
+                return guard_frame(args[0])
+            finally:
+                busy.discard(me)
+        return None
+
+    def add(event, handler):
+        if closed[0]:
+            return PermissionError("pysb: audit handlers can only be added before user code")
+        handlers[event] = (*handlers.get(event, ()), handler)
+        watched.add(event)
+        return None
+
+    def close():
+        closed[0] = True
+
+    def safe_frame(frame):
+        """The frame a program's signal handler may receive (None inside the guards)."""
+        if type(frame) is not frame_type or sealed_chain(frame):
+            return None
+        return frame
+
+    return dispatch, add, close, safe_frame, watched
+
+
+def own_dirs() -> tuple[str, ...]:
+    """The directories of pysb's plain code that can stand in a program's traceback: the
+    guards' (``prepare`` steps, the import finder) and the child's bootstrap."""
+    import pysb_core
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pysb_guards/
+    core = os.path.dirname(os.path.abspath(pysb_core.__file__))
+    return (here + os.sep, os.path.join(core, "child") + os.sep)

@@ -1,0 +1,276 @@
+"""The code of every door and face: templates compiled with this module, copied per guard.
+
+Also the two namespaces doors and faces run with (:data:`DOOR_NS`, :data:`_FACE_NS`) and
+the built-in types the seal needs, taken without importing ``types`` (not otherwise
+needed in the sandbox before the program).
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _unchanged(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A ``prepare`` that changes nothing."""
+    return args, kwargs
+
+
+def _types() -> tuple[type, type, type, type]:
+    """FunctionType, CodeType, FrameType and TracebackType without importing ``types``
+    (not otherwise needed in the sandbox before the program)."""
+    try:
+        raise TypeError
+    except TypeError as e:
+        tb = e.__traceback__
+    frame = sys._getframe()
+    return type(_unchanged), type(frame.f_code), type(frame), type(tb)
+
+
+_FunctionType, _CodeType, _FrameType, _TracebackType = _types()
+_ModuleType = type(sys)
+del _types
+
+#: The globals of every door. No door code reads a global name; the builtins are there for
+#: C functions that default to their caller's builtins (``exec`` of a module's code).
+DOOR_NS: dict[str, Any] = {"__builtins__": vars(builtins)}
+
+#: The globals of every face (faces read no global name either).
+_FACE_NS: dict[str, Any] = {"__builtins__": builtins, "__name__": "pysb_guards.<face>"}
+
+
+# Templates. They are never called: their code is copied with each placeholder constant
+# replaced (``_door``, ``_face``). Compiled with this module, they cost nothing at sandbox
+# start (code compiled from text there did).
+#
+# Every name they use is a placeholder replaced by the object itself, so the code loads
+# them with LOAD_CONST: no global, no closure, no local ever holds the original or the judge.
+# A placeholder is written ``("@J" if 1 else 0)``: the compiler drops the test and loads "@J"
+# as a constant, and, unlike a call on a bare literal, warns about nothing (in an ``except``
+# clause a bare literal draws no warning either).
+#
+# Doors (``_t_door``, ``_t_door_nopost``, the gates, ``_t_audit_hook``) show as
+# `File "<pysb-door>"`, faces (``_t_face*``) as `File "<pysb guard>"` in tracebacks.
+#
+# A door refuses keyword names that are not exact ``str`` before its judge looks at them: a
+# ``str`` subclass whose hash collides with ``"dir_fd"`` would run its ``__eq__`` in
+# ``kwargs.get("dir_fd")``.
+#
+# Each variant (with or without a ``post`` step, a ``prepare`` step, a lone-``str`` shortcut;
+# each gate signature) is a template of its own, on purpose: a test on a placeholder
+# constant (``if not ("@LONE" if 1 else 0)``) is decided by the compiler, which folds a
+# jump on a constant, before the placeholder is replaced -- and a test on a real value
+# would cost every guarded call a few bytecodes.
+#
+# Gates are doors that answer the common case themselves: ``__import__`` and
+# ``import_module`` of a name whose top-level package is in "@FAST" (a set only sealed code
+# and gates hold) go straight to the original; every other call goes through "@SLOW", the
+# full door and its judge. Only an exact ``str`` takes the short way (a subclass could
+# answer ``partition`` with anything), and "@FAST" holds only names the judge allows
+# without looking further: the short way never answers differently from the long one.
+# A dotted name whose package is in "@FAST" joins it (up to "@LIMIT" entries), sparing
+# ``partition`` next time: the verdict depends on the exact name alone, never on
+# ``sys.modules``, and a dotted entry can never match a top-level name. A relative
+# ``__import__`` goes to "@SLOW" with the importing module's package read out of its
+# globals by "@NORM" (plain code: reading a dictionary of the program may run the
+# program's code), in a fresh dictionary that the judge and the original both read.
+
+
+def _t_door(*args, **kwargs):
+    if kwargs:
+        for k in kwargs:
+            if ("@TYPE" if 1 else 0)(k) is not ("@STR" if 1 else 0):
+                return ("@R" if 1 else 0)(("@TE" if 1 else 0)("keywords must be strings"), None)
+    try:
+        v = ("@J" if 1 else 0)(args, kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, None)
+    if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
+    if v is not None:
+        if ("@TYPE" if 1 else 0)(v) is not ("@T" if 1 else 0):
+            return v
+        args, kwargs = v
+    try:
+        r = ("@O" if 1 else 0)(*args, **kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    return ("@P" if 1 else 0)(r, args, kwargs)
+
+
+def _t_door_nopost(*args, **kwargs):
+    if kwargs:
+        for k in kwargs:
+            if ("@TYPE" if 1 else 0)(k) is not ("@STR" if 1 else 0):
+                return ("@R" if 1 else 0)(("@TE" if 1 else 0)("keywords must be strings"), None)
+    try:
+        v = ("@J" if 1 else 0)(args, kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, None)
+    if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
+    if v is not None:
+        if ("@TYPE" if 1 else 0)(v) is not ("@T" if 1 else 0):
+            return v
+        args, kwargs = v
+    try:
+        return ("@O" if 1 else 0)(*args, **kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+
+
+def _t_gate___import__(name, globals=None, locals=None, fromlist=(), level=0):
+    if level is ("@ZERO" if 1 else 0) and ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0):
+        if name not in ("@FAST" if 1 else 0):
+            if name.partition(".")[0] not in ("@FAST" if 1 else 0):
+                return ("@SLOW" if 1 else 0)(name, globals, locals, fromlist, level)
+            if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
+                ("@FAST" if 1 else 0).add(name)
+        try:
+            return ("@O" if 1 else 0)(name, globals, locals, fromlist, level)
+        except "@BE" as e:  # noqa: B030
+            return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    if ("@NORM" if 1 else 0) is not None:
+        return ("@SLOW" if 1 else 0)(*("@NORM" if 1 else 0)(name, globals, locals, fromlist, level))
+    return ("@SLOW" if 1 else 0)(name, globals, locals, fromlist, level)
+
+
+def _t_gate_import_module(name, package=None):
+    if ("@TYPE" if 1 else 0)(name) is ("@STR" if 1 else 0):
+        if name not in ("@FAST" if 1 else 0):
+            if name.partition(".")[0] not in ("@FAST" if 1 else 0):
+                return ("@SLOW" if 1 else 0)(name, package)
+            if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
+                ("@FAST" if 1 else 0).add(name)
+        try:
+            return ("@O" if 1 else 0)(name, package, ("@ZERO" if 1 else 0))
+        except "@BE" as e:  # noqa: B030
+            return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    return ("@SLOW" if 1 else 0)(name, package)
+
+
+def _t_audit_hook(event, args):
+    if event in ("@W" if 1 else 0):
+        r = ("@D" if 1 else 0)(event, args)
+        if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
+        if r is not None:
+            r = ("@B" if 1 else 0)(r)
+            try:
+                raise r
+            finally:
+                r = None  # no cycle exception -> traceback -> this frame -> exception
+
+
+def _t_face(*args, **kwargs):
+    r = ("@DOOR" if 1 else 0)(*args, **kwargs)
+    c = ("@TYPE" if 1 else 0)(r)
+    if c is ("@REFUSAL" if 1 else 0):
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
+    if c is ("@VALUE" if 1 else 0):
+        return ("@VALUE_OF" if 1 else 0)(r)
+    return r
+
+
+def _t_face_prepare(*args, **kwargs):
+    args, kwargs = ("@PREPARE" if 1 else 0)(args, kwargs)
+    r = ("@DOOR" if 1 else 0)(*args, **kwargs)
+    c = ("@TYPE" if 1 else 0)(r)
+    if c is ("@REFUSAL" if 1 else 0):
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
+    if c is ("@VALUE" if 1 else 0):
+        return ("@VALUE_OF" if 1 else 0)(r)
+    return r
+
+
+def _t_face_lone_str(*args, **kwargs):
+    if (
+        kwargs
+        or ("@LEN" if 1 else 0)(args) != 1
+        or ("@TYPE" if 1 else 0)(args[0]) is not ("@STR" if 1 else 0)
+    ):
+        args, kwargs = ("@PREPARE" if 1 else 0)(args, kwargs)
+    r = ("@DOOR" if 1 else 0)(*args, **kwargs)
+    c = ("@TYPE" if 1 else 0)(r)
+    if c is ("@REFUSAL" if 1 else 0):
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
+    if c is ("@VALUE" if 1 else 0):
+        return ("@VALUE_OF" if 1 else 0)(r)
+    return r
+
+
+def _t_face___import__(name, globals=None, locals=None, fromlist=(), level=0):
+    r = ("@DOOR" if 1 else 0)(name, globals, locals, fromlist, level)
+    if ("@TYPE" if 1 else 0)(r) is ("@REFUSAL" if 1 else 0):
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
+    return r
+
+
+def _t_face_import_module(name, package=None):
+    r = ("@DOOR" if 1 else 0)(name, package)
+    if ("@TYPE" if 1 else 0)(r) is ("@REFUSAL" if 1 else 0):
+        r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        try:
+            raise r
+        finally:
+            r = None  # no cycle exception -> traceback -> this frame -> exception
+    return r
+
+
+#: ``from __future__ import annotations`` (this module's): ``exec``, ``eval`` and ``compile``
+#: of a string inherit the future flags of the frame calling them, which for a guarded
+#: call is a door. The templates have no annotations: they drop the flag, or code the
+#: program (``dataclasses``' generated ``__init__``) compiles would get string annotations.
+_FUTURE_ANNOTATIONS = 0x1000000
+
+
+def _renamed(code: Any, filename: str, name: str | None = None) -> Any:
+    """``code`` shown as coming from ``filename`` (and called ``name``), without this
+    module's future flags."""
+    flags = code.co_flags & ~_FUTURE_ANNOTATIONS
+    if name is None:
+        return code.replace(co_filename=filename, co_flags=flags)
+    return code.replace(co_filename=filename, co_name=name, co_qualname=name, co_flags=flags)
+
+
+_TEMPLATES = {
+    name[3:]: _renamed(fn.__code__, "<pysb guard>", "face")
+    if name.startswith("_t_face")
+    else _renamed(fn.__code__, "<pysb-door>")
+    for name, fn in list(globals().items())
+    if name.startswith("_t_")
+}
+_DEFAULTS = {
+    name[3:]: fn.__defaults__
+    for name, fn in list(globals().items())
+    if name.startswith("_t_") and fn.__defaults__
+}
+
+
+#: What each gate's original is called with: ``__import__`` itself; for ``import_module``,
+#: ``importlib._bootstrap._gcd_import(name, package, 0)`` -- what the standard
+#: ``import_module`` calls for an absolute name, one frame fewer.
+GATES = ("__import__", "import_module")
+
+#: How many names a gate's set may hold (top-level names plus the dotted names it adds).
+GATE_LIMIT = 4096
