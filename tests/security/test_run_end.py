@@ -138,18 +138,36 @@ time.sleep(0.3)
 print("DAEMONIZED", flush=True)
 if sys.argv[2] == "hang":
     time.sleep(60)
+elif sys.argv[2] == "killed":
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)  # no exit handler of any kind runs
 """
 
 
 @pytest.mark.parametrize("provider", [_param(p) for p in PROVIDERS])
-@pytest.mark.parametrize("ending", ["exit", "wall-time"])
+@pytest.mark.parametrize("ending", ["exit", "killed", "wall-time"])
 def test_no_descendant_outlives_the_run(provider: str, ending: str, tmp_path: Path) -> None:
     """A double-forked ``setsid`` grandchild is killed when the run ends: when the program
-    exits (without waiting for it: firejail waited 20 s) and on the wall-time kill."""
+    exits (without waiting for it: firejail waited 20 s), when it dies of SIGKILL (no
+    exit handler runs: firejail's reaper watches it from outside), and on the wall-time
+    kill."""
+    _check_descendants_killed(provider, ending, "", tmp_path)
+
+
+@pytest.mark.provider("firejail")
+@pytest.mark.parametrize("ending", ["exit", "killed"])
+def test_no_descendant_outlives_a_run_with_a_processes_limit(ending: str, tmp_path: Path) -> None:
+    """With ``limits: processes`` firejail has no reaper (it would take one of the
+    program's processes): ``--deterministic-shutdown`` kills what is left instead."""
+    _check_descendants_killed("firejail", ending, "limits: {processes: 20}\n", tmp_path)
+
+
+def _check_descendants_killed(provider: str, ending: str, extra: str, tmp_path: Path) -> None:
     token = f"pysb-daemon-{secrets.token_hex(6)}"
-    extra = "limits: {wall-time: 4s}\n" if ending == "wall-time" else ""
+    if ending == "wall-time":
+        extra += "limits: {wall-time: 4s}\n"
     project = _project(tmp_path, DAEMON, extra, files=provider != "subprocess")
-    proc = _start(provider, project, token, "hang" if ending == "wall-time" else "exit")
+    proc = _start(provider, project, token, "hang" if ending == "wall-time" else ending)
     try:
         started = time.monotonic()
         out, err = proc.communicate(timeout=25)
@@ -162,7 +180,8 @@ def test_no_descendant_outlives_the_run(provider: str, ending: str, tmp_path: Pa
             proc.kill()
             proc.wait()
     assert "DAEMONIZED" in out, err
-    assert proc.returncode == (124 if ending == "wall-time" else 0), err
+    expected = {"exit": 0, "killed": 128 + signal.SIGKILL, "wall-time": 124}[ending]
+    assert proc.returncode == expected, err
     assert left == [], f"left running after the run: {left}"
     assert elapsed < 15, elapsed
 

@@ -407,3 +407,16 @@ def test_normal_user_with_root_exposed_gets_every_top_read_only() -> None:
         assert f"--read-only={top}" in user, top
     for kept in ("/proc", "/sys", "/run", "/bin", "/"):
         assert f"--read-only={kept}" not in user, kept
+
+
+def test_orphans_killed_by_firejail_unless_the_child_reaper_does_it() -> None:
+    """``--deterministic-shutdown`` costs a fixed 100 ms sleep at every exit: it is left
+    out only when the plan's child set-up starts pysb's reaper."""
+    p = plan([exp("/work/app")])
+    assert "--deterministic-shutdown" in build_argv(p, LAYOUT).argv  # no child set-up
+    p.add_child_setup(ChildSetup(module=CHILD_MODULE, function="setup", args={}))
+    assert "--deterministic-shutdown" in build_argv(p, LAYOUT).argv  # not asked to
+    p.child_setups[0].args["reaper"] = 4026531836  # the host's PID namespace
+    assert "--deterministic-shutdown" not in build_argv(p, LAYOUT).argv
+    p.child_setups[:] = [ChildSetup(module="elsewhere", function="setup", args={"reaper": 1})]
+    assert "--deterministic-shutdown" in build_argv(p, LAYOUT).argv

@@ -223,3 +223,21 @@ def test_exposing_tmp_read_write_reaches_the_host(project: Project, tmp_path) ->
     assert res.returncode == 0, res.stderr
     assert target.read_text() == "via-tmp\n"
     assert res.stdout.strip() == "pysbbox"
+
+
+def test_the_reaper_is_no_child_of_the_program(project: Project) -> None:
+    """The process that kills what the program leaves behind (``pysb_firejail.child``)
+    is firejail's child, outside the program's session: ``os.wait()`` in a program that
+    started nothing fails at once as under ``python``, and the program's parent is
+    still firejail, its PID namespace's init (what the reaper checks before it kills)."""
+    _profile(project)
+    code = (
+        "import os\n"
+        "try:\n"
+        "    os.wait()\n"
+        "except ChildProcessError:\n"
+        "    print('no child', os.getppid())\n"
+    )
+    res = project.run(*RUN, "-c", code, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "no child 1"

@@ -86,6 +86,15 @@ def child_restricts_namespaces(plan: LaunchPlan) -> bool:
     )
 
 
+def child_reaps_orphans(plan: LaunchPlan) -> bool:
+    """The plan's child set-up starts the reaper (``pysb_firejail.child``), which kills
+    what the program leaves behind without ``--deterministic-shutdown``'s 100 ms sleep."""
+    return any(
+        s.module == CHILD_MODULE and s.function == "setup" and s.args.get("reaper") is not None
+        for s in plan.child_setups
+    )
+
+
 def _check_paths(exposures: Sequence[Exposure]) -> None:
     problems = []
     for e in exposures:
@@ -242,14 +251,15 @@ def _isolation(
         "--ipc-namespace",
         # firejail's status is the program's (not that of the last process to exit).
         "--deterministic-exit-code",
-        # The sandbox ends with the program: orphans (a double-forked daemon) are killed
-        # instead of being waited for.
-        "--deterministic-shutdown",
         # firejail's default tmpfs on /var/tmp would hide a project, venv or working
         # directory there (whitelisted paths below it vanish): the profile says what of
         # /var is visible (blacklisted, whitelisted or exposed), not firejail's defaults.
         "--keep-var-tmp",
     ]
+    if not child_reaps_orphans(plan):
+        # The sandbox ends with the program: orphans (a double-forked daemon) are killed
+        # instead of being waited for (firejail then sleeps 100 ms at every exit).
+        argv.insert(argv.index("--deterministic-exit-code") + 1, "--deterministic-shutdown")
     if not child_restricts_namespaces(plan):
         argv.insert(argv.index("--seccomp") + 1, "--restrict-namespaces")
     if not as_root:

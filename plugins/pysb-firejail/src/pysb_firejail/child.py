@@ -18,7 +18,21 @@ Two things firejail does that a plain ``python`` start would not:
   itself, and firejail answers a Ctrl-C by shutting the sandbox down. When a standard
   stream is a terminal, the program moves into a process group of its own and makes it
   the terminal's foreground group, so that Ctrl-C reaches the program alone (as
-  ``KeyboardInterrupt``), as it would under plain ``python``.
+  ``KeyboardInterrupt``), as it would under plain ``python``;
+- it waits, once the program has ended, for every process the program left behind (a
+  double-forked daemon keeps the sandbox, and ``pysb run``, alive). firejail's
+  ``--deterministic-shutdown`` kills them instead, but sleeps a fixed 100 ms at every
+  exit. A reaper (``reaper``: the host's PID namespace, to check there is another one)
+  does it at once: a process of the sandbox, outside the program's tree and session,
+  that watches the program through a pidfd and, when it ends (exit, ``os._exit``, a
+  fatal signal), kills every other process of the sandbox's PID namespace (``kill(-1)``:
+  firejail's PID 1 is spared, as the kernel spares every namespace's init). The program
+  can defeat it by killing it first; what it left behind is then still in the sandbox,
+  and firejail waits for it, as before. The reaper is often still ending when
+  firejail's monitor looks for what is left; the monitor then sleeps once more (20 ms)
+  before it looks again. The program cannot kill the rest itself at its exit: the API
+  guard judges its ``os.kill``, and an unguarded one kept here would be the program's
+  to find.
 """
 
 from __future__ import annotations
@@ -48,23 +62,92 @@ def _take_foreground() -> None:
         return
 
 
+def reaper_supported() -> bool:
+    """Whether this kernel and Python give a pidfd (Linux 5.3, Python 3.9) to watch the
+    program with; the host asks before it leaves ``--deterministic-shutdown`` out."""
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (AttributeError, OSError):
+        return False
+    os.close(fd)
+    return True
+
+
+def pid_namespace() -> int:
+    """The inode of this process's PID namespace (the host sends its own to the child)."""
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def _start_reaper(host_pid_namespace: int) -> None:
+    """Fork the reaper (see the module's docstring) as a grandchild, so that it is not
+    the program's child (``os.wait()`` in the program would otherwise meet it) but
+    firejail's, once the intermediate process has exited."""
+    if pid_namespace() == host_pid_namespace or os.getppid() != 1:
+        # kill(-1) is confined to the sandbox only in a PID namespace of its own, whose
+        # init (firejail) is the program's parent. Anywhere else it would reach far beyond
+        # the sandbox: refuse to start rather than guess.
+        raise OSError("firejail gave the program no PID namespace of its own")
+    program = os.pidfd_open(os.getpid())
+    try:
+        middle = os.fork()
+        if middle == 0:  # pragma: no cover - runs in the forked processes
+            try:
+                if os.fork() == 0:
+                    _reap_after(program)
+            finally:
+                os._exit(0)
+        os.waitpid(middle, 0)
+    finally:
+        os.close(program)
+
+
+def _reap_after(program: int) -> None:  # pragma: no cover - runs in the reaper
+    """The reaper's life: hold nothing of the program's (its streams, pipes and report
+    channel close when the program ends), ignore the signals meant for the program, wait
+    for its end, then kill what is left of the sandbox."""
+    import select
+    import signal
+
+    try:
+        os.setsid()  # out of the terminal's and the program's process groups
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        os.closerange(0, program)
+        os.closerange(program + 1, 1 << 20)
+        try:
+            with open("/proc/self/comm", "w") as comm:
+                comm.write("pysb-reaper")
+        except OSError:
+            pass
+        poller = select.poll()
+        poller.register(program, select.POLLIN)
+        while not poller.poll():
+            pass
+        os.kill(-1, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
 def setup(
     env: dict[str, str] | None = None,
     foreground: bool = False,
     tty_filter: bool = False,
     namespaces: bool = False,
     started_fd: int | None = None,
+    reaper: int | None = None,
 ) -> None:
     """Say that firejail's set-up is done (a byte on ``started_fd``, which the host reads
     to tell firejail's own failure from the program's exit 1); make ``os.environ``
     exactly ``env``; load pysb's seccomp filter (:mod:`pysb_core.seccomp`), with the
     namespace refusals if asked (the command then has no ``--restrict-namespaces``:
-    failing to load them fails the start), and take the terminal's foreground if asked."""
+    failing to load them fails the start), take the terminal's foreground if asked, and
+    start the reaper if asked (the command then has no ``--deterministic-shutdown``)."""
     if started_fd is not None:
         try:
             os.write(started_fd, b"1")
         finally:
             os.close(started_fd)
+    if reaper is not None:
+        _start_reaper(reaper)  # first: before the filter, with no thread of the program's yet
     if tty_filter or namespaces:
         from pysb_core.providerkit import SeccompRules, install_seccomp
 

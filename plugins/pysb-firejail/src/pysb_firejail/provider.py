@@ -31,6 +31,7 @@ from pysb_core.providerkit import (
 )
 from pysb_firejail import mountns, netns, network, nsnet, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
+from pysb_firejail.child import pid_namespace, reaper_supported
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
@@ -304,6 +305,12 @@ class FirejailProvider(Provider):
                     # (whose filter firejail 0.9.72 compiles at every start, ~3 ms).
                     "namespaces": seccomp_covers(),
                     "started_fd": started_w,
+                    # A processes limit counts every process of the sandbox exactly: the
+                    # reaper would take one of them (firejail then kills orphans itself).
+                    # The host's PID namespace: the reaper checks it has another one.
+                    "reaper": pid_namespace()
+                    if policy.limits.processes is None and reaper_supported()
+                    else None,
                 },
             )
         )
