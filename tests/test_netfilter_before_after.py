@@ -61,10 +61,12 @@ def _sent_to_the_host(provider: str, rules: list[str], port: int) -> bool:
 
 
 def _firejail(case: dict[str, object]) -> tuple[list[Load], list[Load]]:
-    from pysb_firejail.network import BRIDGE_NETWORK
+    from pysb_firejail.network import bridge_network
 
     old_v4, old_v6 = case["iptables"]
-    new_v4, new_v6 = compile_iptables([parse_rule(r) for r in case["rules"]], PINS, BRIDGE_NETWORK)
+    new_v4, new_v6 = compile_iptables(
+        [parse_rule(r) for r in case["rules"]], PINS, bridge_network()
+    )
     restore = (["iptables-restore"], ["ip6tables-restore"])
     return (
         [(restore[0], old_v4), (restore[1], old_v6)],

@@ -60,7 +60,7 @@ def iptables_loads(target: FilterTarget) -> Compile:
 
 
 def _back_ends() -> dict[str, tuple[Compile, str]]:
-    from pysb_firejail.network import BRIDGE_NETWORK
+    from pysb_firejail.network import bridge_network
     from pysb_qemu.netfilter import GUEST_NETWORK
 
     from pysb_core.netns.usernet import Pasta
@@ -70,7 +70,7 @@ def _back_ends() -> dict[str, tuple[Compile, str]]:
         "slirp4netns-iptables": (iptables_loads(SLIRP4NETNS), "iptables-restore"),
         "pasta-nft": (nft_loads(Pasta.layout), "nft"),
         "qemu-guest-nft": (nft_loads(GUEST_NETWORK), "nft"),
-        "firejail-bridge-iptables": (iptables_loads(BRIDGE_NETWORK), "iptables-restore"),
+        "firejail-bridge-iptables": (iptables_loads(bridge_network()), "iptables-restore"),
     }
 
 

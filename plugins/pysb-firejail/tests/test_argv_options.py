@@ -7,7 +7,7 @@ import pytest
 from pysb_firejail import network, options
 from pysb_firejail.argv import CHILD_MODULE, build_argv
 from pysb_firejail.hostfs import HostLayout
-from pysb_firejail.network import BRIDGE_NETWORK
+from pysb_firejail.network import bridge_network
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 from pysb_core.plan import ChildSetup, LaunchPlan
@@ -230,7 +230,7 @@ def test_netfilter_rulesets() -> None:
         NetworkRule("allow", ("tcp",), "192.0.2.5", (PortRange(80, 80),), "in", "f"),
     ]
     pins = {"api.example.com": ("10.0.2.15", "2001:db8::1")}
-    v4_text, v6_text = compile_iptables(rules, pins, BRIDGE_NETWORK)
+    v4_text, v6_text = compile_iptables(rules, pins, bridge_network())
     v4 = [line.split(" -m comment")[0] for line in v4_text.splitlines()]
     assert v4[:4] == ["*filter", ":INPUT DROP [0:0]", ":FORWARD DROP [0:0]", ":OUTPUT DROP [0:0]"]
     deny = v4.index(
@@ -262,7 +262,7 @@ def test_netfilter_rulesets() -> None:
     )
     assert not any("10.0.2" in line for line in v6)
     # an unresolved name allows nothing
-    assert "443" not in compile_iptables(rules[:1], {}, BRIDGE_NETWORK)[0]
+    assert "443" not in compile_iptables(rules[:1], {}, bridge_network())[0]
 
 
 def test_restricted_network_setting_is_read(tmp_path) -> None:

@@ -7,7 +7,7 @@ With an allow rule, firejail's own filtering is used: the sandbox gets a new net
 namespace connected to a host bridge (``--net=BRIDGE``, a veth pair firejail makes) with
 the profile's rules loaded inside as iptables rulesets (``--netfilter`` /
 ``--netfilter6``, compiled by pysb's one network-rule compiler for a bridge:
-:data:`BRIDGE_NETWORK`) before the program starts, and an
+:func:`bridge_network`) before the program starts, and an
 ``/etc/hosts`` holding the pinned names (``--hosts-file``). That needs host set-up pysb
 does not do on its own, named with ``providers: {firejail: {bridge: NAME}}``: a bridge
 interface with an address (firejail gives the sandbox a free address of its subnet and
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.providerkit import Capability, FilterTarget, ProviderUnavailableError
+from pysb_core.providerkit import Capability, ProviderUnavailableError
 
 # shutil, socket, tempfile and the rule compiler (ipaddress) are imported where used: a run
 # without network allow rules (nearly every run) needs none of them.
@@ -31,7 +31,7 @@ TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from pysb_core.providerkit import LaunchPlan, Policy
+    from pysb_core.providerkit import FilterTarget, LaunchPlan, Policy
 
 FIREJAIL_CONFIG = "/etc/firejail/firejail.config"
 NETWORK_CAPABILITIES = frozenset(
@@ -43,10 +43,16 @@ BRIDGE_HINT = (
     "for traffic beyond the host) and name it in the profile: "
     "`providers: {firejail: {bridge: pysb0}}`"
 )
-#: What firejail's ``--net=BRIDGE`` gives the sandbox: a veth named ``eth0`` on the bridge,
-#: no user-mode helper (no NAT, nothing forwarded), and its own loopback, which is not the
-#: host's (rules on the host's loopback are refused: :func:`rule_problems`).
-BRIDGE_NETWORK = FilterTarget.bridge("eth0", name="firejail bridge")
+
+
+def bridge_network() -> FilterTarget:
+    """What firejail's ``--net=BRIDGE`` gives the sandbox: a veth named ``eth0`` on the
+    bridge, no user-mode helper (no NAT, nothing forwarded), and its own loopback, which
+    is not the host's (rules on the host's loopback are refused: :func:`rule_problems`).
+    A function: the compiler's package (``ipaddress``) loads only for a filtered run."""
+    from pysb_core.providerkit import FilterTarget
+
+    return FilterTarget.bridge("eth0", name="firejail bridge")
 
 
 def needs_network(policy: Policy) -> bool:
@@ -149,7 +155,9 @@ class BridgedNetwork:
 
         from pysb_core.providerkit import compile_iptables
 
-        v4_rules, v6_rules = compile_iptables(plan.policy.network, plan.policy.pins, BRIDGE_NETWORK)
+        v4_rules, v6_rules = compile_iptables(
+            plan.policy.network, plan.policy.pins, bridge_network()
+        )
         directory = tempfile.mkdtemp(prefix="pysb-firejail-net-")
         net = cls(options=[], directory=directory)
         try:
