@@ -19,7 +19,7 @@ from pysb_core.provider import Provider, ProviderStatus
 
 OWN = [
     LoadedPlugin("dns", "builtin", "pysb_core.builtin.dns", "pysb-core", ""),
-    LoadedPlugin("files", "guard", "pysb_guards.files_hooks", "pysb-guards", "0.1.0"),
+    LoadedPlugin("files", "guard", "pysb_guards.files.hooks", "pysb-guards", "0.1.0"),
 ]
 THIRD = LoadedPlugin("corp-dns", "plugin", "corp_dns", "corp-dns", "1.0")
 

@@ -153,7 +153,7 @@ def test_a_temporary_directory_made_and_removed_is_its_parent(project: Project) 
 
 
 def test_learning_never_writes_the_root(tmp_path: Path) -> None:
-    from pysb_guards.files_hooks import learned_exposures
+    from pysb_guards.files.hooks import learned_exposures
 
     from pysb_core.events import Event
 
@@ -294,7 +294,8 @@ def test_a_category_collapses_when_every_function_is_used_whatever_the_spelling(
 
 
 def test_every_category_collapses_from_any_spelling_of_its_functions() -> None:
-    from pysb_guards import api_hooks, registry
+    from pysb_guards import registry
+    from pysb_guards.api import hooks as api_hooks
 
     from pysb_core.events import Event
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pysb_core.testing import BASE_ENV, require_provider, trust_profile
 
+FAMILIES = ("imports", "files", "network", "api", "env")
+
 NEVER_ON_THE_HOST = {
     # pluggy and what it drags in: the run path calls hooks without it (pysb_core._startup.hooks)
     "pluggy",
@@ -21,16 +23,10 @@ NEVER_ON_THE_HOST = {
     "typing",
     "dataclasses",
     "importlib.metadata",
-    # the guards themselves run in the sandbox only (pysb_guards.<family>_hooks here)
-    "pysb_guards.imports",
-    "pysb_guards.files",
-    "pysb_guards.network",
-    "pysb_guards.api",
-    "pysb_guards.env",
+    # the guards themselves run in the sandbox only (pysb_guards.<family>.hooks here)
+    *(f"pysb_guards.{family}.{part}" for family in FAMILIES for part in ("guard", "engine")),
     "pysb_guards.registry",
     "pysb_guards._seal",
-    "pysb_guards._fileengine",
-    "pysb_guards._importengine",
     "pysb_core.netrules",
     "socket",
     "ipaddress",
@@ -82,7 +78,7 @@ def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
     out = json.loads(_python(RUN, tmp_path))
     assert out["status"] == 0
     assert NEVER_ON_THE_HOST.isdisjoint(out["modules"]), NEVER_ON_THE_HOST & set(out["modules"])
-    assert "pysb_guards.files_hooks" in out["modules"]
+    assert "pysb_guards.files.hooks" in out["modules"]
 
 
 def test_a_firejail_run_imports_none_of_it(tmp_path: Path) -> None:
@@ -101,9 +97,9 @@ def test_the_sandbox_still_gets_every_guard(tmp_path: Path) -> None:
     trust_profile(tmp_path / ".pysb.yaml")
     guards = json.loads(_python(PLAN, tmp_path))
     assert sorted(guards) == [
-        "pysb_guards.api",
-        "pysb_guards.env",
-        "pysb_guards.files",
-        "pysb_guards.imports",
-        "pysb_guards.network",
+        "pysb_guards.api.guard",
+        "pysb_guards.env.guard",
+        "pysb_guards.files.guard",
+        "pysb_guards.imports.guard",
+        "pysb_guards.network.guard",
     ]

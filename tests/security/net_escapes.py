@@ -59,7 +59,7 @@ ROOTS = (
     "    if (getattr(t, '__module__', '') or '').startswith(('pysb_core', 'pysb_guards')) and t.__name__ not in ('Refusal', 'Value'):\n"
     "        return 'an object of the guard: ' + t.__module__ + '.' + t.__name__\n"
     "    g = getattr(o, '__globals__', None)\n"
-    "    if type(g) is dict and ('__pysb_sealed__' in g or g.get('__name__') == 'pysb_guards.network'):\n"
+    "    if type(g) is dict and ('__pysb_sealed__' in g or g.get('__name__') in ('pysb_guards.network.guard', 'pysb_guards.network.engine')):\n"
     "        return 'the globals of guard code: ' + str(g.get('__name__'))\n"
     "    if t.__name__ == 'builtin_function_or_method' and type(getattr(o, '__self__', None)) is dict:\n"
     "        return 'a method of a private dict: ' + o.__name__\n"

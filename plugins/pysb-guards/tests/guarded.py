@@ -128,7 +128,7 @@ def run(
         payload = {
             "policy": json.loads(policy.to_json()),
             "program": program,
-            "guards": [f"pysb_guards.{f}" for f in families],
+            "guards": [f"pysb_guards.{f}.guard" for f in families],
             "report_fd": report_fd,
             "sys_path": [str(ROOT), str(GUARDS_SRC)],
         }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pysb_guards import api_hooks as api
-from pysb_guards import env_hooks as env
-from pysb_guards import files_hooks as files
-from pysb_guards import imports_hooks as imports
+from pysb_guards.api import hooks as api
+from pysb_guards.env import hooks as env
+from pysb_guards.files import hooks as files
+from pysb_guards.imports import hooks as imports
 
 from pysb_core.check import CheckReport
 from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Policy

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import guarded
 import pytest
-from pysb_guards import _importengine, _seal
+from pysb_guards import _seal
+from pysb_guards.imports import engine as _importengine
 
 # ---------------------------------------------------------------------------------------
 # The gate itself, in this process

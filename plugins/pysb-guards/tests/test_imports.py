@@ -56,7 +56,7 @@ def test_star_allows_everything_but_the_guards_themselves() -> None:
     r = guarded.probe(
         """
         t("socket", lambda: __import__("socket").AF_INET > 0)
-        t("guards", lambda: __import__("pysb_guards.files"))
+        t("guards", lambda: __import__("pysb_guards.files.guard"))
         """,
         imports=("*",),
     )

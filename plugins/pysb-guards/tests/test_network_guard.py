@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pysb_guards import network_hooks
+from pysb_guards.network import hooks as network_hooks
 
 from pysb_core.builtin import dns as builtin_dns
 from pysb_core.check import CheckReport
@@ -38,7 +38,7 @@ PRELUDE = """
 import json, os, socket, sys
 from pysb_core.events import Recorder
 from pysb_core.policy import Policy
-from pysb_guards import network
+from pysb_guards.network import guard as network
 policy = Policy.from_json(open(sys.argv[1]).read())
 recorder = Recorder(int(sys.argv[2]), learning=policy.learn)
 results = {}

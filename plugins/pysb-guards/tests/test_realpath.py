@@ -15,7 +15,8 @@ import tempfile
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pysb_guards import _fileengine, _seal
+from pysb_guards import _seal
+from pysb_guards.files import engine as _fileengine
 
 NS = _seal.seal_group(
     [fn for name, fn in vars(_fileengine).items() if name.startswith("_f_") and callable(fn)],

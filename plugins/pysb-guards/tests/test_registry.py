@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pysb_guards import registry
-from pysb_guards.api_hooks import learned_api, validate_api_section
+from pysb_guards.api.hooks import learned_api, validate_api_section
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -189,7 +189,7 @@ def sweep(
     faces: dict[Any, Any] | Iterable[tuple[Any, Any]],
     visit: Callable[[Callable[[Any], None]], None],
 ) -> None:
-    """Sweep every module ``visit`` yields (see :func:`pysb_guards.imports.visit_modules`)
+    """Sweep every module ``visit`` yields (see :func:`pysb_guards.imports.guard.visit_modules`)
     for the originals of ``faces`` (a dict original -> face, or the pairs)."""
     table = _Faces(faces.items() if type(faces) is dict else faces)
 

@@ -2,7 +2,7 @@
 
 This module is the ``imports`` entry point of the ``pysb.guards`` group. It is imported by
 every ``pysb run`` on the host, so it stays light: the guard itself (the finder, the
-``__import__`` checks) lives in :mod:`pysb_guards.imports`, which only the sandboxed
+``__import__`` checks) lives in :mod:`pysb_guards.imports.guard`, which only the sandboxed
 interpreter imports (``PYSB_CHILD_MODULE``).
 """
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 GUARD = "imports"
 #: The module the sandboxed interpreter imports to install this family's guard.
-PYSB_CHILD_MODULE = "pysb_guards.imports"
+PYSB_CHILD_MODULE = "pysb_guards.imports.guard"
 
 
 @hookimpl
@@ -48,7 +48,7 @@ def learned_imports(records: Sequence[Event]) -> list[tuple[str, str]]:
     """``(group, top-level name)`` for every import the program made, sorted by group."""
     import sys
 
-    from pysb_guards.imports import ALWAYS, DANGEROUS  # the guard's own lists (end of run)
+    from pysb_guards.imports.guard import ALWAYS, DANGEROUS  # the guard's own lists (end of run)
 
     stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
     names = sorted(

@@ -2,7 +2,7 @@
 
 This module is the ``network`` entry point of the ``pysb.guards`` group. It is imported by
 every ``pysb run`` on the host, so it stays light (no ``socket``, no ``ipaddress``, no
-:mod:`pysb_core.netrules`): the guard itself lives in :mod:`pysb_guards.network`, which only
+:mod:`pysb_core.netrules`): the guard itself lives in :mod:`pysb_guards.network.guard`, which only
 the sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
 """
 
@@ -18,14 +18,14 @@ if TYPE_CHECKING:
 
 GUARD = "network"
 #: The module the sandboxed interpreter imports to install this family's guard.
-PYSB_CHILD_MODULE = "pysb_guards.network"
+PYSB_CHILD_MODULE = "pysb_guards.network.guard"
 
 
 @hookimpl
 def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     """Without the Python guards the interpreter still answers pinned names from the pins
     (SPEC §6): ask the bootstrap to install the resolver part alone
-    (:func:`pysb_guards.network.pin_resolver`)."""
+    (:func:`pysb_guards.network.guard.pin_resolver`)."""
     if policy.python_guards or not policy.pins:
         return
     from pysb_core.guardkit import ChildSetup

@@ -3,7 +3,7 @@
 This module is the ``env`` entry point of the ``pysb.guards`` group, imported by every
 ``pysb run`` on the host. The environment is enforced by construction (the child starts
 with exactly ``Policy.env``); watching reads in a learning run is done by
-:mod:`pysb_guards.env`, which only the sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
+:mod:`pysb_guards.env.guard`, which only the sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 GUARD = "env"
 #: The module the sandboxed interpreter imports to install this family's guard.
-PYSB_CHILD_MODULE = "pysb_guards.env"
+PYSB_CHILD_MODULE = "pysb_guards.env.guard"
 
 
 @hookimpl

@@ -3,7 +3,7 @@
 This module is the ``api`` entry point of the ``pysb.guards`` group. It is imported by
 every ``pysb run`` on the host, so it stays light: the registry of sensitive functions
 (:mod:`pysb_guards.registry`) is read only when a profile names ``api`` targets or a
-learning run ends, and the guard itself lives in :mod:`pysb_guards.api`, which only the
+learning run ends, and the guard itself lives in :mod:`pysb_guards.api.guard`, which only the
 sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
 """
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 GUARD = "api"
 #: The module the sandboxed interpreter imports to install this family's guard.
-PYSB_CHILD_MODULE = "pysb_guards.api"
+PYSB_CHILD_MODULE = "pysb_guards.api.guard"
 
 
 @hookimpl

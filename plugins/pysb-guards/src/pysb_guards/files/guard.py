@@ -32,7 +32,8 @@ from __future__ import annotations
 import sys
 
 from pysb_core.guardkit import hookimpl
-from pysb_guards import _fileengine, _seal
+from pysb_guards import _seal
+from pysb_guards.files import engine
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
@@ -209,8 +210,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import posix
 
     from pysb_core.guardkit import FileDeniedError, WriteDeniedError
-    from pysb_guards import imports
     from pysb_guards._patch import defer_sweep, set_attr
+    from pysb_guards.imports import guard as imports
 
     imports.ensure_installed(policy, recorder)
     exposures = list(policy.exposures)
@@ -266,7 +267,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     b = _seal.builders()
     scandir_iterator = type(posix.scandir(os.path.dirname(os.__file__)))
     ns = _seal.seal_group(
-        [fn for name, fn in vars(_fileengine).items() if name.startswith("_f_") and callable(fn)],
+        [fn for name, fn in vars(engine).items() if name.startswith("_f_") and callable(fn)],
         ST={
             "by_path": by_path,
             "renames": renames,

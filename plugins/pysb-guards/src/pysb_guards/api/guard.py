@@ -76,9 +76,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
     import pysb_core
     from pysb_core.guardkit import ApiDeniedError
-    from pysb_guards import imports
     from pysb_guards._patch import defer_sweep
     from pysb_guards._where import is_library_file, library_prefixes
+    from pysb_guards.imports import guard as imports
 
     imports.ensure_installed(policy, recorder)
     entries = tuple(e for e in registry.applicable())

@@ -1,6 +1,6 @@
 """The file guard's decision engine (sealed: see ``_seal.seal_group``).
 
-These functions never run with this module's globals: :func:`pysb_guards.files.install`
+These functions never run with this module's globals: :func:`pysb_guards.files.guard.install`
 re-creates every ``_f_*`` function in one private namespace that also holds the names
 declared below (``ST``, ``RECORDER``, ``LSTAT``...). The module-level values here are
 placeholders for linters and readers only.

@@ -30,7 +30,8 @@ from __future__ import annotations
 import sys
 
 from pysb_core.guardkit import hookimpl
-from pysb_guards import _importengine, _seal
+from pysb_guards import _seal
+from pysb_guards.imports import engine
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import_codes = [*_PATCHING_LOADER_CODES, _ReinsertLoader.load_module.__code__]
     ns = _seal.seal_group(
         [
-            *(fn for name, fn in vars(_importengine).items() if name.startswith("_e_")),
+            *(fn for name, fn in vars(engine).items() if name.startswith("_e_")),
             is_library_file,
         ],
         STATE={

@@ -31,7 +31,7 @@ the hook judges them with the same rules.
 
 In a learning run nothing is refused: each connection and bind is recorded, by host name when
 the program used one (names are remembered from resolver answers), and the parent renders
-them as ``network:`` rules (:mod:`pysb_guards.network_hooks`).
+them as ``network:`` rules (:mod:`pysb_guards.network.hooks`).
 
 It is friction, not a boundary: native code, inherited descriptors and a raw ``listen()`` (no
 audit event) get around it; the OS layer is what stops them (docs/network.md).
@@ -132,7 +132,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         for event, handler in handlers.items():
             add_handler(event, handler)
     if enforce:
-        from pysb_guards import imports
+        from pysb_guards.imports import guard as imports
 
         try:
             imports.on_import("_socket", patch_c)
@@ -1099,7 +1099,7 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
                 target(sock, (here[0], 0), "in", "listen")
             elif learning:
                 # The port this server got: a connection to it is the program talking to
-                # itself, learned as the ephemeral range (network_hooks.learned_rules).
+                # itself, learned as the ephemeral range (network.hooks.learned_rules).
                 RECORDER.learn(
                     GUARD, f"tcp {here[1]} own", "listen", "", kind="own", proto="tcp",
                     port=here[1],

@@ -2,7 +2,7 @@
 
 This module is the ``files`` entry point of the ``pysb.guards`` group. It is imported by
 every ``pysb run`` on the host, so it stays light: the guard itself (faces on the path
-functions, the audit hook) lives in :mod:`pysb_guards.files`, which only the sandboxed
+functions, the audit hook) lives in :mod:`pysb_guards.files.guard`, which only the sandboxed
 interpreter imports (``PYSB_CHILD_MODULE``).
 """
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 GUARD = "files"
 #: The module the sandboxed interpreter imports to install this family's guard.
-PYSB_CHILD_MODULE = "pysb_guards.files"
+PYSB_CHILD_MODULE = "pysb_guards.files.guard"
 
 
 @hookimpl

@@ -1,6 +1,6 @@
 """The import guard's decision engine (sealed: see ``_seal.seal_group``).
 
-These functions never run with this module's globals: :func:`pysb_guards.imports.install`
+These functions never run with this module's globals: :func:`pysb_guards.imports.guard.install`
 re-creates every ``_e_*`` function in one private namespace that also holds the names
 declared below (``STATE``, ``RECORDER``, ``SYS_DICT``...). None of them raises on purpose: a
 refusal is returned (a ``Refusal``) and raised by a face.

@@ -1,0 +1,7 @@
+"""The environment guard: enforced by construction, learned by watching ``os.environ``.
+
+One layout for every family: :mod:`.hooks` (the host side, the ``pysb.guards`` entry
+point), :mod:`.guard` (installed inside the sandbox, ``PYSB_CHILD_MODULE``) and
+:mod:`.engine` (the sealed decisions the guard installs). Nothing is imported here: the
+host imports ``hooks`` at every start, the sandbox ``guard``.
+"""
