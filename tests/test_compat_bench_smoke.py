@@ -47,3 +47,35 @@ def test_quick_modules_match_plain_python(tmp_path: Path) -> None:
         assert row["subprocess"]["run"] == row["plain"]["run"] > 0, (module, row)
     assert data["differences"] == []
     assert "| test_dataclasses |" in (tmp_path / "compat.md").read_text()
+
+
+def _compat_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compat", ROOT / "benchmarks" / "compat.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compat"] = module  # dataclasses looks its module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["compat"]
+    return module
+
+
+def test_a_known_difference_explains_only_the_counts_it_names() -> None:
+    """Errors count (3.11's Total line leaves them out); a KNOWN entry explains its own
+    counts only, so a difference that changes is flagged instead of waved through."""
+    compat = _compat_module()
+    out = compat.parse(
+        "test_os failed (4 errors, 6 failures)\n"
+        "Total tests: run=317 failures=6 skipped=55\nResult: FAILURE\n"
+    )
+    assert (out["errors"], out["failures"], out["skipped"]) == (4, 6, 55)
+    plain = {"result": "SUCCESS", "run": 317, "skipped": 51}
+    assert compat.deltas(plain, out) == (10, 4)
+    assert compat.explain("landlock", "test_os", plain, out)
+    assert not compat.explain("subprocess", "test_os", plain, out)  # expects +8, +0
+    assert not compat.explain("landlock", "test_json", plain, out)  # nothing known
+    hung = {"result": "TIMEOUT", "run": 0}
+    assert not compat.explain("landlock", "test_os", plain, hung)
