@@ -6,7 +6,7 @@ Back ends: nftables and iptables for the namespace providers (unshare, bwrap: sl
 or pasta in front), nftables for the qemu guest (QEMU's slirp), iptables for firejail's
 bridge. Random rule sets (seeded, so a failure reproduces) are compiled and loaded one
 after the other into namespaces the test creates (:mod:`pysb_core.testing.netfilter`);
-each probe is a real TCP connect. No packet leaves those namespaces.
+each probe is a real TCP connect or UDP exchange. No packet leaves those namespaces.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pysb_core.testing.netfilter import Load, probe, require_tools
 
 ADDRESSES = ["192.0.2.7", "192.0.2.9", "192.0.2.130", "198.51.100.5", "198.51.100.200"]
 PORTS = [8001, 8002, 8003, 8004]
+PROTOCOLS = ("tcp", "udp")
 NETWORKS = [
     "*",
     "0.0.0.0/0",
@@ -93,15 +94,15 @@ def test_kernel_running_the_rules_agrees_with_the_reference_matcher(back_end: st
     require_tools(tool)
     rng = random.Random(20262)
     cases = [random_rules(rng) for _ in range(40)]
-    results = probe([compile_case(r) for r in cases], ADDRESSES, PORTS)
+    results = probe([compile_case(r) for r in cases], ADDRESSES, PORTS, protocols=PROTOCOLS)
     mismatches = []
     for rules, row in zip(cases, results, strict=True):
         matcher = NetworkMatcher([parse_rule(r) for r in rules], PINS)
-        probes = [(a, p) for a in ADDRESSES for p in PORTS]
-        for (a, p), kernel in zip(probes, row, strict=True):
-            expected = matcher.check("tcp", a, p, "out")[0]
+        probes = [(proto, a, p) for proto in PROTOCOLS for a in ADDRESSES for p in PORTS]
+        for (proto, a, p), kernel in zip(probes, row, strict=True):
+            expected = matcher.check(proto, a, p, "out")[0]
             if kernel != expected:
-                mismatches.append((rules, a, p, kernel, expected))
+                mismatches.append((rules, proto, a, p, kernel, expected))
     assert not mismatches, mismatches[:5]
     flat = [x for row in results for x in row]
     assert any(flat) and not all(flat)  # the cases are not trivial: both outcomes occur

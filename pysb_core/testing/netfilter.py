@@ -39,7 +39,7 @@ Load = tuple[list[str], str]  # (argv run in the sandbox, its standard input)
 _PROBER = textwrap.dedent(
     """
     import json, socket, subprocess, sys
-    cases, addresses, ports, local = json.load(sys.stdin)
+    cases, addresses, ports, local, protocols = json.load(sys.stdin)
     run = lambda *a: subprocess.run(list(a), check=True)
     world_addresses = [a for a in addresses if not a.startswith("127.")]
     world = subprocess.Popen(
@@ -64,27 +64,36 @@ _PROBER = textwrap.dedent(
         s.bind(("127.0.0.1", p)); s.listen(64); servers.append(s)
     world.stdin.write("go\\n"); world.stdin.flush()
     assert world.stdout.readline() == "ready\\n"
+    def tcp(a, p):
+        c = socket.socket(); c.settimeout(1)
+        try:
+            c.connect((a, p)); return True
+        except OSError:
+            return False
+        finally:
+            c.close()
+            for s in servers:
+                s.setblocking(False)
+                try:
+                    s.accept()[0].close()
+                except OSError:
+                    pass
+    def udp(a, p):  # the world echoes; a refusal is an ICMP error, seen by recv at once
+        c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)
+        try:
+            c.connect((a, p)); c.send(b"probe"); return c.recv(16) == b"probe"
+        except OSError:
+            return False
+        finally:
+            c.close()
     out = []
     for loads in cases:
         for argv, text in loads:
             subprocess.run(argv, input=text.encode(), check=True)
-        row = []
-        for a in addresses:
-            for p in ports:
-                c = socket.socket(); c.settimeout(3)
-                try:
-                    c.connect((a, p)); row.append(True)
-                except OSError:
-                    row.append(False)
-                finally:
-                    c.close()
-                for s in servers:
-                    s.setblocking(False)
-                    try:
-                        s.accept()[0].close()
-                    except OSError:
-                        pass
-        out.append(row)
+        out.append([
+            (tcp if proto == "tcp" else udp)(a, p)
+            for proto in protocols for a in addresses for p in ports
+        ])
     world.stdin.close(); world.wait(timeout=10)
     print(json.dumps(out))
     """
@@ -108,10 +117,19 @@ _WORLD = textwrap.dedent(
                 s.accept()[0].close()
             except OSError:
                 return
+    def echo(s):
+        while True:
+            try:
+                data, peer = s.recvfrom(64); s.sendto(data, peer)
+            except OSError:
+                return
     for p in ports:
         s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("0.0.0.0", p)); s.listen(64)
         threading.Thread(target=serve, args=(s,), daemon=True).start()
+        for a in addresses + [GATEWAY]:  # each address answers from itself
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((a, p))
+            threading.Thread(target=echo, args=(u,), daemon=True).start()
     print("ready", flush=True)
     sys.stdin.read()  # until the sandbox side is done
     """
@@ -131,10 +149,13 @@ def probe(
     ports: list[int],
     *,
     local_ports: Sequence[int] = (),
+    protocols: Sequence[str] = ("tcp",),
 ) -> list[list[bool]]:
-    """For each case (its loads, run in order in the sandbox), whether a TCP connect to each
-    ``(address, port)`` succeeded, addresses outer, ports inner. ``127.x`` addresses are
-    the sandbox's own loopback; every other address must lie in :data:`WORLD_NETWORKS`."""
+    """For each case (its loads, run in order in the sandbox), whether each probe got
+    through: protocols outer, then addresses, ports inner. A TCP probe is a connect; a UDP
+    probe is a datagram the world echoes (a refused one gets an ICMP error at once).
+    ``127.x`` addresses are the sandbox's own loopback (TCP only: ``local_ports`` listen
+    there); every other address must lie in :data:`WORLD_NETWORKS`."""
     import ipaddress
 
     world = [ipaddress.ip_network(n) for n in WORLD_NETWORKS]
@@ -145,7 +166,7 @@ def probe(
     script = f"{consts}WORLD = {consts + _WORLD!r}\nNETWORKS = {list(WORLD_NETWORKS)!r}\n{_PROBER}"
     done = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-c", script],
-        input=json.dumps([cases, addresses, ports, list(local_ports)]),
+        input=json.dumps([cases, addresses, ports, list(local_ports), list(protocols)]),
         capture_output=True,
         text=True,
         timeout=600,
