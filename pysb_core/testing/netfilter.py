@@ -78,9 +78,13 @@ _PROBER = textwrap.dedent(
                     s.accept()[0].close()
                 except OSError:
                     pass
+    source_ports = iter(range(20000, 32000))
     def udp(a, p):  # the world echoes; a refusal is an ICMP error, seen by recv at once
         c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)
         try:
+            # A source port of its own: a flow an earlier case allowed is still in the
+            # connection tracker (UDP has no close), and would pass as "established".
+            c.bind(("0.0.0.0", next(source_ports)))
             c.connect((a, p)); c.send(b"probe"); return c.recv(16) == b"probe"
         except OSError:
             return False
