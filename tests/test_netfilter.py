@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -120,3 +121,15 @@ def test_a_long_or_quoted_profile_path_still_makes_a_valid_ruleset(target: Filte
         ["nft", "--check", "-f", "-"], input=compiled.ruleset, capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_naming_a_target_does_not_load_the_compiler() -> None:
+    """A provider may build its FilterTarget at import time (every run imports it); the
+    compiler (``ipaddress``, ``netrules``) loads only when a filtered run compiles."""
+    code = (
+        "import sys; from pysb_core.providerkit import FilterTarget; FilterTarget.bridge(); "
+        "print(sorted({'ipaddress', 'pysb_core.netrules', 'pysb_core.netfilter.plan'} "
+        "& set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -23,17 +23,37 @@ decisions down).
 
 from __future__ import annotations
 
-from pysb_core.netfilter.iptables import compile_iptables
-from pysb_core.netfilter.nft import CompiledNetwork, compile_nft
-from pysb_core.netfilter.plan import (
-    MAX_FORWARDED_PORTS,
-    NAMESPACE_EPHEMERAL,
-    FilterPlan,
-    Forward,
-    Match,
-    plan_filter,
-)
-from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
+TYPE_CHECKING = False  # no typing import: a provider may name FilterTarget at import time
+if TYPE_CHECKING:
+    from typing import Any
+
+    from pysb_core.netfilter.iptables import compile_iptables
+    from pysb_core.netfilter.nft import CompiledNetwork, compile_nft
+    from pysb_core.netfilter.plan import (
+        MAX_FORWARDED_PORTS,
+        NAMESPACE_EPHEMERAL,
+        FilterPlan,
+        Forward,
+        Match,
+        plan_filter,
+    )
+    from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
+
+#: public name -> the module (of this package) that defines it. Lazy, so that naming a
+#: target (``target``: records only) does not load the compiler (``ipaddress``, ``netrules``).
+_WHERE = {
+    "compile_iptables": "iptables",
+    "CompiledNetwork": "nft",
+    "compile_nft": "nft",
+    "MAX_FORWARDED_PORTS": "plan",
+    "NAMESPACE_EPHEMERAL": "plan",
+    "FilterPlan": "plan",
+    "Forward": "plan",
+    "Match": "plan",
+    "plan_filter": "plan",
+    "SLIRP4NETNS": "target",
+    "FilterTarget": "target",
+}
 
 __all__ = [
     "MAX_FORWARDED_PORTS",
@@ -48,3 +68,12 @@ __all__ = [
     "compile_nft",
     "plan_filter",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pysb_core.netfilter' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"pysb_core.netfilter.{module}"), name)
