@@ -13,7 +13,11 @@ not the host's, so traffic that stays on it passes after the deny rules.
 
 from __future__ import annotations
 
-from pysb_core.providerkit import CompiledNetwork, FilterTarget, Policy, compile_nft
+from pysb_core.providerkit import FilterTarget
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pysb_core.providerkit import CompiledNetwork, Policy
 
 #: QEMU's slirp as the guest sees it (guest_init.sh sets the guest's address and route):
 #: slirp's addresses, as slirp4netns has them (FilterTarget's defaults: 10.0.2.0/24,
@@ -24,5 +28,8 @@ GUEST_NETWORK = FilterTarget(
 
 
 def compile_guest_filter(policy: Policy) -> CompiledNetwork:
-    """The guest's ``nft -f`` input, the ports QEMU forwards, and the notes for the user."""
+    """The guest's ``nft -f`` input, the ports QEMU forwards, and the notes for the user.
+    (The compiler loads here: a run without network rules needs none of it.)"""
+    from pysb_core.providerkit import compile_nft
+
     return compile_nft(policy.network, policy.pins, GUEST_NETWORK)
