@@ -51,71 +51,10 @@ def install(recorder: Recorder) -> None:
     if _state:
         return
     from pysb_guards import _seal
+    from pysb_guards.env import engine
 
     recorder = _seal.private_recorder(recorder)  # no program-writable method under a wrapper
     _state.update(armed=False, own=set(), listed=set())
     cls = type(os.environ)
-    own: set[str] = _state["own"]
-    listed: set[str] = _state["listed"]
-
-    def text(key: Any) -> str | None:
-        """The variable's name as an exact ``str``: the recorder (sealed) hashes and
-        encodes it, and must run no method of a subclass the program made."""
-        kind = type(key)
-        if issubclass(kind, bytes):
-            return bytes.decode(key, "utf-8", "surrogateescape")
-        return str.__str__(key) if issubclass(kind, str) else None
-
-    def note(key: Any) -> None:
-        name = text(key)
-        if name is None or not _state["armed"] or name in own:
-            return
-        if name in listed:
-            listed.discard(name)
-            return
-        recorder.learn(GUARD, name, "read", f"env: {name}: ${{{name}}}")
-
-    original_getitem = cls.__getitem__
-    original_setitem = cls.__setitem__
-    original_delitem = cls.__delitem__
-    original_iter = cls.__iter__
-
-    def __getitem__(self: Any, key: Any) -> Any:
-        try:
-            return original_getitem(self, key)
-        finally:
-            note(key)
-
-    def __setitem__(self: Any, key: Any, value: Any) -> None:
-        name = text(key)
-        if name is not None:
-            own.add(name)
-        original_setitem(self, key, value)
-
-    def __delitem__(self: Any, key: Any) -> None:
-        name = text(key)
-        if name is not None:
-            own.add(name)
-        original_delitem(self, key)
-
-    def __iter__(self: Any) -> Any:
-        for key in original_iter(self):
-            name = text(key)
-            if name is not None:
-                listed.add(name)
-            yield key
-
-    def __contains__(self: Any, key: Any) -> bool:
-        try:
-            original_getitem(self, key)
-        except KeyError:
-            note(key)
-            return False
-        note(key)
-        return True
-
-    cls.__getitem__ = __getitem__  # type: ignore[method-assign]
-    cls.__setitem__ = __setitem__  # type: ignore[method-assign]
-    cls.__delitem__ = __delitem__  # type: ignore[method-assign]
-    cls.__iter__ = __iter__  # type: ignore[method-assign]
-    cls.__contains__ = __contains__  # type: ignore[method-assign]
+    for name, method in engine.wrappers(cls, recorder, _state).items():
+        setattr(cls, name, method)

@@ -200,20 +200,35 @@ SHM_FUNCTIONS = ("shm_open", "shm_unlink")
 
 
 def install(policy: Policy, recorder: Recorder) -> None:
+    """Install the file guard, once per interpreter: the sealed engine, faces on the path
+    functions of ``os`` / ``posix`` (and ``open`` for renames), patches of modules as they
+    load, the audit hook's handlers."""
     if _installed:
         return
     _installed.append(True)
-    import _thread
-    import errno
-    import io
-    import os
-    import posix
-
-    from pysb_core.guardkit import FileDeniedError, WriteDeniedError
-    from pysb_guards._patch import defer_sweep, set_attr
     from pysb_guards.imports import guard as imports
 
     imports.ensure_installed(policy, recorder)
+    tables = _policy_tables(policy)
+    add_handler, _close = _seal.audit_registry()
+    ns = _sealed_engine(policy, recorder, tables)
+    ns["ST"]["cwd"] = ns["_f_cwd"]()
+    _install_faces(ns, tables)
+    _install_patches(ns, imports)
+    handlers = ns["_f_make_handlers"](EVENTS)
+    for event, handler in handlers.items():
+        add_handler(event, handler)
+    if recorder.learning:
+        for event in EXEC_EVENTS:
+            add_handler(event, ns["_f_make_exec_learner"](event))
+
+
+def _policy_tables(policy: Policy) -> dict[str, Any]:
+    """The policy as the engine reads it: exposures by path, renames (longest target
+    first), compiled ignore rules, profile files and the state directories (with the
+    directories above them)."""
+    import os
+
     exposures = list(policy.exposures)
     if not any(e.implicit for e in exposures):
         from pysb_core.guardkit import implicit_exposures
@@ -260,21 +275,41 @@ def install(policy: Policy, recorder: Recorder) -> None:
             d = os.path.dirname(d)
             state_above.add(d)
     state_above.discard("/")
+    return {
+        "by_path": by_path,
+        "renames": renames,
+        "ignore": ignore,
+        "profile_files": profile_files,
+        "state_dirs": state_dirs,
+        "state_above": state_above,
+    }
+
+
+def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -> dict[str, Any]:
+    """The ``_f_*`` functions of :mod:`pysb_guards.files.engine` re-created in one private
+    namespace, with the guard's state (``ST``) and every C function and type they use,
+    bound now (``_seal.seal_group``)."""
+    import _thread
+    import errno
+    import os
+    import posix
+
+    from pysb_core.guardkit import FileDeniedError, WriteDeniedError
+
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     write_flags |= getattr(os, "O_TMPFILE", 0) & ~os.O_DIRECTORY
 
-    add_handler, _close = _seal.audit_registry()
     b = _seal.builders()
     scandir_iterator = type(posix.scandir(os.path.dirname(os.__file__)))
     ns = _seal.seal_group(
         [fn for name, fn in vars(engine).items() if name.startswith("_f_") and callable(fn)],
         ST={
-            "by_path": by_path,
-            "renames": renames,
-            "ignore": tuple(ignore),
-            "profile": profile_files,
-            "state": frozenset(state_dirs) | state_above,
-            "state_below": tuple(d.rstrip("/") + "/" for d in state_dirs),
+            "by_path": tables["by_path"],
+            "renames": tables["renames"],
+            "ignore": tuple(tables["ignore"]),
+            "profile": tables["profile_files"],
+            "state": frozenset(tables["state_dirs"]) | tables["state_above"],
+            "state_below": tuple(d.rstrip("/") + "/" for d in tables["state_dirs"]),
             "devices": frozenset(DEVICES),
             "cwd": None,
             "cwd_hint": policy.cwd,
@@ -322,8 +357,19 @@ def install(policy: Policy, recorder: Recorder) -> None:
         METHOD_DESCRIPTOR=type(str.__dict__["join"]),
         SHM_WRITE_FLAGS=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC,
     )
-    ns["ST"]["cwd"] = ns["_f_cwd"]()
+    return ns
 
+
+def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
+    """Faces on the path functions of ``os`` and ``posix``, and on ``open`` when a rename
+    needs translating; references captured before are swept."""
+    import io
+    import os
+    import posix
+
+    from pysb_guards._patch import defer_sweep, set_attr
+
+    ignore, renames = tables["ignore"], tables["renames"]
     # Faces on os and posix (the same C functions under two names).
     faces: dict[Any, Any] = {}  # original -> face (for the sweep of captured references)
     for name, spec in FACES.items():
@@ -358,7 +404,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
                 set_attr(module, "open", opener)
     defer_sweep(faces)
 
-    # Patched when sqlite3 loads, maybe after the program started: sealed, C calls only.
+
+def _install_patches(ns: dict[str, Any], imports: Any) -> None:
+    """Patches run as modules load (maybe after the program started: sealed, C calls only)."""
+    # sqlite3
     imports.on_import("sqlite3", ns["_f_patch_sqlite"])
     imports.on_import("_sqlite3", ns["_f_patch_sqlite"])
 
@@ -377,13 +426,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
         "sem_unlink", _make_prepare(((0, "name"),)), "/dev/shm/sem."
     )
     imports.on_import("_multiprocessing", semaphore)
-
-    handlers = ns["_f_make_handlers"](EVENTS)
-    for event, handler in handlers.items():
-        add_handler(event, handler)
-    if recorder.learning:
-        for event in EXEC_EVENTS:
-            add_handler(event, ns["_f_make_exec_learner"](event))
 
 
 def _file_error(cls: type, message: str, canon: str, rule: str, err: int) -> BaseException:
