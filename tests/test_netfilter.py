@@ -80,7 +80,9 @@ def test_a_bridge_has_no_helper_addresses_and_lets_neighbour_discovery_through()
 def test_an_in_rule_on_another_local_address_is_noted_not_forwarded() -> None:
     compiled = compile_nft(rules("allow tcp 192.0.2.5 80 in"), {})
     assert compiled.inbound == []
-    assert any("other than a wildcard" in n and "p.yaml:1" in n for n in compiled.notes)
+    assert any("other than the loopback" in n and "p.yaml:1" in n for n in compiled.notes)
+    wildcard = compile_nft(rules("allow tcp 0.0.0.0 8000 in"), {})
+    assert wildcard.inbound == [] and "through a rule on 127.0.0.1" in wildcard.notes[0]
 
 
 def test_port_zero_is_never_forwarded() -> None:

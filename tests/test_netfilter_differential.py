@@ -18,7 +18,7 @@ import pytest
 
 from pysb_core.netfilter import SLIRP4NETNS, FilterTarget, compile_iptables, compile_nft
 from pysb_core.netrules import NetworkMatcher, parse_rule
-from pysb_core.testing.netfilter import Load, probe, require_tools
+from pysb_core.testing.netfilter import SANDBOX_ADDRESSES, Load, probe, require_tools
 
 ADDRESSES = ["192.0.2.7", "192.0.2.9", "192.0.2.130", "198.51.100.5", "198.51.100.200"]
 PORTS = [8001, 8002, 8003, 8004]
@@ -72,6 +72,7 @@ def _back_ends() -> dict[str, tuple[Compile, str]]:
         "pasta-nft": (nft_loads(Pasta.layout), "nft"),
         "qemu-guest-nft": (nft_loads(GUEST_NETWORK), "nft"),
         "firejail-bridge-iptables": (iptables_loads(bridge_network()), "iptables-restore"),
+        "bridge-nft": (nft_loads(FilterTarget.bridge()), "nft"),
     }
 
 
@@ -85,6 +86,48 @@ def random_rules(rng: random.Random) -> list[str]:
         proto = rng.choice(["tcp", "tcp", "udp", "any"])
         rules.append(f"{action} {proto} {rng.choice(NETWORKS)} {rng.choice(PORT_SPECS)} out")
     return rules
+
+
+#: Local addresses for ``in`` rules: the sandbox's own two, its link, wildcards.
+IN_NETWORKS = ["*", "0.0.0.0/0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "::/0"]
+#: Targets on which inbound connections reach the sandbox's own addresses (no helper).
+BRIDGED = ("bridge-nft", "firejail-bridge-iptables")
+
+
+def random_inbound_rules(rng: random.Random) -> list[str]:
+    rules = []
+    for _ in range(rng.randint(1, 5)):
+        action = rng.choice(["allow", "allow", "deny"])
+        proto = rng.choice(["tcp", "tcp", "udp", "any"])
+        direction = rng.choice(["in", "in", "any"])
+        network = rng.choice(IN_NETWORKS)
+        rules.append(f"{action} {proto} {network} {rng.choice(PORT_SPECS)} {direction}")
+    return rules
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("back_end", BRIDGED)
+def test_inbound_connections_to_a_bridged_sandbox_agree_with_the_reference_matcher(
+    back_end: str,
+) -> None:
+    """On a bridge the world connects to the sandbox's own addresses: the kernel admits a
+    connection to ``address:port`` exactly when the matcher allows binding there."""
+    compile_case, tool = BACK_ENDS[back_end]
+    require_tools(tool)
+    rng = random.Random(20264)
+    cases = [random_inbound_rules(rng) for _ in range(40)]
+    inbound = [(a, p) for a in SANDBOX_ADDRESSES for p in PORTS]
+    results = probe([compile_case(r) for r in cases], [], PORTS, inbound=inbound)
+    mismatches = []
+    for rules, row in zip(cases, results, strict=True):
+        matcher = NetworkMatcher([parse_rule(r) for r in rules], PINS)
+        for (a, p), kernel in zip(inbound, row, strict=True):
+            expected = matcher.check("tcp", a, p, "in")[0]
+            if kernel != expected:
+                mismatches.append((rules, a, p, kernel, expected))
+    assert not mismatches, mismatches[:5]
+    flat = [x for row in results for x in row]
+    assert any(flat) and not all(flat)  # the cases are not trivial: both outcomes occur
 
 
 @pytest.mark.slow

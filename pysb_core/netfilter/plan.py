@@ -269,10 +269,7 @@ def _plan_in(
         return  # nothing is forwarded: the bridge reaches the sandbox's addresses itself
     if not local_any:
         if allow:
-            plan.notes.append(
-                f"{rule.source}: '{rule}' names a local address other than a wildcard or "
-                "the loopback: no port of the host is forwarded for it"
-            )
+            plan.notes.append(f"{rule.source}: '{rule}' {_not_forwarded(nets)}")
         return
     if is_all_ports(rule.ports):
         if allow:
@@ -296,6 +293,16 @@ def _plan_in(
             denied[proto].update(ports)
     if allow:
         plan.loopback_out.append(_match(rule, nets, any_address=True))
+
+
+def _not_forwarded(nets: Sequence[IPNetwork]) -> str:
+    """Why an ``in`` rule on a local address gets no port of the host forwarded."""
+    if all(n.num_addresses == 1 and n.network_address.is_unspecified for n in nets):
+        return (
+            "lets the program bind the wildcard address; the host reaches such a server "
+            "through a rule on 127.0.0.1 (or *) with its ports, which forwards them"
+        )
+    return "names a local address other than the loopback: no port of the host is forwarded"
 
 
 def _plan_forwards(

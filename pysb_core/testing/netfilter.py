@@ -33,13 +33,16 @@ WORLD_NETWORKS = ("192.0.2.0/24", "198.51.100.0/24")
 #: out`` behind slirp) succeeds when the world's listener answers.
 HOST_LOOPBACK_GATEWAY = "10.0.2.2"
 
+#: The sandbox's addresses on its link to the world (inbound probes connect to them).
+SANDBOX_ADDRESSES = ("203.0.113.1", "203.0.113.10")
+
 Load = tuple[list[str], str]  # (argv run in the sandbox, its standard input)
 
 #: Runs in the sandbox namespace: builds the world namespace and probes each case.
 _PROBER = textwrap.dedent(
     """
     import json, socket, subprocess, sys
-    cases, addresses, ports, local, protocols = json.load(sys.stdin)
+    cases, addresses, ports, local, protocols, inbound = json.load(sys.stdin)
     run = lambda *a: subprocess.run(list(a), check=True)
     world_addresses = [a for a in addresses if not a.startswith("127.")]
     world = subprocess.Popen(
@@ -50,6 +53,7 @@ _PROBER = textwrap.dedent(
     run("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "w0")
     run("ip", "link", "set", "w0", "netns", str(world.pid))
     run("ip", "addr", "add", "203.0.113.1/24", "dev", "eth0")
+    run("ip", "addr", "add", "203.0.113.10/24", "dev", "eth0")
     run("ip", "link", "set", "eth0", "up")
     for net in NETWORKS:
         run("ip", "route", "add", net, "via", "203.0.113.2")
@@ -59,9 +63,9 @@ _PROBER = textwrap.dedent(
     with open("/proc/sys/net/ipv4/conf/all/route_localnet", "w") as f:
         f.write("1")
     servers = []
-    for p in local:
+    for a, p in [("127.0.0.1", p) for p in local] + [tuple(t) for t in inbound]:
         s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", p)); s.listen(64); servers.append(s)
+        s.bind((a, p)); s.listen(64); servers.append(s)
     world.stdin.write("go\\n"); world.stdin.flush()
     assert world.stdout.readline() == "ready\\n"
     def tcp(a, p):
@@ -72,12 +76,15 @@ _PROBER = textwrap.dedent(
             return False
         finally:
             c.close()
-            for s in servers:
-                s.setblocking(False)
-                try:
+            drain()
+    def drain():
+        for s in servers:
+            s.setblocking(False)
+            try:
+                while True:
                     s.accept()[0].close()
-                except OSError:
-                    pass
+            except OSError:
+                pass
     source_ports = iter(range(20000, 32000))
     def udp(a, p):  # the world echoes; a refusal is an ICMP error, seen by recv at once
         c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)
@@ -94,10 +101,15 @@ _PROBER = textwrap.dedent(
     for loads in cases:
         for argv, text in loads:
             subprocess.run(argv, input=text.encode(), check=True)
-        out.append([
+        row = [
             (tcp if proto == "tcp" else udp)(a, p)
             for proto in protocols for a in addresses for p in ports
-        ])
+        ]
+        if inbound:  # the world connects to the sandbox's servers
+            world.stdin.write(json.dumps(inbound) + "\\n"); world.stdin.flush()
+            row += json.loads(world.stdout.readline())
+            drain()
+        out.append(row)
     world.stdin.close(); world.wait(timeout=10)
     print(json.dumps(out))
     """
@@ -135,7 +147,16 @@ _WORLD = textwrap.dedent(
             u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((a, p))
             threading.Thread(target=echo, args=(u,), daemon=True).start()
     print("ready", flush=True)
-    sys.stdin.read()  # until the sandbox side is done
+    def connect(a, p):
+        c = socket.socket(); c.settimeout(1)
+        try:
+            c.connect((a, p)); return True
+        except OSError:
+            return False
+        finally:
+            c.close()
+    for line in sys.stdin:  # until the sandbox side is done: connect where it asks
+        print(json.dumps([connect(a, p) for a, p in json.loads(line)]), flush=True)
     """
 )
 
@@ -154,23 +175,30 @@ def probe(
     *,
     local_ports: Sequence[int] = (),
     protocols: Sequence[str] = ("tcp",),
+    inbound: Sequence[tuple[str, int]] = (),
 ) -> list[list[bool]]:
     """For each case (its loads, run in order in the sandbox), whether each probe got
     through: protocols outer, then addresses, ports inner. A TCP probe is a connect; a UDP
     probe is a datagram the world echoes (a refused one gets an ICMP error at once).
     ``127.x`` addresses are the sandbox's own loopback (TCP only: ``local_ports`` listen
-    there); every other address must lie in :data:`WORLD_NETWORKS`."""
+    there); every other address must lie in :data:`WORLD_NETWORKS`. Then, for each of
+    ``inbound`` (an address of the sandbox, :data:`SANDBOX_ADDRESSES`, and a port, where the
+    sandbox listens), whether the world's TCP connect to it got through."""
     import ipaddress
 
     world = [ipaddress.ip_network(n) for n in WORLD_NETWORKS]
     for a in addresses:
         ip = ipaddress.ip_address(a)
         assert ip.is_loopback or any(ip in n for n in world), f"{a} is not the test's own"
+    for a, _ in inbound:
+        assert a in SANDBOX_ADDRESSES, f"{a} is not the sandbox's"
     consts = f"GATEWAY = {HOST_LOOPBACK_GATEWAY!r}\n"
     script = f"{consts}WORLD = {consts + _WORLD!r}\nNETWORKS = {list(WORLD_NETWORKS)!r}\n{_PROBER}"
     done = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-c", script],
-        input=json.dumps([cases, addresses, ports, list(local_ports), list(protocols)]),
+        input=json.dumps(
+            [cases, addresses, ports, list(local_ports), list(protocols), list(inbound)]
+        ),
         capture_output=True,
         text=True,
         timeout=600,
