@@ -39,20 +39,21 @@ if TYPE_CHECKING:
     )
     from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
 
-#: public name -> the module (of this package) that defines it. Lazy, so that naming a
-#: target (``target``: records only) does not load the compiler (``ipaddress``, ``netrules``).
-_WHERE = {
-    "compile_iptables": "iptables",
-    "CompiledNetwork": "nft",
-    "compile_nft": "nft",
-    "MAX_FORWARDED_PORTS": "plan",
-    "NAMESPACE_EPHEMERAL": "plan",
-    "FilterPlan": "plan",
-    "Forward": "plan",
-    "Match": "plan",
-    "plan_filter": "plan",
-    "SLIRP4NETNS": "target",
-    "FilterTarget": "target",
+#: The package's modules and the public names each defines, cheapest first. Lazy, so that
+#: naming a target (``target``: records only) does not load the compiler (``ipaddress``,
+#: ``netrules``).
+_MODULES = {
+    "target": ("SLIRP4NETNS", "FilterTarget"),
+    "plan": (
+        "MAX_FORWARDED_PORTS",
+        "NAMESPACE_EPHEMERAL",
+        "FilterPlan",
+        "Forward",
+        "Match",
+        "plan_filter",
+    ),
+    "nft": ("CompiledNetwork", "compile_nft"),
+    "iptables": ("compile_iptables",),
 }
 
 __all__ = [
@@ -71,9 +72,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pysb_core.netfilter' has no attribute {name!r}")
-    import importlib
+    from importlib import import_module
 
-    return getattr(importlib.import_module(f"pysb_core.netfilter.{module}"), name)
+    for module, names in _MODULES.items():
+        if name in names:
+            return getattr(import_module(f"{__name__}.{module}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,6 +38,21 @@ SANDBOX_ADDRESSES = ("203.0.113.1", "203.0.113.10")
 
 Load = tuple[list[str], str]  # (argv run in the sandbox, its standard input)
 
+#: Both sides' TCP probe: whether a connect got through (a refusal answers at once).
+_CONNECT = textwrap.dedent(
+    """
+    import socket
+    def connect(a, p):
+        c = socket.socket(); c.settimeout(1)
+        try:
+            c.connect((a, p)); return True
+        except OSError:
+            return False
+        finally:
+            c.close()
+    """
+)
+
 #: Runs in the sandbox namespace: builds the world namespace and probes each case.
 _PROBER = textwrap.dedent(
     """
@@ -69,14 +84,9 @@ _PROBER = textwrap.dedent(
     world.stdin.write("go\\n"); world.stdin.flush()
     assert world.stdout.readline() == "ready\\n"
     def tcp(a, p):
-        c = socket.socket(); c.settimeout(1)
-        try:
-            c.connect((a, p)); return True
-        except OSError:
-            return False
-        finally:
-            c.close()
-            drain()
+        through = connect(a, p)
+        drain()
+        return through
     def drain():
         for s in servers:
             s.setblocking(False)
@@ -147,14 +157,6 @@ _WORLD = textwrap.dedent(
             u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((a, p))
             threading.Thread(target=echo, args=(u,), daemon=True).start()
     print("ready", flush=True)
-    def connect(a, p):
-        c = socket.socket(); c.settimeout(1)
-        try:
-            c.connect((a, p)); return True
-        except OSError:
-            return False
-        finally:
-            c.close()
     for line in sys.stdin:  # until the sandbox side is done: connect where it asks
         print(json.dumps([connect(a, p) for a, p in json.loads(line)]), flush=True)
     """
@@ -192,8 +194,9 @@ def probe(
         assert ip.is_loopback or any(ip in n for n in world), f"{a} is not the test's own"
     for a, _ in inbound:
         assert a in SANDBOX_ADDRESSES, f"{a} is not the sandbox's"
-    consts = f"GATEWAY = {HOST_LOOPBACK_GATEWAY!r}\n"
-    script = f"{consts}WORLD = {consts + _WORLD!r}\nNETWORKS = {list(WORLD_NETWORKS)!r}\n{_PROBER}"
+    common = f"GATEWAY = {HOST_LOOPBACK_GATEWAY!r}\n{_CONNECT}"
+    world_script = common + _WORLD
+    script = f"{common}WORLD = {world_script!r}\nNETWORKS = {list(WORLD_NETWORKS)!r}\n{_PROBER}"
     done = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--net", sys.executable, "-c", script],
         input=json.dumps(
