@@ -127,3 +127,29 @@ def test_the_scan_catches_each_way_of_reaching_an_internal(tmp_path: Path) -> No
         "import_module('pysb_core.netns')",
         "pysb_core.pipeline",
     ]
+
+
+def _first_party_entry_points(group: str) -> list[tuple[str, str]]:
+    from importlib.metadata import entry_points
+
+    return sorted(
+        (ep.name, ep.value)
+        for ep in entry_points(group=group)
+        if ep.dist is not None and (ep.dist.metadata["Name"] or "").startswith("pysb-")
+    )
+
+
+@pytest.mark.parametrize("name,value", _first_party_entry_points("pysb.providers"))
+def test_every_built_in_provider_states_the_current_kit(name: str, value: str) -> None:
+    """A built-in provider ships with this pysb and may use every name of its kit: it
+    states the kit's current version, as the guide asks a third party to (a built-in
+    that stated nothing would be read as kit 1.0 while using newer names)."""
+    import importlib
+    import sys
+
+    from pysb_core import kitversion
+
+    module_name, _, attr = value.partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    declared = getattr(sys.modules[cls.__module__], providerkit.DECLARATION, None)
+    assert kitversion.parse(declared) == providerkit.KIT_VERSION, (name, declared)

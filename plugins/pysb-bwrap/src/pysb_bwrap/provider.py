@@ -38,6 +38,9 @@ from pysb_core.providerkit import (
     watch_wrapper_setup,
 )
 
+#: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
+PYSB_PROVIDERKIT = "1.1"
+
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
     from typing import Any
