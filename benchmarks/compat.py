@@ -149,7 +149,8 @@ KNOWN: tuple[Known, ...] = (
         (
             "48 tests more run (and pass): plain Python runs as root here and CPython skips them "
             "as 'incompatible with CAP_DAC_OVERRIDE'; the sandbox runs the program without that "
-            "capability (a user namespace), as an ordinary user runs them."
+            "capability (a user namespace; firejail drops every capability), as an ordinary "
+            "user runs them."
         ),
     ),
     Known(
@@ -482,11 +483,6 @@ def markdown(data: dict[str, Any]) -> str:
         lines += ["", "Not available here (not run): " + ", ".join(
             f"{p} ({why.splitlines()[0]})" for p, why in data["unavailable"].items()
         ) + "."]  # fmt: skip
-    lines += [
-        "",
-        "| module | plain | " + " | ".join(providers) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in providers) + " |",
-    ]
     if "qemu" in providers:
         lines += ["", f"qemu ran {len(data['qemu_modules'])} of the modules (`QEMU_MODULES`): its "
                   "guest runs under TCG here, 10-20 times slower than the host; `-` marks "
@@ -522,11 +518,15 @@ def markdown(data: dict[str, Any]) -> str:
     lines += ["", "### Differences from plain Python", ""]
     if not data["differences"]:
         lines.append("None: every module gave plain Python's result under every provider.")
+    # one line per module, reason and counts, naming every provider it holds for
+    grouped: dict[tuple[str, str, tuple[int, int]], list[str]] = {}
     for d in data["differences"]:
-        failed, skipped = deltas(d["plain"], d["sandboxed"])
+        why = d["why"] or f"UNEXPLAINED ({expected_text(d['provider'], d['module'])})"
+        key = (d["module"], why, deltas(d["plain"], d["sandboxed"]))
+        grouped.setdefault(key, []).append(d["provider"])
+    for (module, why, (failed, skipped)), under in grouped.items():
         counts = f"{failed:+d} failed, {skipped:+d} skipped"
-        why = d["why"] or f"UNEXPLAINED ({counts}; {expected_text(d['provider'], d['module'])})"
-        lines.append(f"- **{d['module']}** under {d['provider']} ({counts}): {why}")
+        lines.append(f"- **{module}** under {', '.join(under)} ({counts}): {why}")
     return "\n".join(lines) + "\n"
 
 
