@@ -2,10 +2,11 @@
 
 The parent stays (it reads the report channel and enforces ``wall-time``) but is
 invisible: signals sent to it are forwarded to the sandbox by PID, Ctrl-C from the
-terminal reaches the program directly (the parent does not forward what the kernel
-already delivered to the whole foreground process group -- unless the provider put the
-program in a session of its own and says so with ``proc.pysb_own_session``), and a death
-by signal N becomes exit status 128+N.
+terminal reaches the program directly when the sandbox's process group is the terminal's
+foreground group (the parent does not forward what the kernel already delivered to that
+group -- unless ``proc.pysb_own_session`` says that the parent alone gets such signals:
+``pysb run`` puts the sandbox in a group of its own, pysb_core.jobcontrol), the sandbox
+stopping stops the parent (``job``), and a death by signal N becomes exit status 128+N.
 
 A request to end (``SIGTERM`` or ``SIGHUP``, or ``SIGINT``/``SIGQUIT`` sent with ``kill``)
 is forwarded, and if the sandbox still runs :data:`TERM_GRACE` seconds later -- the program
@@ -24,6 +25,8 @@ import time
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+    from pysb_core.jobcontrol import Job
 
 #: Signals forwarded to the sandbox when someone sends them to pysb.
 FORWARDED = (
@@ -121,14 +124,16 @@ def wait(
     on_wall_time: Callable[[], None] | None = None,
     pending: list[int] | None = None,
     on_child: Callable[[], None] | None = None,
+    job: Job | None = None,
 ) -> int:
     """Wait for ``proc``, forwarding signals; return its exit status (124 on wall-time).
 
     ``proc`` is our own child, so signalling it by PID is safe until it is reaped, which
     only this function does. ``on_child`` runs on every SIGCHLD (pysb as subreaper reaps
-    the sandbox's adopted orphans there: pysb_core.proctree).
+    the sandbox's adopted orphans there: pysb_core.proctree); ``job`` stops pysb when the
+    sandbox stops (job control: pysb_core.jobcontrol).
     """
-    watched = {*FORWARDED, signal.SIGCHLD}
+    watched = {*FORWARDED, signal.SIGCHLD, *([signal.SIGTSTP] if job is not None else [])}
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     started = getattr(proc, "pysb_program_started", None)
     awaiting_start = wall_time is not None and started is not None
@@ -179,9 +184,23 @@ def wait(
                 proc.wait()
                 return 124
             info = signal.sigtimedwait(watched, timeout)
-            if info is not None and info.si_signo == signal.SIGCHLD and on_child is not None:
+            child_changed = info is not None and info.si_signo == signal.SIGCHLD
+            if child_changed and on_child is not None:
                 on_child()
+            if (
+                job is not None
+                and (info is None or child_changed)
+                and proc.poll() is None
+                and job.check(child_changed)
+            ):
+                # pysb was continued with SIGCONT, and has continued the sandbox itself.
+                signal.sigtimedwait([signal.SIGCONT], 0)
             if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            if info.si_signo == signal.SIGTSTP and job is not None:
+                if proc.poll() is None:
+                    job.suspend()
+                    signal.sigtimedwait([signal.SIGCONT], 0)
                 continue
             if (
                 info.si_signo in (signal.SIGINT, signal.SIGQUIT)

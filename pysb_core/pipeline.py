@@ -366,6 +366,7 @@ class Session:
         python_opts: Sequence[str] = (),
         pass_fds: Sequence[int] = (),
         interactive: bool = False,
+        terminal: bool = False,
         popen_kwargs: Mapping[str, Any] | None = None,
     ) -> LaunchPlan:
         """Build the launch plan for ``program`` (guards contribute, pins are announced)."""
@@ -411,6 +412,7 @@ class Session:
             protected=[*policy.profile_files, *policy.state_dirs],
             pass_fds=[payload_fd, *([report_w] if report_w is not None else []), *pass_fds],
             interactive=interactive,
+            terminal=terminal,
             popen_kwargs=dict(popen_kwargs or {}),
         )
         plan.add_cleanup(tmp.cleanup())

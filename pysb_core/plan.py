@@ -68,6 +68,10 @@ class LaunchPlan(Record):
     hosts_file: str | None = None
     child_setups: list[ChildSetup] = field(default_factory=list)
     interactive: bool = False
+    #: The sandbox's process group takes the foreground of pysb's controlling terminal
+    #: (job control: pysb_core.jobcontrol); a provider may keep the program in the
+    #: terminal's session then instead of giving it a session of its own.
+    terminal: bool = False
     notes: list[str] = field(default_factory=list)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     #: What the host process does between fork and exec, in order (the base

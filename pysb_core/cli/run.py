@@ -291,34 +291,24 @@ def _stdio_relay(session):
     return None
 
 
-def _own_process_group(interactive: bool) -> bool:
-    """Whether the sandbox goes into a process group of its own.
-
-    A signal sent to pysb's whole process group (``timeout``, supervisors and CI runners
-    end a job so) would reach the program twice: directly, and forwarded by pysb. Off a
-    terminal the sandbox has a group of its own, so that only pysb gets such a signal and
-    forwards it once (pysb_core.execute). On a terminal it stays in the terminal's
-    foreground group: job control and Ctrl-C reach it there, and reading the terminal
-    from another group would stop it (SIGTTIN)."""
-    if interactive:
-        return False
-    return not any(os.isatty(fd) for fd in (0, 1, 2))
-
-
-def _die_with_pysb():
-    """What the sandbox's first process runs before its exec when it has a process group
-    of its own: a SIGKILL of pysb's group no longer reaches it, so it dies with pysb
-    (``PR_SET_PDEATHSIG``; a set-uid wrapper drops it at exec and has its own
-    ``--die-with-parent``)."""
+def _before_exec(terminal):
+    """What the sandbox's first process runs before its exec, in the process group of its
+    own that it always has (pysb_core.jobcontrol): a SIGKILL of pysb's group no longer
+    reaches it, so it dies with pysb (``PR_SET_PDEATHSIG``; a set-uid wrapper drops it at
+    exec and has its own ``--die-with-parent``); on a terminal whose foreground pysb
+    holds, it takes that foreground."""
     from pysb_core.cfuncs import Long, function
 
     prctl = function("prctl")
     parent = os.getpid()
+    take_terminal = terminal.child_step() if terminal is not None and terminal.foreground else None
 
     def preexec() -> None:
         prctl(Long(1), Long(9))  # PR_SET_PDEATHSIG, SIGKILL
         if os.getppid() != parent:  # pysb died before the call
             os._exit(125)
+        if take_terminal is not None:
+            take_terminal()
 
     return preexec
 
@@ -326,6 +316,7 @@ def _die_with_pysb():
 def _run(session, args: RunArgs) -> int:
     from pysb_core import proctree
     from pysb_core.execute import held_signals, wait
+    from pysb_core.jobcontrol import Job, Terminal
 
     program, interactive = _program(args, session)
     policy = session.policy
@@ -342,7 +333,9 @@ def _run(session, args: RunArgs) -> int:
     # The run's orphans (a double-forked daemon) become our children, to be ended with it.
     subreaper = proctree.become_subreaper()
     known: set[int] = set()
-    isolated = _own_process_group(interactive)
+    terminal = Terminal.find()
+    if terminal is not None and terminal.foreground:
+        terminal.given = os.getpgrp()  # the child takes it; given back at the end in any case
     try:
         with held_signals() as pending:
             try:
@@ -350,8 +343,10 @@ def _run(session, args: RunArgs) -> int:
                     program,
                     python_opts=args.python_opts,
                     interactive=interactive,
+                    terminal=terminal is not None and terminal.foreground,
                     **(relay.popen_kwargs if relay is not None else {}),
-                    **({"process_group": 0, "preexec_fn": _die_with_pysb()} if isolated else {}),
+                    process_group=0,
+                    preexec_fn=_before_exec(terminal),
                 )
             except SandboxError as exc:
                 return _fail_with(exc)
@@ -360,8 +355,17 @@ def _run(session, args: RunArgs) -> int:
             except KeyboardInterrupt:
                 status = 130
                 return status
-            if isolated:
-                proc.pysb_own_session = True  # pysb alone gets group signals: it forwards all
+            job_terminal = terminal
+            if terminal is not None and getattr(proc, "pysb_own_session", False):
+                # The program is in a session of its own: pysb keeps the terminal and
+                # forwards what it sends (pysb_core.jobcontrol).
+                terminal.take_back()
+                job_terminal = None
+            elif terminal is not None and terminal.foreground:
+                terminal.given = proc.pid  # taken by the child before its exec
+            # The sandbox is in a group of its own: any signal pysb gets is pysb's to
+            # forward, a Ctrl-C included (pysb_core.execute).
+            proc.pysb_own_session = True
             known.update(proctree.children(os.getpid()))  # the sandbox and pysb's helpers
             if relay is not None:
                 relay.start()
@@ -372,12 +376,15 @@ def _run(session, args: RunArgs) -> int:
                 on_wall_time=wall_time_hit,
                 pending=pending,
                 on_child=(lambda: proctree.reap_adopted(known)) if subreaper else None,
+                job=Job(proc.pid, job_terminal),
             )
         if status == 128 + 24 and policy.limits.cpu_time is not None:  # SIGXCPU
             src = policy.limits.sources.get("cpu-time", "the profile")
             sys.stderr.write(f"pysb: cpu-time limit of {policy.limits.cpu_time}s reached ({src})\n")
         return status
     finally:
+        if terminal is not None:
+            terminal.close()
         if relay is not None:
             relay.finish()
         try:

@@ -95,7 +95,7 @@ class BwrapProvider(Provider):
                 lines.append(f"network: REFUSED: {exc}")
         if shares_terminal(plan):
             lines.append(
-                "session: shared with the terminal (interactive: --new-session would break "
+                "session: shared with the terminal (a run on it: --new-session would break "
                 "job control); TIOCSTI/TIOCLINUX refused by a seccomp filter"
             )
         try:
@@ -149,8 +149,8 @@ class BwrapProvider(Provider):
             layout,
             bwrap=str(status.details.get("binary", "bwrap")),
             hostname=str(plan.provider_options.get("hostname", DEFAULT_HOSTNAME)),
-            # Without the TIOCSTI filter, even an interactive run gets its own session.
-            new_session=not (plan.interactive and seccomp),
+            # Without the TIOCSTI filter, even a run on the terminal gets its own session.
+            new_session=not ((plan.interactive or plan.terminal) and seccomp),
             empty_file=empty_file,
             copies=copies,
             **kwargs,
@@ -223,9 +223,10 @@ class BwrapProvider(Provider):
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Like :meth:`Provider.launch`, with two bwrap specifics: the returned process
         routes ``send_signal``/``terminate`` to the program (:mod:`pysb_core.wrapper_process`), and
-        in an interactive run bwrap ignores SIGINT (see :mod:`pysb_bwrap.child`)."""
+        in a run that shares the terminal bwrap ignores SIGINT and SIGQUIT (see
+        :mod:`pysb_bwrap.child`)."""
         if shares_terminal(plan):
-            plan.add_pre_exec("ignoring SIGINT", _ignore_sigint)
+            plan.add_pre_exec("ignoring SIGINT and SIGQUIT", _ignore_terminal_signals)
         elif "start_new_session" not in popen_kwargs:
             # The program is in a session of its own (--new-session); bwrap goes into a
             # process group of its own too, so the terminal's Ctrl-C does not kill bwrap
@@ -253,14 +254,17 @@ class BwrapProvider(Provider):
         )
 
 
-def _ignore_sigint() -> None:
+def _ignore_terminal_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 def shares_terminal(plan: LaunchPlan) -> bool:
-    """An interactive run stays in the terminal's session and process group (job control,
-    Ctrl-C), which is safe only with the seccomp filter against terminal injection."""
-    return plan.interactive and seccomp_filter_bytes() is not None
+    """A run on the user's terminal (the prompt, or a program whose process group pysb
+    makes the terminal's foreground group: ``plan.terminal``) stays in the terminal's
+    session (job control: Ctrl-C, Ctrl-Z), which is safe only with the seccomp filter
+    against terminal injection."""
+    return (plan.interactive or plan.terminal) and seccomp_filter_bytes() is not None
 
 
 #: The first bwrap with ``--bind-fd`` / ``--ro-bind-fd``.

@@ -380,6 +380,10 @@ class UnshareProvider(Provider):
             net.close()
 
         plan.add_cleanup(cleanup)
+        # The program is in a session of its own (nsinit: no TIOCSTI into the user's
+        # shell), so it can never be in the terminal's foreground group: pysb keeps the
+        # terminal and forwards a Ctrl-C (pysb_core.execute, pysb_core.jobcontrol).
+        proc.pysb_own_session = True  # type: ignore[attr-defined]
         return proc
 
 

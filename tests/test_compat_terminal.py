@@ -1,0 +1,282 @@
+"""``pysb run`` on a real terminal (a pty that is the controlling terminal of a stand-in
+shell) does job control as a shell does (issue 17, item 5): the sandbox has a process
+group of its own that becomes the terminal's foreground group, so
+
+- a Ctrl-C typed on the terminal reaches the program once,
+- a signal sent to pysb's whole process group reaches the program once (forwarded),
+- the exit status is the program's,
+- Ctrl-Z stops the program and pysb (the shell gets its terminal back), and continuing
+  pysb continues the program in the foreground,
+- the terminal's foreground group is the shell's again when the run is over.
+
+The stand-in shell (``SHELL_STANDIN``) is this test's own child, leader of a session of
+its own on the pty; the tests signal only its process group (which they created) and
+its pid, never anything else.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider
+
+PROVIDERS = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),
+]
+OPEN = "version: 1\nimports: '*'\nfiles:\n  expose-ro: [.]\napi:\n  allow: ['*']\n"
+
+#: A shell waiting for one foreground command: it keeps the terminal's foreground group
+#: (its own, which pysb joins), survives SIGINT/SIGQUIT as shells do while waiting, and
+#: reports after the command whether the terminal's foreground group is its own again.
+SHELL_STANDIN = """
+import os, signal, subprocess, sys
+for s in (signal.SIGINT, signal.SIGQUIT):
+    signal.signal(s, lambda *_: None)  # a handler, not SIG_IGN: reset at the child's exec
+proc = subprocess.Popen(sys.argv[1:])
+print("pysb-pid", proc.pid, flush=True)
+status = proc.wait()
+print("foreground-is-the-shell's", os.tcgetpgrp(0) == os.getpgrp(), flush=True)
+print("status", status, flush=True)
+"""
+
+HANDLES_INTERRUPT = """
+import os, sys, time
+print("ready", os.getpid(), flush=True)
+try:
+    for _ in range(600):
+        time.sleep(0.1)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    try:
+        time.sleep(3)  # a second SIGINT would land here
+    except KeyboardInterrupt:
+        print("twice", flush=True)
+        sys.exit(8)
+    sys.exit(7)
+"""
+
+
+#: Prints a tick every 0.1 s until Ctrl-C: while it is stopped, the ticks stop.
+TICKS = """
+import sys, time
+print("ready", flush=True)
+try:
+    while True:
+        time.sleep(0.1)
+        print("tick", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(7)
+"""
+
+
+class Shell:
+    """The stand-in shell running ``pysb run ARGS`` on a fresh pty (its controlling
+    terminal)."""
+
+    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        leader, follower = pty.openpty()
+        self.leader = leader
+
+        def controlling_terminal() -> None:  # after setsid(): the pty becomes ours
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SHELL_STANDIN, *pysb_command(), "run", *args],
+            cwd=cwd,
+            env={**BASE_ENV, "TERM": "dumb", **(env or {})},
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            start_new_session=True,
+            preexec_fn=controlling_terminal,
+        )
+        os.close(follower)
+        self.shown = b""
+
+    def read_until(self, marker: bytes, timeout: float = 60, start: int = 0) -> str:
+        """What the terminal showed, once ``marker`` is in it (past ``start``)."""
+        end = time.monotonic() + timeout
+        while marker not in self.shown[start:] and time.monotonic() < end:
+            ready, _, _ = select.select([self.leader], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.shown += chunk
+        text = self.shown.decode(errors="replace")
+        assert marker in self.shown[start:], text
+        return text
+
+    def drain(self, seconds: float) -> bytes:
+        """What the terminal shows during the next ``seconds``."""
+        start = len(self.shown)
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.leader], [], [], left)
+            if ready:
+                try:
+                    self.shown += os.read(self.leader, 65536)
+                except OSError:
+                    break
+        return self.shown[start:]
+
+    def value_after(self, word: str) -> str:
+        self.read_until(word.encode() + b" ")
+        line = self.read_until(b"\n", timeout=5)
+        return line.split(word + " ", 1)[1].split()[0]
+
+    def type(self, data: bytes) -> None:
+        os.write(self.leader, data)
+
+    def finish(self) -> tuple[str, int]:
+        """Everything the terminal showed, and pysb's exit status as the shell saw it."""
+        try:
+            self.proc.wait(timeout=60)
+            self.read_until(b"status ", timeout=5)
+            self.read_until(b"\n", timeout=5)
+        finally:
+            self.close()
+        text = self.shown.decode(errors="replace")
+        return text, int(text.split("status ", 1)[1].split()[0])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group this test created
+            self.proc.wait()
+        if self.leader >= 0:
+            os.close(self.leader)
+            self.leader = -1
+
+
+def _process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_for_state(pid: int, state: str, timeout: float = 20) -> str:
+    end = time.monotonic() + timeout
+    current = _process_state(pid)
+    while current != state and time.monotonic() < end:
+        time.sleep(0.05)
+        current = _process_state(pid)
+    return current
+
+
+def _shell(
+    project: Project, provider: str, *args: str, program: str = HANDLES_INTERRUPT, **env: str
+) -> Shell:
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(OPEN)
+    project.file("prog.py", program)
+    return Shell(project.root, "--provider", provider, *args, env=env)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_ctrl_c_typed_on_the_terminal_reaches_the_program_once(
+    project: Project, provider: str
+) -> None:
+    shell = _shell(project, provider, "prog.py")
+    try:
+        shell.read_until(b"ready")
+        time.sleep(0.3)
+        shell.type(b"\x03")
+        text, status = shell.finish()
+    finally:
+        shell.close()
+    assert "interrupted" in text and "twice" not in text, text
+    assert status == 7, text
+    assert "foreground-is-the-shell's True" in text, text
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_group_sigint_on_a_terminal_reaches_the_program_once(
+    project: Project, provider: str
+) -> None:
+    shell = _shell(project, provider, "prog.py")
+    try:
+        shell.read_until(b"ready")
+        time.sleep(0.3)
+        os.killpg(shell.proc.pid, signal.SIGINT)  # the shell's group, which pysb is in
+        text, status = shell.finish()
+    finally:
+        shell.close()
+    assert "interrupted" in text and "twice" not in text, text
+    assert status == 7, text
+    assert "foreground-is-the-shell's True" in text, text
+
+
+#: Providers whose program is in a session of its own: pysb keeps the terminal.
+OWN_SESSION = {"unshare"}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_ctrl_z_stops_the_program_and_pysb_and_fg_continues_them(
+    project: Project, provider: str
+) -> None:
+    shell = _shell(project, provider, "prog.py", program=TICKS)
+    try:
+        pysb_pid = int(shell.value_after("pysb-pid"))
+        shell.read_until(b"tick")
+        shell.type(b"\x1a")  # Ctrl-Z
+        assert _wait_for_state(pysb_pid, "T") == "T"  # pysb stopped: the shell's turn
+        assert os.tcgetpgrp(shell.leader) == shell.proc.pid  # the shell has the terminal
+        shell.drain(0.5)  # what was on its way
+        assert b"tick" not in shell.drain(1.5)  # stopped: no more ticks
+        os.killpg(shell.proc.pid, signal.SIGCONT)  # what `fg` does to the job's group
+        assert _wait_for_state(pysb_pid, "S") in ("S", "R")
+        assert b"tick" in shell.drain(3)  # the program runs again
+        if provider not in OWN_SESSION:  # the sandbox's group holds the terminal again
+            assert os.tcgetpgrp(shell.leader) not in (shell.proc.pid, -1)
+        shell.type(b"\x03")
+        text, status = shell.finish()
+    finally:
+        shell.close()
+    assert "interrupted" in text, text
+    assert status == 7, text
+    assert "foreground-is-the-shell's True" in text, text
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_prompt_reads_the_terminal_and_gives_it_back(project: Project, provider: str) -> None:
+    shell = _shell(project, provider, PYSB_NO_IPYTHON="1")  # Python's own prompt
+    try:
+        shell.read_until(b">>> ")
+        start = len(shell.shown)
+        shell.type(b"print(6 * 7)\n")
+        shell.read_until(b"42\r\n>>> ", start=start)
+        start = len(shell.shown)
+        shell.type(b"\x03")
+        if b"KeyboardInterrupt" not in shell.drain(3):
+            # CPython's readline loses a SIGINT that lands between the prompt and its
+            # select() (the same with plain python): the user presses Ctrl-C again.
+            shell.type(b"\x03")
+        shell.read_until(b"KeyboardInterrupt", start=start)
+        shell.read_until(b">>> ", start=start)
+        shell.type(b"raise SystemExit(5)\n")
+        text, status = shell.finish()
+    finally:
+        shell.close()
+    assert status == 5, text
+    assert "foreground-is-the-shell's True" in text, text
