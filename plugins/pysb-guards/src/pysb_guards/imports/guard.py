@@ -340,6 +340,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
             _seal.guard(ns["_e_visit"], None),
         )
     )
+    # Stack walks and dumps of the program leave the guards' frames out (issue 17).
+    from pysb_guards import _stacks
+
+    _stacks.install(on_import)
 
 
 #: Standard library functions that import modules other than their own by *calling*

@@ -1,0 +1,253 @@
+"""Stack walks and stack dumps of the program pass over pysb's own frames.
+
+A guarded call runs its face and its door below whatever the call itself runs: code
+passed to the guarded ``exec``, a callback of a guarded function, and in another thread
+anything blocked in one (a watchdog dumping every thread while the program waits in a
+guarded call). ``f_back`` is not audited, so a walk up the stack meets the door, whose
+code is not readable (``AttributeError``), and C code that prints frames shows
+``<pysb guard>`` and ``<pysb-door>``. In the sandbox these Python-level walkers are
+replaced by versions that leave pysb's frames out, as CPython shows an unguarded call:
+
+- ``traceback.walk_stack`` -- behind ``traceback.print_stack``, ``format_stack``,
+  ``extract_stack``, ``StackSummary.extract`` and ``logging``'s ``stack_info``;
+- ``inspect.getouterframes`` -- behind ``inspect.stack``;
+- ``faulthandler.dump_traceback`` -- the explicit dump, in faulthandler's own format.
+
+What stays C (``faulthandler.dump_traceback_later``, ``register``, ``enable``'s fatal
+error dump) must work when the interpreter cannot run Python code (a held GIL, a crash),
+so it is left as it is: docs/compat.md says what it shows.
+
+A frame is pysb's when its code is refused (a door), is a face's (``<pysb guard>``), or
+lies in pysb's plain code that can stand in a program's stack (the guards' package and
+the child's bootstrap), and the start-up stub that calls the bootstrap (the outermost
+``<string>``): the program's stack then ends at its ``<module>`` as under ``python``.
+
+The replacements hold nothing of the guards' state: a program reading their globals finds
+this module, whose functions no guard code calls. The patchers that put them in place
+run under the import guard's sealed code, so they are sealed too (:func:`install`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+#: Code file names of the guards' faces and doors.
+_OWN_NAMES = ("<pysb guard>", "<pysb-door>")
+#: faulthandler's limits (Python/traceback.c): frames per thread, threads, string length.
+_MAX_FRAMES = 100
+_MAX_THREADS = 100
+_MAX_STRING = 500
+
+
+def _own_dirs() -> tuple[str, ...]:
+    import pysb_core
+
+    guards = os.path.dirname(os.path.abspath(__file__))
+    core = os.path.dirname(os.path.abspath(pysb_core.__file__))
+    return (guards + os.sep, os.path.join(core, "child") + os.sep)
+
+
+_OWN_DIRS = _own_dirs()
+
+
+def is_own_frame(frame: Any) -> bool:
+    """Whether ``frame`` runs pysb's code (a door's code is refused to the program)."""
+    try:
+        code = frame.f_code
+    except AttributeError:
+        return True
+    name = code.co_filename
+    return name in _OWN_NAMES or name.startswith(_OWN_DIRS)
+
+
+def program_frames(frame: Any) -> Iterator[Any]:
+    """The frames from ``frame`` outwards, pysb's left out: its own, and the start-up
+    stub (``python -c``'s ``<string>``, the outermost frame) that calls its bootstrap."""
+    after_own = False
+    while frame is not None:
+        if is_own_frame(frame):
+            after_own = True
+        elif not (after_own and frame.f_back is None and _is_stub(frame)):
+            after_own = False
+            yield frame
+        frame = frame.f_back
+
+
+def _is_stub(frame: Any) -> bool:
+    return frame.f_code.co_filename == "<string>"
+
+
+def walk_stack(f: Any) -> Iterator[tuple[Any, int]]:
+    """``traceback.walk_stack``: the frames from ``f`` outwards, pysb's left out."""
+    if f is None:
+        f = sys._getframe().f_back.f_back.f_back.f_back  # as CPython's, from the same place
+    for frame in program_frames(f):
+        yield frame, frame.f_lineno
+
+
+walk_stack.__doc__ = """Walk a stack yielding the frame and line number for each frame.
+
+    This will follow f.f_back from the given frame. If no frame is given, the
+    current stack is used. Usually used with StackSummary.extract.
+    """
+
+
+def getouterframes(frame: Any, context: int = 1) -> list[Any]:
+    """``inspect.getouterframes``: CPython's loop, with pysb's frames left out (CPython's
+    reads every frame's code, a door's too)."""
+    inspect = sys.modules["inspect"]  # loaded: this is its function
+    framelist = []
+    for f in program_frames(frame or None):
+        info = inspect.getframeinfo(f, context)
+        framelist.append(inspect.FrameInfo(f, *info, positions=info.positions))
+    return framelist
+
+
+getouterframes.__doc__ = """Get a list of records for a frame and all higher (calling) frames.
+
+    Each record contains a frame object, filename, line number, function
+    name, a list of lines of context, and index within the context."""
+getouterframes.__module__ = "inspect"
+
+
+def _ascii(text: str) -> str:
+    """A string as faulthandler writes it (Python/traceback.c, ``_Py_DumpASCII``)."""
+    truncated = len(text) > _MAX_STRING
+    out = []
+    for ch in text[:_MAX_STRING]:
+        c = ord(ch)
+        if 32 <= c <= 126:
+            out.append(ch)
+        elif c <= 0xFF:
+            out.append(f"\\x{c:02x}")
+        elif c <= 0xFFFF:
+            out.append(f"\\u{c:04x}")
+        else:
+            out.append(f"\\U{c:08x}")
+    if truncated:
+        out.append("...")
+    return "".join(out)
+
+
+def _frames_text(frame: Any) -> str:
+    lines = []
+    for depth, f in enumerate(program_frames(frame)):
+        if depth >= _MAX_FRAMES:
+            lines.append("  ...\n")
+            break
+        code = f.f_code
+        line = f.f_lineno
+        lines.append(
+            f'  File "{_ascii(code.co_filename)}", line '
+            f"{'???' if line is None or line < 0 else line} in {_ascii(code.co_name)}\n"
+        )
+    return "".join(lines) or "  <no Python frame>\n"
+
+
+def _fileno(file: Any) -> int:
+    """faulthandler's own reading of ``file``: a descriptor, or a file flushed first."""
+    if file is None:
+        file = sys.stderr
+        if file is None:
+            raise RuntimeError("sys.stderr is None")
+    if isinstance(file, int):
+        if file < 0:
+            raise ValueError("file is not a valid file descriptor")
+        return file
+    fd = file.fileno()
+    if not isinstance(fd, int):
+        raise RuntimeError("file.fileno() is not a valid file descriptor")
+    if fd < 0:
+        raise ValueError("file is not a valid file descriptor")
+    try:
+        file.flush()
+    except Exception:
+        pass
+    return fd
+
+
+def dump_traceback(file: Any = None, all_threads: bool = True) -> None:
+    """dump_traceback(file=sys.stderr, all_threads=True): dump the traceback of the current thread, or of all threads if all_threads is True, into file."""  # noqa: E501
+    fd = _fileno(file)
+    here = sys._getframe(1)  # the caller: faulthandler's C function has no frame of its own
+    if not all_threads:
+        text = "Stack (most recent call first):\n" + _frames_text(here)
+    else:
+        import _thread
+
+        me = _thread.get_ident()
+        parts = []
+        for count, (ident, frame) in enumerate(sys._current_frames().items()):
+            if count >= _MAX_THREADS:
+                parts.append("...\n")
+                break
+            head = "Current thread" if ident == me else "Thread"
+            shown = here if ident == me else frame
+            parts.append(f"{head} 0x{ident:016x} (most recent call first):\n")
+            parts.append(_frames_text(shown))
+            parts.append("\n")
+        text = "".join(parts)[:-1]
+    data = text.encode("ascii", "backslashreplace")
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+dump_traceback.__module__ = "faulthandler"
+
+
+# -- install: sealed patchers (they run under the import guard's sealed code) ------------
+
+# Names of the patchers' own namespace (install); None in this module.
+RESOLVE: Any = None
+PLACE: Any = None
+FUNCTION: Any = None
+BUILTIN: Any = None
+WALK_STACK: Any = None
+OUTER_FRAMES: Any = None
+DUMP_TRACEBACK: Any = None
+
+
+def _s_patch_traceback(module):
+    found = RESOLVE(module, "walk_stack")
+    if found is not None and type(found[2]) is FUNCTION:
+        PLACE(module, "walk_stack", WALK_STACK)
+
+
+def _s_patch_inspect(module):
+    found = RESOLVE(module, "getouterframes")
+    if found is not None and type(found[2]) is FUNCTION:
+        PLACE(module, "getouterframes", OUTER_FRAMES)
+
+
+def _s_patch_faulthandler(module):
+    found = RESOLVE(module, "dump_traceback")
+    if found is not None and type(found[2]) is BUILTIN:
+        PLACE(module, "dump_traceback", DUMP_TRACEBACK)
+
+
+def install(on_import: Any) -> None:
+    """Register the patchers. They run under the import guard's sealed code, so they are
+    sealed too and call nothing the program can change: they only place functions made
+    now, before the program runs."""
+    from pysb_guards import _seal
+
+    b = _seal.builders()
+    ns = _seal.seal_group(
+        [_s_patch_traceback, _s_patch_inspect, _s_patch_faulthandler],
+        RESOLVE=b["RESOLVE"],
+        PLACE=b["PLACE"],
+        FUNCTION=type(install),
+        BUILTIN=type(len),
+        WALK_STACK=walk_stack,
+        OUTER_FRAMES=getouterframes,
+        DUMP_TRACEBACK=dump_traceback,
+    )
+    on_import("traceback", ns["_s_patch_traceback"])
+    on_import("inspect", ns["_s_patch_inspect"])
+    on_import("faulthandler", ns["_s_patch_faulthandler"])
