@@ -33,6 +33,8 @@ class WrapperProcess(subprocess.Popen[bytes]):
         pid = self.pid
         for _ in range(self.depth):
             kids = children(pid)
+            if len(kids) > 1:
+                kids = _same_session(pid, kids)
             if len(kids) != 1:
                 break
             pid = kids[0]
@@ -74,6 +76,24 @@ class WrapperProcess(subprocess.Popen[bytes]):
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline and running(chain[-1]):
                 time.sleep(0.002)
+
+
+def _same_session(parent: int, kids: list[int]) -> list[int]:
+    """The children of ``parent`` in its session: a helper the sandbox starts beside the
+    program in a session of its own (firejail's reaper, a child of the sandbox's PID 1) is
+    not the program."""
+    try:
+        session = os.getsid(parent)
+    except OSError:
+        return kids
+    out = []
+    for kid in kids:
+        try:
+            if os.getsid(kid) == session:
+                out.append(kid)
+        except OSError:
+            continue
+    return out
 
 
 def adopt(proc: subprocess.Popen[bytes], *, own_session: bool | None = None) -> None:
