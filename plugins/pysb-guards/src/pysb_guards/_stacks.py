@@ -32,6 +32,8 @@ from __future__ import annotations
 import os
 import sys
 
+from pysb_guards._seal.audithook import own_dirs
+
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -45,15 +47,9 @@ _MAX_THREADS = 100
 _MAX_STRING = 500
 
 
-def _own_dirs() -> tuple[str, ...]:
-    import pysb_core
-
-    guards = os.path.dirname(os.path.abspath(__file__))
-    core = os.path.dirname(os.path.abspath(pysb_core.__file__))
-    return (guards + os.sep, os.path.join(core, "child") + os.sep)
-
-
-_OWN_DIRS = _own_dirs()
+#: The directories of pysb's plain code (the guards', the child's bootstrap): the same the
+#: audit hook splices out of tracebacks.
+_OWN_DIRS = own_dirs()
 
 
 def is_own_frame(frame: Any) -> bool:
