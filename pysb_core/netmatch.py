@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from pysb_core.policy import NetworkRule
 
-__all__ = ["IP", "Matcher", "canonical_text", "normalize_host", "numeric_host"]
+__all__ = ["IP", "Matcher", "bind_scope", "canonical_text", "normalize_host", "numeric_host"]
 
 #: The characters of the legacy IPv4 forms ``inet_aton`` reads (``127.1``, ``0x7f000001``).
 _LEGACY_V4_CHARS = "0123456789abcdefABCDEFxX."
@@ -173,6 +173,24 @@ def _network(text: str) -> tuple[int, int, int]:
     return (version, bits - prefix, value >> (bits - prefix))
 
 
+def bind_scope(network: str) -> str:
+    """The network an ``in`` rule stands for, as rule text.
+
+    An ``in`` rule names the address a server binds (SPEC §4), and a server bound on the
+    wildcard address takes connections to every local address: ``0.0.0.0`` stands for
+    every IPv4 address, ``::`` for every address (a Linux IPv6 socket bound there takes
+    IPv4 connections too unless ``IPV6_V6ONLY`` is set). So the packet filters accept the
+    connections that reach such a server, the host's loopback forward included, and the
+    guard lets the program bind any one address under such a rule. Every other network,
+    a CIDR such as ``0.0.0.0/0`` included, stands for itself.
+    """
+    if network == "0.0.0.0":
+        return "0.0.0.0/0"
+    if network == "::":
+        return "*"
+    return network
+
+
 def _is_wide(network: str) -> bool:
     """A network that covers more than one address (so names outside the pins may resolve)."""
     if network == "*":
@@ -268,7 +286,8 @@ def compile_matcher(
     names as its deciding rule (the rule itself by default; the guard in the sandbox wants
     its text, rendered now, before the program runs). ``ephemeral`` (the kernel's
     ephemeral port range, :func:`ephemeral_ports`) makes ``in`` rules over that whole range
-    cover a bind to port 0, as learning writes them (docs/learning.md).
+    cover a bind to port 0, as learning writes them (docs/learning.md). An ``in`` rule on a
+    wildcard address covers every local address (:func:`bind_scope`).
     """
     a = dict(algebra) if algebra is not None else integer_algebra()
     rules = tuple(rules)
@@ -286,9 +305,10 @@ def compile_matcher(
         )
         directions = ("in", "out") if rule.direction == "any" else (rule.direction,)
         deny = rule.action == "deny"
+        scope = bind_scope(rule.network)
         inbound = (
             compiled[0],
-            compiled[1],
+            compiled[1] if scope == rule.network else networks(rule.replace(network=scope), {}),
             _with_port_zero(compiled[2], deny, ephemeral),
         )
         for proto in rule.protocols:

@@ -21,7 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, LoopbackServer, Project, pysb_command, require_provider
+from pysb_core.testing import (
+    BASE_ENV,
+    LoopbackServer,
+    Project,
+    pysb_command,
+    require_provider,
+    trust_profile,
+)
 
 PROVIDERS = ["landlock", "bwrap", "unshare", "firejail", "qemu"]
 
@@ -37,13 +44,15 @@ for port in map(int, sys.argv[1:]):
 
 SERVER = """
 import socket, sys
-s = socket.socket()
-s.bind(("127.0.0.1", int(sys.argv[1])))
+host = sys.argv[2]
+s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+s.bind((host, int(sys.argv[1])))
 s.listen(1)
 print("listening", flush=True)
 s.settimeout(30)
 c, _ = s.accept()
 c.sendall(b"from-inside\\n")
+c.recv(16)  # the client closes first: no TIME_WAIT left on port P for the next run
 c.close()
 """
 
@@ -70,7 +79,7 @@ def _firejail_refuses_a_normal_user(provider: str) -> bool:
 
 
 def _profile(project: Project, rule: str) -> None:
-    project.profile(f"version: 1\nimports: [socket, sys]\nnetwork:\n  - {rule}\n")
+    project.profile(f"version: 1\nimports: [socket, sys]\nnetwork:\n  - '{rule}'\n")
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -97,14 +106,49 @@ def test_out_reaches_the_hosts_loopback_port_and_no_other(project: Project, prov
         other.close()
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_in_lets_the_host_reach_a_server_inside(project: Project, provider: str) -> None:
+#: Where the server binds: the loopback, and the wildcard addresses a server on every
+#: interface binds (``bind(("", P))`` is judged, and learned, as ``0.0.0.0``): an ``in``
+#: rule on the wildcard means every local address, the host's loopback forward included.
+#: qemu boots a guest per test (TCG): one wildcard case there.
+BINDS = [
+    *(pytest.param(p, "127.0.0.1", id=f"{p}-loopback") for p in PROVIDERS),
+    *(pytest.param(p, "0.0.0.0", id=f"{p}-wildcard4") for p in PROVIDERS),
+    *(pytest.param(p, "::", id=f"{p}-wildcard6") for p in PROVIDERS if p != "qemu"),
+]
+
+
+@pytest.mark.parametrize(("provider", "bind"), BINDS)
+def test_in_lets_the_host_reach_a_server_inside(project: Project, provider: str, bind: str) -> None:
     require_provider(provider)
     port = _free_port()
-    _profile(project, f"allow tcp 127.0.0.1 {port} in")
+    _profile(project, f"allow tcp {bind} {port} in")
     project.file("server.py", SERVER)
+    _serve_and_reach(project, ["--provider", provider, "server.py", str(port), bind], provider)
+
+
+@pytest.mark.parametrize("provider", [p for p in PROVIDERS if p != "qemu"])
+def test_a_learned_wildcard_server_is_reached_unchanged_under_every_provider(
+    project: Project, provider: str
+) -> None:
+    """``bind(("", P))`` is learned as ``allow tcp 0.0.0.0 P in``; that profile, unchanged,
+    lets the host reach the server on every provider (the forward of an ``in`` rule on
+    127.0.0.1 applies to the wildcard too). qemu runs the same rule in the test above."""
+    require_provider(provider)
+    port = _free_port()
+    project.file("server.py", SERVER)
+    _serve_and_reach(project, ["--learn", "server.py", str(port), ""], "subprocess")
+    learned = (project.root / ".pysb.yaml").read_text()
+    assert f"allow tcp 0.0.0.0 {port} in" in learned, learned
+    trust_profile(project.root / ".pysb.yaml")
+    _serve_and_reach(project, ["--provider", provider, "server.py", str(port), ""], provider)
+
+
+def _serve_and_reach(project: Project, args: list[str], provider: str) -> None:
+    """``pysb run ARGS`` starts SERVER; the host connects to 127.0.0.1:P and gets its
+    greeting, and the run ends with 0."""
+    port = int(args[-2])
     proc = subprocess.Popen(
-        [*pysb_command(), "run", "--provider", provider, "server.py", str(port)],
+        [*pysb_command(), "run", *args],
         cwd=project.root,
         env=BASE_ENV,
         stdout=subprocess.PIPE,
@@ -127,7 +171,7 @@ def test_in_lets_the_host_reach_a_server_inside(project: Project, provider: str)
             except OSError:
                 time.sleep(0.1)  # the forward may still be settling
         assert data == b"from-inside\n"
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             proc.kill()  # our own child, by PID

@@ -81,8 +81,34 @@ def test_an_in_rule_on_another_local_address_is_noted_not_forwarded() -> None:
     compiled = compile_nft(rules("allow tcp 192.0.2.5 80 in"), {})
     assert compiled.inbound == []
     assert any("other than the loopback" in n and "p.yaml:1" in n for n in compiled.notes)
-    wildcard = compile_nft(rules("allow tcp 0.0.0.0 8000 in"), {})
-    assert wildcard.inbound == [] and "through a rule on 127.0.0.1" in wildcard.notes[0]
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+def test_an_in_rule_on_the_wildcard_address_is_every_local_address(wildcard: str) -> None:
+    """A server bound on the wildcard takes connections to every local address: behind a
+    helper its ports are forwarded from the host's loopback as for ``127.0.0.1``; on a
+    bridge its connections to the sandbox's real addresses are accepted. ``0.0.0.0`` is
+    the IPv4 addresses, ``::`` every address (a dual-stack socket). Before, only packets
+    addressed to the wildcard itself (none) matched and nothing was forwarded."""
+    rs = rules(f"allow tcp {wildcard} 8000 in")
+    behind_helper = plan_filter(rs, {}, SLIRP4NETNS)
+    assert behind_helper.inbound == [Forward("tcp", 8000)] and behind_helper.nat
+    assert [m.networks for m in behind_helper.in_allow] == [()] and not behind_helper.notes
+    assert "tcp dport 8000 dnat ip to 127.0.0.1" in compile_nft(rs, {}).ruleset
+    assert plan_filter(rs, {}, QEMU_LIKE).inbound == [Forward("tcp", 8000)]
+    bridged = plan_filter(rs, {}, BRIDGE)
+    every = () if wildcard == "::" else (parse_net("0.0.0.0/0"),)
+    assert [m.networks for m in bridged.in_allow] == [every] and bridged.inbound == []
+    # A deny on the wildcard denies every local address: no forward, whatever else allows.
+    denied = rules("allow tcp 127.0.0.1 8000 in", f"deny tcp {wildcard} 8000 in")
+    assert plan_filter(denied, {}, SLIRP4NETNS).inbound == []
+
+
+def test_a_single_address_cidr_on_the_wildcard_is_not_widened() -> None:
+    """Only the wildcard address as a server binds it: ``0.0.0.0/32`` is a CIDR and
+    stands for itself (``0.0.0.0/0`` already means every address)."""
+    compiled = compile_nft(rules("allow tcp 0.0.0.0/32 8000 in"), {})
+    assert compiled.inbound == [] and "other than the loopback" in compiled.notes[0]
 
 
 def test_port_zero_is_never_forwarded() -> None:

@@ -89,7 +89,11 @@ def random_rules(rng: random.Random) -> list[str]:
 
 
 #: Local addresses for ``in`` rules: the sandbox's own two, its link, wildcards.
-IN_NETWORKS = ["*", "0.0.0.0/0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "::/0"]
+#: The wildcard a server binds (``0.0.0.0``, ``::``) stands for every local address.
+IN_NETWORKS = [
+    *("*", "0.0.0.0/0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "::/0"),
+    *("0.0.0.0", "::"),
+]
 #: Targets on which inbound connections reach the sandbox's own addresses (no helper).
 BRIDGED = ("bridge-nft", "firejail-bridge-iptables")
 

@@ -252,6 +252,26 @@ def test_embedded_ipv4_still_meets_an_explicit_deny() -> None:
     assert m.check("tcp", "::2", 80, "out") == (False, rules[2])
 
 
+@pytest.mark.parametrize("matcher", [netmatch.Matcher, NetworkMatcher])
+def test_an_in_rule_on_the_wildcard_covers_every_local_address(matcher: type) -> None:
+    """``in`` names the address a server binds; the wildcard is every local address of
+    its family (``::`` is dual-stack: IPv4 too). ``out`` and a CIDR are unchanged."""
+    v4 = matcher([parse_rule("allow tcp 0.0.0.0 8000 in")])
+    for address in ("0.0.0.0", "127.0.0.1", "203.0.113.1", "::ffff:127.0.0.1"):
+        assert v4.check("tcp", address, 8000, "in")[0], address
+    assert not v4.check("tcp", "::1", 8000, "in")[0]
+    assert not v4.check("tcp", "127.0.0.1", 8001, "in")[0]
+    v6 = matcher([parse_rule("allow tcp :: 8000 in")])
+    assert all(v6.check("tcp", a, 8000, "in")[0] for a in ("::", "::1", "127.0.0.1"))
+    either = matcher([parse_rule("allow tcp 0.0.0.0 8000 any")])
+    assert not either.check("tcp", "127.0.0.1", 8000, "out")[0]  # a connection: unchanged
+    assert either.check("tcp", "0.0.0.0", 8000, "out")[0]
+    cidr = matcher([parse_rule("allow tcp 0.0.0.0/32 8000 in")])
+    assert not cidr.check("tcp", "127.0.0.1", 8000, "in")[0]
+    denied = matcher([parse_rule("allow tcp 127.0.0.1 8000 in"), parse_rule("deny tcp :: 8000 in")])
+    assert denied.check("tcp", "127.0.0.1", 8000, "in") == (False, denied.rules[1])
+
+
 def test_non_canonical_rule_fails_closed() -> None:
     for network in ("10.0.0.0/255.0.0.0", "127.1", "10.0.0.0/33", "fe80::1%eth0"):
         rule = NetworkRule("allow", ("tcp",), network, (PortRange(0, 65535),), "out")

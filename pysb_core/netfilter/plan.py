@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pysb_core._startup.records import Record, field, mutable_record, record
 from pysb_core.netfilter.target import FilterTarget
+from pysb_core.netmatch import bind_scope
 from pysb_core.netrules import normalize_host, rule_networks
 from pysb_core.policy import NetworkRule, PortRange
 
@@ -215,7 +216,8 @@ def plan_filter(
             if direction == "out":
                 _plan_out(plan, rule, nets, own_servers=serves_ephemeral, ephemeral=ephemeral)
             else:
-                _plan_in(plan, rule, nets, ephemeral, wanted_in, denied_in)
+                local = _networks(rule.replace(network=bind_scope(rule.network)), pins)
+                _plan_in(plan, rule, local, ephemeral, wanted_in, denied_in)
     _plan_forwards(plan, wanted_in, denied_in)
     plan.dns = plan.dns and target.resolver is not None and not _dns_denied(rules)
     return plan
@@ -260,7 +262,9 @@ def _plan_in(
     wanted: dict[str, list[int]],
     denied: dict[str, set[int]],
 ) -> None:
-    """An ``in`` rule: the network is the local address a server binds."""
+    """An ``in`` rule: the network is the local address a server binds (``nets``), the
+    wildcard address standing for every local one (:func:`~pysb_core.netmatch.bind_scope`),
+    so a server bound there gets the host's loopback forward of its ports."""
     local_any = _local_any(nets, plan.target)
     match = _match(rule, nets, any_address=local_any)
     (plan.in_allow if match.accepts else plan.in_deny).append(match)
@@ -269,7 +273,10 @@ def _plan_in(
         return  # nothing is forwarded: the bridge reaches the sandbox's addresses itself
     if not local_any:
         if allow:
-            plan.notes.append(f"{rule.source}: '{rule}' {_not_forwarded(nets)}")
+            plan.notes.append(
+                f"{rule.source}: '{rule}' names a local address other than the loopback: "
+                "no port of the host is forwarded"
+            )
         return
     if is_all_ports(rule.ports):
         if allow:
@@ -293,16 +300,6 @@ def _plan_in(
             denied[proto].update(ports)
     if allow:
         plan.loopback_out.append(_match(rule, nets, any_address=True))
-
-
-def _not_forwarded(nets: Sequence[IPNetwork]) -> str:
-    """Why an ``in`` rule on a local address gets no port of the host forwarded."""
-    if all(n.num_addresses == 1 and n.network_address.is_unspecified for n in nets):
-        return (
-            "lets the program bind the wildcard address; the host reaches such a server "
-            "through a rule on 127.0.0.1 (or *) with its ports, which forwards them"
-        )
-    return "names a local address other than the loopback: no port of the host is forwarded"
 
 
 def _plan_forwards(
