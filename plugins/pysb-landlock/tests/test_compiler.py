@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pysb_landlock import LandlockProvider, compiler, ruleset
-from pysb_landlock.compiler import compile_plan, merge, subtract
+from pysb_landlock.compiler import WILDCARD_BIND, compile_plan, merge, subtract
 
 from pysb_core.netrules import parse_rule
 from pysb_core.plan import LaunchPlan, LaunchSpec
@@ -110,6 +110,27 @@ def test_all_ports_leaves_operation_unhandled_and_deny_star_subtracts():
     c = compile_plan(make_plan(net=["allow tcp * * out", "deny tcp 10.0.0.0/8 * out"]), 7)
     assert c.connect is None
     assert any("cannot deny by host" in g for g in c.gaps)
+
+
+def test_a_rule_on_the_wildcard_address_binds_every_local_address():
+    """In an ``in`` rule the wildcard (``0.0.0.0``, ``::``) is every local address: a deny
+    there is a port rule for bind, and ``::`` (both families) leaves no gap. A connection
+    to the wildcard is one address: an ``out`` deny stays with the Python layer."""
+    c = compile_plan(make_plan(net=["allow tcp * * in", "deny tcp 0.0.0.0 25 in"]), 7)
+    assert c.bind == [(0, 24), (26, 65535)] and c.gaps == []
+    c = compile_plan(make_plan(net=["allow tcp :: 8000 in"]), 7)
+    assert c.bind == [(8000, 8000)] and c.gaps == []
+    c = compile_plan(make_plan(net=["allow tcp * * any", "deny tcp :: 25 any"]), 7)
+    assert c.bind == [(0, 24), (26, 65535)] and c.connect is None
+    assert any("cannot deny by host" in g for g in c.gaps)
+
+
+def test_the_wildcard_means_what_the_guard_and_the_filters_say() -> None:
+    from pysb_core.netmatch import bind_scope
+
+    for network, scope in WILDCARD_BIND.items():
+        assert bind_scope(network) == scope
+    assert all(bind_scope(n) == n for n in ("0.0.0.0/0", "0.0.0.0/32", "127.0.0.1", "*"))
 
 
 def test_old_abi_has_no_network_and_no_scope():

@@ -258,6 +258,30 @@ for port in sys.argv[1:]:
     assert r.stdout.split("\n")[:2] == ["bound", f"error {errno.EACCES}"], r.stderr
 
 
+@needs_abi[4]
+def test_a_deny_on_the_wildcard_address_refuses_every_bind_of_its_port():
+    """``deny tcp 0.0.0.0 P in`` denies every local address on P (the wildcard a server
+    binds means them all, as the guard decides): landlock refuses a bind to 127.0.0.1:P
+    without the Python layer. Before, such a deny was left to the guard."""
+    code = r"""
+import socket, sys
+for port in sys.argv[1:]:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", int(port)))
+            print("bound")
+        except OSError as e:
+            print("error", e.errno)
+"""
+    with socket.socket() as a, socket.socket() as b:  # two ports free now
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        free, other = a.getsockname()[1], b.getsockname()[1]
+    net = ["allow tcp 127.0.0.1 * in", f"deny tcp 0.0.0.0 {free} in"]
+    r = run_sandboxed(code, str(free), str(other), net=net)
+    assert r.stdout.split("\n")[:2] == [f"error {errno.EACCES}", "bound"], r.stderr
+
+
 @needs_abi[6]
 def test_signals_outside_the_sandbox_refused():
     victim = subprocess.Popen(["sleep", "60"])

@@ -216,18 +216,34 @@ class Compiled:
         return lines
 
 
-def _tcp_ports(rules: Iterable[NetworkRule], directions: tuple[str, ...]) -> Ranges | None:
-    """Ports the OS layer lets through for one operation, whatever the host; ``None`` when
-    every port is allowed (the operation is then left unhandled)."""
+#: What the wildcard a server binds stands for in an ``in`` rule: every local address
+#: (SPEC §4), as the guard's matcher and the packet filters decide
+#: (``pysb_core.netmatch.bind_scope``; tests/test_compiler.py holds the two equal).
+WILDCARD_BIND = {"0.0.0.0": "0.0.0.0/0", "::": "*"}
+
+
+def _scope(rule: NetworkRule, direction: str) -> str:
+    """The network ``rule`` stands for in ``direction`` (``in``: bind, ``out``: connect):
+    for a bind, the wildcard address is every local address, so landlock's port-only rule
+    says what such a rule says."""
+    if direction == "in":
+        return WILDCARD_BIND.get(rule.network, rule.network)
+    return rule.network
+
+
+def _tcp_ports(rules: Iterable[NetworkRule], direction: str) -> Ranges | None:
+    """Ports the OS layer lets through for one operation (``in``: bind, ``out``: connect),
+    whatever the host; ``None`` when every port is allowed (the operation is then left
+    unhandled)."""
     allowed: list[tuple[int, int]] = []
     denied: list[tuple[int, int]] = []
     for r in rules:
-        if "tcp" not in r.protocols or r.direction not in directions:
+        if "tcp" not in r.protocols or r.direction not in (direction, "any"):
             continue
         spans = [(p.low, p.high) for p in r.ports]
         if r.action == "allow":
             allowed += spans
-        elif r.network in ANY_HOST:
+        elif _scope(r, direction) in ANY_HOST:
             # A deny for every host is a port rule: it can be subtracted (for 0.0.0.0/0 or
             # ::/0 alone this also denies the other family: stricter, never wider).
             denied += spans
@@ -256,7 +272,7 @@ def _with_port_zero(ports: Ranges | None, rules: Iterable[NetworkRule]) -> Range
         r.action == "deny"
         and "tcp" in r.protocols
         and r.direction in ("in", "any")
-        and r.network in ANY_HOST
+        and _scope(r, "in") in ANY_HOST
         and any(p.low <= 0 <= p.high for p in r.ports)
         for r in rules
     )
@@ -271,11 +287,13 @@ def _network_gaps(rules: Iterable[NetworkRule]) -> list[str]:
             gaps.append(f"{where}: landlock cannot filter udp (python layer only)")
         if "tcp" not in r.protocols:
             continue
-        if r.action == "deny" and r.network not in ANY_HOST:
+        directions = ("in", "out") if r.direction == "any" else (r.direction,)
+        scopes = {_scope(r, d) for d in directions}
+        if r.action == "deny" and not scopes <= ANY_HOST:
             gaps.append(
                 f"{where}: landlock cannot deny by host; it only narrows ports (python layer only)"
             )
-        elif r.action == "allow" and r.network != "*":
+        elif r.action == "allow" and scopes != {"*"}:
             gaps.append(
                 f"{where}: landlock allows port(s) {','.join(map(str, r.ports))} "
                 f"for every host, not only {r.network} (the python layer narrows it)"
@@ -338,8 +356,8 @@ def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = 
 
     rules = plan.policy.network
     if abi >= 4:
-        c.connect = _tcp_ports(rules, ("out", "any"))
-        c.bind = _with_port_zero(_tcp_ports(rules, ("in", "any")), rules)
+        c.connect = _tcp_ports(rules, "out")
+        c.bind = _with_port_zero(_tcp_ports(rules, "in"), rules)
     c.gaps += _network_gaps(rules)
     c.udp = any(r.action == "allow" and "udp" in r.protocols for r in rules)
     c.seccomp = seccomp_covers()
