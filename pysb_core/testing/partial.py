@@ -66,14 +66,33 @@ def _runs_python(pid: int) -> bool:
     return os.path.basename(exe).startswith("python")
 
 
+def _namespace_pids(pid: int) -> list[int]:
+    """``pid`` as each PID namespace from the host's down to its own sees it (NSpid)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(n) for n in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return [pid]
+
+
 def worker_host_pid(launcher_pid: int, timeout: float = 10.0) -> int:
-    """The host PID of the Python worker started as (or below) ``launcher_pid``."""
+    """The host PID of the Python worker started as (or below) ``launcher_pid``.
+
+    The worker is the first Python process of the deepest PID namespace below the
+    launcher, that namespace's init aside (unshare's is a Python too): a sandbox's own
+    helpers start after it there (firejail's reaper is a fork of the worker).
+    """
     deadline = time.monotonic() + timeout
     while True:
         chain = [launcher_pid, *descendants(launcher_pid)]
-        pythons = [p for p in chain if _runs_python(p)]
-        if pythons:
-            return pythons[-1]
+        pythons = [(p, _namespace_pids(p)) for p in chain if _runs_python(p)]
+        depth = max((len(ns) for _, ns in pythons), default=0)
+        candidates = [(ns[-1], p) for p, ns in pythons if len(ns) == depth and ns[-1] != 1]
+        if candidates:
+            return min(candidates)[1]
         if time.monotonic() > deadline:
             raise AssertionError(f"no python worker below pid {launcher_pid}")
         time.sleep(0.01)
