@@ -55,6 +55,31 @@ print("foreground-is-the-shell's", os.tcgetpgrp(0) == os.getpgrp(), flush=True)
 print("status", status, flush=True)
 """
 
+#: A shell running its command in the background (a group of its own, not the terminal's
+#: foreground group), then, once the command stopped, bringing it to the foreground as
+#: ``fg`` does and taking the terminal back when it ends.
+BACKGROUND_STANDIN = """
+import os, signal, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], process_group=0)
+print("pysb-pid", proc.pid, flush=True)
+_, status = os.waitpid(proc.pid, os.WUNTRACED)
+print("stopped", os.WIFSTOPPED(status), flush=True)
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+os.tcsetpgrp(0, proc.pid)
+os.killpg(proc.pid, signal.SIGCONT)  # the job's group, which this shell made
+print("continued", flush=True)
+_, status = os.waitpid(proc.pid, 0)
+os.tcsetpgrp(0, os.getpgrp())
+print("status", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+READS_A_LINE = """
+import sys
+print("ready", flush=True)
+print("got", input(), flush=True)
+sys.exit(3)
+"""
+
 HANDLES_INTERRUPT = """
 import os, sys, time
 print("ready", os.getpid(), flush=True)
@@ -90,7 +115,13 @@ class Shell:
     """The stand-in shell running ``pysb run ARGS`` on a fresh pty (its controlling
     terminal)."""
 
-    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        cwd: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        standin: str = SHELL_STANDIN,
+    ) -> None:
         leader, follower = pty.openpty()
         self.leader = leader
 
@@ -98,7 +129,7 @@ class Shell:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SHELL_STANDIN, *pysb_command(), "run", *args],
+            [sys.executable, "-c", standin, *pysb_command(), "run", *args],
             cwd=cwd,
             env={**BASE_ENV, "TERM": "dumb", **(env or {})},
             stdin=follower,
@@ -280,3 +311,32 @@ def test_the_prompt_reads_the_terminal_and_gives_it_back(project: Project, provi
         shell.close()
     assert status == 5, text
     assert "foreground-is-the-shell's True" in text, text
+
+
+#: Providers whose program stays in the terminal's session when pysb is in the background
+#: (the others: docs/compat.md, Signals).
+IN_THE_SESSION = ["subprocess", "landlock", pytest.param("qemu", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("provider", IN_THE_SESSION)
+def test_reading_the_terminal_in_the_background_stops_the_job_until_fg(
+    project: Project, provider: str
+) -> None:
+    """Started in the background, the sandbox is stopped by SIGTTIN when it reads the
+    terminal; pysb stops with it, and ``fg`` gives the terminal to the sandbox."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(OPEN)
+    project.file("prog.py", READS_A_LINE)
+    shell = Shell(project.root, "--provider", provider, "prog.py", standin=BACKGROUND_STANDIN)
+    try:
+        shell.read_until(b"stopped True")
+        shell.read_until(b"continued")
+        shell.type(b"hello\n")
+        shell.read_until(b"got hello")
+        shell.read_until(b"status ")
+        shell.read_until(b"\n", start=shell.shown.index(b"status "))
+    finally:
+        shell.close()
+    text = shell.shown.decode(errors="replace")
+    assert "status 3" in text, text
