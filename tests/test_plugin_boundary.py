@@ -153,3 +153,15 @@ def test_every_built_in_provider_states_the_current_kit(name: str, value: str) -
     cls = getattr(importlib.import_module(module_name), attr)
     declared = getattr(sys.modules[cls.__module__], providerkit.DECLARATION, None)
     assert kitversion.parse(declared) == providerkit.KIT_VERSION, (name, declared)
+
+
+@pytest.mark.parametrize("name,value", _first_party_entry_points("pysb.guards"))
+def test_every_built_in_guard_states_the_current_kit(name: str, value: str) -> None:
+    """The same for the guard families (``PYSB_GUARDKIT`` in the entry point's module)."""
+    import importlib
+
+    from pysb_core import kitversion
+
+    module = importlib.import_module(value.partition(":")[0])
+    declared = getattr(module, guardkit.DECLARATION, None)
+    assert kitversion.parse(declared) == guardkit.KIT_VERSION, (name, declared)
