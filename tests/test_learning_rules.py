@@ -172,6 +172,28 @@ def test_learning_never_writes_the_root(tmp_path: Path) -> None:
     assert rows == [("expose-rw", "/etc"), ("expose-ro", "/tmp")]
 
 
+def test_a_module_read_from_its_bytecode_cache_is_its_source_directory(tmp_path: Path) -> None:
+    """An import that finds a valid ``.pyc`` reads only it (the source is stat'ed by the
+    import system's own calls): the rule must still be the source's directory, or the
+    next run cannot find the module (``./__pycache__`` alone was learned)."""
+    from pysb_guards.files.hooks import learned_exposures
+
+    from pysb_core.events import Event
+
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    (cache / "mod.cpython-311.pyc").write_bytes(b"")
+    (tmp_path / "__pycache__x").mkdir()
+    (tmp_path / "__pycache__x" / "data.pyc").write_bytes(b"")
+    rows = learned_exposures(
+        [
+            Event("python", "files", "learn", str(cache / "mod.cpython-311.pyc"), "read"),
+            Event("python", "files", "learn", str(tmp_path / "__pycache__x" / "data.pyc"), "read"),
+        ]
+    )
+    assert rows == [("expose-ro", str(tmp_path))]
+
+
 # -- the private temporary directory (SPEC §4 "temporary files") ---------------------------
 
 USES_TMP = """

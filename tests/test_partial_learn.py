@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+import pytest
 
 from pysb_core import sandboxes
 from pysb_core.testing.partial import write_module
@@ -17,9 +20,21 @@ def compute(x):
 """
 
 
-def test_learning_writes_the_profile_when_the_sandbox_stops(tmp_path: Path, capsys, monkeypatch):
+@pytest.mark.parametrize("bytecode", [False, True], ids=["source", "bytecode"])
+def test_learning_writes_the_profile_when_the_sandbox_stops(
+    tmp_path: Path, capsys, monkeypatch, bytecode: bool
+):
+    """Whether the worker imports the functions' module from its source or from a
+    ``__pycache__`` the host wrote (PYTHONDONTWRITEBYTECODE decides), the profile learned
+    lets the next run import it."""
     monkeypatch.chdir(tmp_path)  # learned ./ paths are relative to the working directory
     mod = write_module(tmp_path, FUNCTIONS)
+    if bytecode:
+        import py_compile
+
+        py_compile.compile(mod.__file__, doraise=True)
+    else:
+        shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
     learned = tmp_path / "learned.yaml"
     with sandboxes(learn=str(learned), cwd=str(tmp_path)):
         assert mod.compute(3) == [3, 3]

@@ -82,6 +82,10 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
     run uses the ``subprocess`` provider), so what still exists can be asked:
 
     - a file read is its directory; a directory listed, entered or read stays itself;
+    - a compiled module read from a ``__pycache__`` directory is the directory above it,
+      its source's: the import system finds a module by its source (it stats the ``.py``
+      with its own unguarded calls and then reads only the ``.pyc``), so the next run
+      needs the source's directory, and ``__pycache__`` comes with it;
     - a write is the directory written *into*: a file's directory, a directory the
       program created (``mkdir``) or wrote through (``open(dir, "w+")`` with an opener,
       ``O_TMPFILE``, ``chmod``) that still exists is itself, never its parent; one that
@@ -109,6 +113,8 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
         if not path.startswith("/") or path.startswith(("/proc/", "/sys/", "/dev/")):
             continue
         directory = _learned_directory(path, r.detail, r.data, os.path.isdir)
+        if directory is not None and _is_bytecode_cache(directory, path):
+            directory = os.path.dirname(directory) or "/"
         if directory is None or directory == "/" or not os.path.isdir(directory):
             continue
         write = bool(r.data.get("write"))
@@ -120,6 +126,13 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
             continue
         kept[d] = dirs[d]
     return [("expose-rw" if w else "expose-ro", d) for d, w in sorted(kept.items())]
+
+
+def _is_bytecode_cache(directory: str, path: str) -> bool:
+    """``path`` is a module's compiled file in the ``__pycache__`` it was learned as."""
+    import os.path
+
+    return os.path.basename(directory) == "__pycache__" and path.endswith(".pyc")
 
 
 def _exec_directories(name: str, data: dict) -> list[str]:
