@@ -340,7 +340,10 @@ PTY_LAUNCHER = textwrap.dedent(
     # Like pysb: a terminal's Ctrl-C is the program's, also while the launch completes.
     signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
     plan = py({code!r})
-    proc = UnshareProvider().launch(plan)
+    # As pysb run does: the sandbox in a process group of its own, outside the terminal's
+    # foreground group, so the terminal's Ctrl-C reaches the launcher alone, which
+    # forwards it (sharing the group, unshare's PID 1 got it too and passed it on: twice).
+    proc = UnshareProvider().launch(plan, process_group=0)
     rc = wait(proc)
     for fn in plan.cleanups:
         fn()
