@@ -194,6 +194,21 @@ def test_a_module_read_from_its_bytecode_cache_is_its_source_directory(tmp_path:
     assert rows == [("expose-ro", str(tmp_path))]
 
 
+def test_caching_bytecode_makes_nothing_writable(project: Project) -> None:
+    """Importing a module of the project writes its ``__pycache__`` (as under ``python``,
+    unless PYTHONDONTWRITEBYTECODE): a learning run must not turn that into ``expose-rw``
+    of the project; the next run imports it without writing the cache."""
+    project.file("helper.py", "def f():\n    return 41 + 1\n")
+    project.file("app.py", "import helper\nprint(helper.f())\n")
+    profile = learned(project, "app.py")  # the project's runs get no PYTHONDONTWRITEBYTECODE
+    assert (project.root / "__pycache__").is_dir()  # the learning run did cache it
+    assert "expose-rw" not in (profile.get("files") or {}), profile
+    shutil.rmtree(project.root / "__pycache__")
+    r = project.run("run", "--provider", "subprocess", "app.py")
+    assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr
+    assert not (project.root / "__pycache__").exists()  # refused, and not missed
+
+
 # -- the private temporary directory (SPEC §4 "temporary files") ---------------------------
 
 USES_TMP = """

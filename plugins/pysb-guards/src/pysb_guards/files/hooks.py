@@ -82,10 +82,12 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
     run uses the ``subprocess`` provider), so what still exists can be asked:
 
     - a file read is its directory; a directory listed, entered or read stays itself;
-    - a compiled module read from a ``__pycache__`` directory is the directory above it,
-      its source's: the import system finds a module by its source (it stats the ``.py``
-      with its own unguarded calls and then reads only the ``.pyc``), so the next run
-      needs the source's directory, and ``__pycache__`` comes with it;
+    - the bytecode cache is the source's directory, read-only: a compiled module read
+      from ``__pycache__`` (the import system stats the ``.py`` with its own unguarded
+      calls and then reads only the ``.pyc``, so the next run needs the source's
+      directory), and the import system's own writes there (``mkdir __pycache__``, the
+      ``.pyc`` and its temporary file): caching bytecode is no reason to make a project
+      writable, and an import whose cache cannot be written goes on without it;
     - a write is the directory written *into*: a file's directory, a directory the
       program created (``mkdir``) or wrote through (``open(dir, "w+")`` with an opener,
       ``O_TMPFILE``, ``chmod``) that still exists is itself, never its parent; one that
@@ -112,12 +114,14 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
         path = r.target
         if not path.startswith("/") or path.startswith(("/proc/", "/sys/", "/dev/")):
             continue
-        directory = _learned_directory(path, r.detail, r.data, os.path.isdir)
-        if directory is not None and _is_bytecode_cache(directory, path):
-            directory = os.path.dirname(directory) or "/"
+        source = _bytecode_source(path)
+        if source is not None:
+            directory, write = source, False
+        else:
+            directory = _learned_directory(path, r.detail, r.data, os.path.isdir)
+            write = bool(r.data.get("write"))
         if directory is None or directory == "/" or not os.path.isdir(directory):
             continue
-        write = bool(r.data.get("write"))
         dirs[directory] = dirs.get(directory, False) or write
     kept: dict[str, bool] = {}
     for d in sorted(dirs, key=len):
@@ -128,11 +132,17 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
     return [("expose-rw" if w else "expose-ro", d) for d, w in sorted(kept.items())]
 
 
-def _is_bytecode_cache(directory: str, path: str) -> bool:
-    """``path`` is a module's compiled file in the ``__pycache__`` it was learned as."""
+def _bytecode_source(path: str) -> str | None:
+    """The source directory whose bytecode cache ``path`` is (a ``__pycache__``
+    directory, or a ``.pyc`` or its temporary file in one), else None."""
     import os.path
 
-    return os.path.basename(directory) == "__pycache__" and path.endswith(".pyc")
+    if os.path.basename(path) == "__pycache__":
+        return os.path.dirname(path) or "/"
+    cache = os.path.dirname(path)
+    if os.path.basename(cache) == "__pycache__" and ".pyc" in os.path.basename(path):
+        return os.path.dirname(cache) or "/"
+    return None
 
 
 def _exec_directories(name: str, data: dict) -> list[str]:
