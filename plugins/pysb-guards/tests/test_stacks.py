@@ -131,3 +131,29 @@ def test_stack_walks_and_dumps_inside_a_guarded_call(tmp_path: Path, python: str
     assert re.match(r'Thread 0x[0-9a-f]{16} \(most recent call first\):\n  File ".*prog.py", '
                     r"line \d+ in <lambda>\n", blocked[0]), dump  # fmt: skip
     assert "in <lambda>" in out["threads/format_stack"].splitlines()[-2]
+
+
+def test_the_replacements_carry_their_modules_names(tmp_path: Path, python: str) -> None:
+    """A replacement names the module and function it stands in for, as CPython's own
+    does (CPython's test_traceback lists ``traceback.__all__`` by ``__module__``)."""
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import faulthandler, inspect, traceback\n"
+        "for fn in (traceback.walk_stack, inspect.getouterframes, faulthandler.dump_traceback):\n"
+        "    print(fn.__module__, fn.__name__)\n"
+    )
+    result = guarded.run(
+        "",
+        script=script,
+        cwd=tmp_path,
+        python=python,
+        imports=("faulthandler", "inspect", "traceback"),
+        exposures=[guarded.expose(tmp_path)],
+        api=(("allow", "introspection"),),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-4:-1] == [
+        "traceback walk_stack",
+        "inspect getouterframes",
+        "faulthandler dump_traceback",
+    ], result.stdout

@@ -87,6 +87,7 @@ def walk_stack(f: Any) -> Iterator[tuple[Any, int]]:
         yield frame, frame.f_lineno
 
 
+walk_stack.__module__ = "traceback"  # as CPython's: test_traceback's test_all lists by it
 walk_stack.__doc__ = """Walk a stack yielding the frame and line number for each frame.
 
     This will follow f.f_back from the given frame. If no frame is given, the
