@@ -78,21 +78,20 @@ class FirejailCommand:
     notes: list[str] = field(default_factory=list)
 
 
+def _child_setup_args(plan: LaunchPlan) -> list[dict[str, object]]:
+    """The arguments of each of the plan's calls of the provider's child set-up."""
+    return [s.args for s in plan.child_setups if s.module == CHILD_MODULE and s.function == "setup"]
+
+
 def child_restricts_namespaces(plan: LaunchPlan) -> bool:
     """The plan's child set-up loads the namespace refusals (``pysb_firejail.child``)."""
-    return any(
-        s.module == CHILD_MODULE and s.function == "setup" and s.args.get("namespaces") is True
-        for s in plan.child_setups
-    )
+    return any(args.get("namespaces") is True for args in _child_setup_args(plan))
 
 
 def child_reaps_orphans(plan: LaunchPlan) -> bool:
     """The plan's child set-up starts the reaper (``pysb_firejail.child``), which kills
     what the program leaves behind without ``--deterministic-shutdown``'s 100 ms sleep."""
-    return any(
-        s.module == CHILD_MODULE and s.function == "setup" and s.args.get("reaper") is not None
-        for s in plan.child_setups
-    )
+    return any(args.get("reaper") is not None for args in _child_setup_args(plan))
 
 
 def _check_paths(exposures: Sequence[Exposure]) -> None:
