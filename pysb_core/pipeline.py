@@ -33,9 +33,13 @@ if TYPE_CHECKING:
     from pysb_core.provider import Provider
 
 #: The ``-c`` stub that starts the bootstrap; the payload fd number follows as argv[1].
+#: While pysb imports its own modules, pysb's roots go first and ``-c``'s own entry (the
+#: working directory, ``''``) goes: a package of the program named like pysb's own (the
+#: pysb checkout itself) must not be what the sandbox imports as pysb. The bootstrap puts
+#: the interpreter's own order back (``S``) and gives the program its sys.path[0].
 BOOT_STUB = (
-    "import sys;sys.path[0:0]=[p for p in {paths!r} if p not in sys.path];"
-    "from pysb_core.child.bootstrap import main;main(sys.argv[1])"
+    "import sys;P={paths!r};S=sys.path[:];sys.path[:]=P+[p for p in S if p and p not in P];"
+    "from pysb_core.child.bootstrap import main;main(sys.argv[1],S)"
 )
 
 

@@ -89,3 +89,52 @@ def test_project_runs_from_anywhere(project_at: Project, provider: str) -> None:
     assert lines[2] == str(project.root), res.stdout
     assert (project.root / "out" / "written.txt").read_text() == "from inside"
     assert not (project.root / "data" / "not-here.txt").exists()
+
+
+OWN_NAMES_PROGRAM = """\
+import os, socket, sys
+for attempt in (
+    lambda: open("/etc/hostname"),
+    lambda: socket.create_connection(("127.0.0.1", 9)),
+    lambda: os.system("true"),
+):
+    try:
+        attempt()
+    except Exception as exc:
+        print(type(exc).__module__, type(exc).__name__)
+import json, email.message  # imports judged after the program's sys.path[0] is set
+print("done")
+"""
+
+
+@pytest.mark.parametrize("provider", ("subprocess", "landlock", "bwrap"))
+@pytest.mark.parametrize("how", ("-c", "script", "-m"))
+def test_a_project_holding_packages_named_like_pysbs_own(
+    project: Project, provider: str, how: str, pysb_python: str
+) -> None:
+    """The working directory is the program's sys.path[0] (``-c``, ``-m``; the script's
+    directory for a script), and a project such as the pysb checkout itself holds packages
+    named like pysb's: pysb's own imports in the sandbox come from pysb's roots, never
+    from there (before, every guarded run failed at set-up, ModuleNotFoundError)."""
+    if provider != "subprocess":
+        require_provider(provider)
+    for package in ("pysb_core", "pysb_core/child", "pysb_guards", "pysb_landlock"):
+        project.file(f"{package}/__init__.py", "raise SystemExit('the project package ran')\n")
+    project.file("app.py", OWN_NAMES_PROGRAM)
+    project.profile(
+        profile_lines(
+            "version: 1",
+            "files: {expose-ro: [.]}",
+            'imports: ["*"]',
+            "network: [allow tcp 127.0.0.1 80 out]",
+        )
+    )
+    program = {"-c": ["-c", OWN_NAMES_PROGRAM], "script": ["app.py"], "-m": ["-m", "app"]}[how]
+    res = project.run("run", "--provider", provider, *program, python=pysb_python)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "pysb_core.errors FileDeniedError",
+        "pysb_core.errors NetworkDeniedError",
+        "pysb_core.errors ApiDeniedError",
+        "done",
+    ], res.stdout + res.stderr

@@ -405,7 +405,19 @@ def _run_repl(program: dict, code) -> None:
     console.interact(banner="", exitmsg="")
 
 
-def main(fd: str) -> None:
+def _restore_sys_path(original: list[str] | None) -> None:
+    """Put back the interpreter's own ``sys.path`` order once pysb's modules are loaded:
+    the stub put pysb's root first for them (``original`` is what it found). pysb's root,
+    when the interpreter did not have it, stays first, the payload's roots after the rest."""
+    if original is None:
+        return
+    core_root = os.path.dirname(os.path.dirname(_HERE))
+    head = [] if core_root in original else [core_root]
+    tail = [p for p in sys.path if p not in original and p not in head]
+    sys.path[:] = [*head, *original, *tail]
+
+
+def main(fd: str, original_path: list[str] | None = None) -> None:
     from pysb_core.remote.state import mark_in_sandbox
 
     mark_in_sandbox()  # @sandbox functions called here run directly (complete mode)
@@ -520,6 +532,8 @@ def main(fd: str) -> None:
         )
         sys.stderr.flush()
         os._exit(125)
+
+    _restore_sys_path(original_path)
 
     def arm() -> None:
         for g in guards:

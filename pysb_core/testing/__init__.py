@@ -39,6 +39,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "pip install 'pysb-core[testing]'"
     ) from exc
 
+from pysb_core.testing.interpreters import _pysb_venvs, pysb_python  # noqa: F401 - fixtures
+
 if TYPE_CHECKING:
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Exposure, NetworkRule
@@ -91,11 +93,15 @@ def run_pysb(
     env: Mapping[str, str] | None = None,
     input: str | bytes | None = None,
     timeout: float = 120,
+    python: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``pysb ARGS`` as a real process; text output, never raises on a status."""
+    """Run ``pysb ARGS`` as a real process (``python -P -m pysb_core ARGS`` when ``python`` is
+    given: the ``pysb_python`` fixture; ``-P``: as the console script, pysb itself is not
+    taken from the working directory); text output, never raises on a status."""
     full_env = {**BASE_ENV, **(env or {})}
+    command = [python, "-P", "-m", "pysb_core"] if python else pysb_command()
     return subprocess.run(
-        [*pysb_command(), *args],
+        [*command, *args],
         cwd=cwd,
         env=full_env,
         input=input,
