@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(BIN)/pip install -q -e . $(addprefix -e ,$(PLUGINS)) \
 	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" "ipython>=8" \
 	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
-	    "mypy>=2.4,<2.5" "ray>=2.9" "uv>=0.4" \
+	    "mypy>=2.4,<2.5" "import-linter>=2.17,<3" "ray>=2.9" "uv>=0.4" \
 	    "requests>=2.31" "flask>=3.0"  # the learning corpus (benchmarks/learning_corpus.py)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling pytest
 	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)
@@ -33,10 +33,12 @@ demo: system-deps dev
 test: system-deps dev
 	./scripts/test.sh
 
-# mypy --strict on the supported plugin API (the files are listed in pyproject.toml);
-# tests/test_typing.py runs the same check in `make test`, so CI runs it too.
+# mypy --strict on the supported plugin API (the files are listed in pyproject.toml) and
+# import-linter's contracts (pyproject.toml's [tool.importlinter]: no import circles, the
+# plugin boundary); tests/test_typing.py and tests/test_import_contracts.py run the same
+# checks in `make test`, so CI runs them too.
 lint: dev
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy && $(BIN)/lint-imports --no-cache
 
 # The documentation site (mkdocs-material) into site/; --strict: a page missing from the
 # nav, a broken link or anchor is an error. Generated parts: scripts/mkdocs_hooks.py.

@@ -20,19 +20,17 @@ touches the network itself.
 from __future__ import annotations
 
 import ipaddress
-from _socket import inet_aton  # the C function (socket.inet_aton is this very function)
 
-from pysb_core.netmatch import Matcher, _legacy_v4, normalize_host
+from pysb_core.hostnames import IPAddress, check_hostname, is_hostname, numeric_host
+from pysb_core.netmatch import Matcher, normalize_host
 from pysb_core.policy import NetworkRule, PortRange
 from pysb_core.sysfiles import hosts_file_text  # re-exported: it needs no ipaddress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import re
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 __all__ = [
@@ -55,7 +53,6 @@ _PROTOCOLS = {
     "*": ("tcp", "udp"),
 }
 _DIRECTIONS = {"in": "in", "out": "out", "any": "any", "*": "any"}
-_LABEL: list[re.Pattern[str]] = []  # compiled on first use (the parent's profile loader)
 _MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 # IPv6 forms that carry an IPv4 address but are not the kernel's mapped form: the IPv4-translated
 # prefix, the NAT64 well-known prefix and the deprecated IPv4-compatible form.
@@ -69,27 +66,6 @@ _EMBEDDING = (
 # ---------------------------------------------------------------------------------------
 # Names and addresses
 # ---------------------------------------------------------------------------------------
-
-
-def numeric_host(host: str) -> IPAddress | None:
-    """The address a numeric host string denotes, or ``None`` for a name.
-
-    Accepts what the C library treats as numeric without a query: standard IPv4/IPv6 text
-    (with an IPv6 scope) and the legacy IPv4 forms ``inet_aton`` reads (``127.1``,
-    ``0x7f000001``, ``2130706433``), so that such spellings are judged by the address they
-    mean instead of slipping past a rule as "a name".
-    """
-    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        pass
-    if _legacy_v4(text):
-        try:
-            return ipaddress.IPv4Address(inet_aton(text))
-        except OSError:
-            return None
-    return None
 
 
 def canonical_ip(address: str | IPAddress) -> IPAddress:
@@ -113,42 +89,6 @@ def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
                 return None  # :: and ::1 are not IPv4-compatible addresses
             return ipaddress.IPv4Address(low)
     return None
-
-
-def is_hostname(s: str) -> bool:
-    """True when ``s`` is a host name (not ``*``, not an IP or CIDR, not numeric)."""
-    try:
-        _check_hostname(s)
-    except ValueError:
-        return False
-    return True
-
-
-def _check_hostname(s: str) -> str:
-    """Return the normalised host name or raise ``ValueError`` saying what is wrong."""
-    if s == "*" or "/" in s or ":" in s or numeric_host(s) is not None:
-        raise ValueError(f"'{s}' is an address, not a host name")
-    if "*" in s:
-        raise ValueError(
-            f"wildcard host names ('{s}') are not supported: host names are resolved and "
-            "pinned before launch, so list each name"
-        )
-    if not s.isascii():
-        raise ValueError(f"host name '{s}' is not ASCII: write its IDNA form (xn--...)")
-    name = normalize_host(s)
-    if not name or len(name) > 253:
-        raise ValueError(f"'{s}' is not a valid host name")
-    labels = name.split(".")
-    if not _LABEL:
-        import re
-
-        _LABEL.append(re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$"))
-    for label in labels:
-        if not _LABEL[0].match(label):
-            raise ValueError(f"'{s}' is not a valid host name (bad label '{label}')")
-    if labels[-1].isdigit():
-        raise ValueError(f"'{s}' is neither a valid IP address nor a valid host name")
-    return name
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,7 +161,7 @@ def _parse_network(text: str) -> str:
         )
     if ":" in bare:
         raise ValueError(f"'{text}' is not a valid IPv6 address")
-    return _check_hostname(bare)
+    return check_hostname(bare)
 
 
 def parse_rule(text: str, source: str = "<cli>") -> NetworkRule:

@@ -84,7 +84,7 @@ class NetworkRule(Record):
 
     @property
     def is_host(self) -> bool:
-        from pysb_core.netrules import is_hostname
+        from pysb_core.hostnames import is_hostname
 
         return is_hostname(self.network)
 

@@ -29,6 +29,8 @@ import os
 import stat
 
 from pysb_core.errors import UntrustedProfileError
+from pysb_core.profile.loader import DIGEST_ALGO as _ALGO
+from pysb_core.profile.loader import blake2b, digest
 from pysb_core.statedir import trusted
 
 TYPE_CHECKING = False  # imported by `pysb run` when a profile is discovered
@@ -37,19 +39,8 @@ if TYPE_CHECKING:
 
     from pysb_core.policy import Policy
 
-try:  # the C module directly: ``hashlib`` drags in OpenSSL (~4 ms)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - exotic builds
-    from hashlib import blake2b
-
 #: First line of every record; bump when the format changes (old records then mean nothing).
 HEADER = "pysb-trust 1"
-_ALGO = "blake2b-256"
-
-
-def digest(data: bytes) -> str:
-    """The digest of a profile file's bytes, as stored in a record."""
-    return f"{_ALGO}:{blake2b(data, digest_size=32).hexdigest()}"
 
 
 def trust_dir(environ: Mapping[str, str] | None = None) -> str | None:

@@ -21,7 +21,6 @@ import os
 
 from pysb_core.profile import cache
 from pysb_core.profile.variables import VariableError, expand, is_absent
-from pysb_core.trust import digest
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -29,6 +28,22 @@ if TYPE_CHECKING:
     from typing import Any
 
     Node = tuple[Any, ...]
+
+
+try:  # the C module directly: ``hashlib`` drags in OpenSSL (~4 ms)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - exotic builds
+    from hashlib import blake2b
+
+#: The algorithm of :func:`digest`, the prefix of every digest it returns.
+DIGEST_ALGO = "blake2b-256"
+
+
+def digest(data: bytes) -> str:
+    """The digest of a profile file's bytes, as :mod:`pysb_core.trust` records and compares
+    it (:attr:`ProfileFile.digest`)."""
+    return f"{DIGEST_ALGO}:{blake2b(data, digest_size=32).hexdigest()}"
+
 
 _SCALAR_TYPES = (str, int, float, bool, type(None))
 _MAP_TAG = "tag:yaml.org,2002:map"
@@ -143,7 +158,7 @@ def _convert(node: Any, loader: Any, active: set[int]) -> Node:
 def read_tree(path: str, display: str, cache_dir: str | None) -> tuple[Node | None, list[str], str]:
     """Read ``path`` (already known to exist) through the cache; OSError propagates.
 
-    Returns the tree, the errors and the digest of the bytes read (:func:`trust.digest`).
+    Returns the tree, the errors and the digest of the bytes read (:func:`digest`).
     """
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())

@@ -7,17 +7,18 @@ deleted the variable itself (``state["own"]``) or reads back what a scan just li
 
 from __future__ import annotations
 
-from pysb_guards.env.guard import GUARD
-
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
 
-def wrappers(cls: type, recorder: Any, state: dict[str, Any]) -> dict[str, Callable[..., Any]]:
+def wrappers(
+    cls: type, recorder: Any, state: dict[str, Any], guard: str
+) -> dict[str, Callable[..., Any]]:
     """The methods of ``cls`` (``os._Environ``) that note reads for ``recorder`` (the
-    guards' private one), by name; ``state`` holds ``armed``, ``own`` and ``listed``."""
+    guards' private one) as family ``guard``'s, by name; ``state`` holds ``armed``, ``own``
+    and ``listed``. (The guard passes its name: the engine imports nothing of the guard.)"""
     own: set[str] = state["own"]
     listed: set[str] = state["listed"]
 
@@ -36,7 +37,7 @@ def wrappers(cls: type, recorder: Any, state: dict[str, Any]) -> dict[str, Calla
         if name in listed:
             listed.discard(name)
             return
-        recorder.learn(GUARD, name, "read", f"env: {name}: ${{{name}}}")
+        recorder.learn(guard, name, "read", f"env: {name}: ${{{name}}}")
 
     original_getitem = cls.__getitem__
     original_setitem = cls.__setitem__

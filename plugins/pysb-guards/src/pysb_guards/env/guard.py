@@ -56,5 +56,5 @@ def install(recorder: Recorder) -> None:
     recorder = _seal.private_recorder(recorder)  # no program-writable method under a wrapper
     _state.update(armed=False, own=set(), listed=set())
     cls = type(os.environ)
-    for name, method in engine.wrappers(cls, recorder, _state).items():
+    for name, method in engine.wrappers(cls, recorder, _state, GUARD).items():
         setattr(cls, name, method)
