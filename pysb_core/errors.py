@@ -96,6 +96,25 @@ class DeniedError(SandboxError):
     errno: int | None
     strerror: str | None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> DeniedError:
+        """A denial, or -- made with a denial alone, by a class deriving from its class --
+        a wrapper carrying the denial's fields that the builtin base keeps in C slots.
+
+        Ray raises a task's exception on the caller's side as an instance of a class
+        deriving from both ``RayTaskError`` and the exception's class, made as
+        ``cls(cause)`` with no ``__init__`` of the bases: without this the wrapper of a
+        refused ``open`` read None for ``errno`` and ``filename``, where partial mode's
+        own caller reads the denial's (pysb-ray's tests)."""
+        # The C base's own (a denial's Python bases come first in its MRO); the arguments
+        # are ``__init__``'s to read: OSError's would take two as errno and strerror.
+        exc = (OSError.__new__ if issubclass(cls, OSError) else BaseException.__new__)(cls)
+        if len(args) == 1 and not kwargs and type(args[0]) in cls.__mro__[1:]:
+            wrapped = args[0]
+            for name in _SLOT_FIELDS:
+                if isinstance(wrapped, _SLOT_FIELDS[name]):
+                    setattr(exc, name, getattr(wrapped, name))
+        return exc
+
     def __init__(self, message: str, *, target: str = "", suggested_rule: str = "") -> None:
         super().__init__(message)
         self.target = target
@@ -115,6 +134,18 @@ class DeniedError(SandboxError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+#: The fields the builtin bases of a denial keep in C slots, and the base holding each.
+_SLOT_FIELDS: dict[str, type[BaseException]] = {
+    "errno": OSError,
+    "strerror": OSError,
+    "filename": OSError,
+    "filename2": OSError,
+    "name": ImportError,
+    "path": ImportError,
+    "msg": ImportError,
+}
 
 
 def _rebuild_denied(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pysb_core import SandboxError, sandboxes
-from pysb_core.testing import require_provider
+from pysb_core.testing import BASE_ENV, require_provider
 from pysb_core.testing.partial import profile_text, write_module
 
 PROVIDERS = [
@@ -136,3 +136,56 @@ def test_an_exit_status_is_reported_as_such(setup) -> None:
     message = str(exited.value)
     assert "status 3" in message, message
     assert "SIGKILL" not in message and "signal" not in message, message
+
+
+CALLER = """\
+import json, sys, traceback
+import {module}
+from pysb_core import sandboxes
+
+with sandboxes(profile=".pysb.yaml", start_timeout=180.0):
+    try:
+        {module}.missing({path!r})
+    except OSError as exc:
+        frames = [(f.filename, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+        print(json.dumps([type(exc).__name__, exc.errno, exc.filename, frames]))
+"""
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock", "bwrap"])
+def test_a_refusal_reaches_the_caller_without_the_clients_frames(
+    tmp_path: Path, provider: str, pysb_python: str
+) -> None:
+    """The caller's traceback goes from its own line to the decorated function's wrapper
+    and on to the sandbox's frames, as for any decorator: the client's own entries (its
+    call, the decoding of the answer: ``_on_frame``) were in it; the refusal keeps its
+    errno and file name (on 3.11 to 3.13)."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "refusing.py").write_text(FUNCTIONS)
+    (project / ".pysb.yaml").write_text(profile_text(provider, project))
+    secret = str(tmp_path / "secret.txt")
+    (project / "caller.py").write_text(CALLER.format(module="refusing", path=secret))
+    done = subprocess.run(
+        [pysb_python, "caller.py"],
+        cwd=project,
+        env=BASE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    name, number, filename, frames = json.loads(done.stdout.splitlines()[-1])
+    # under bwrap the path is simply not in the sandbox: the kernel's own ENOENT
+    assert name in ("FileDeniedError", "FileNotFoundError"), name
+    assert (number, filename) == (errno.ENOENT, secret)
+    import pysb_core.remote.api
+
+    assert [tuple(f) for f in frames] == [
+        (str(project / "caller.py"), "<module>"),
+        (pysb_core.remote.api.__file__, "wrapper"),
+        (str(project / "refusing.py"), "missing"),
+    ], frames

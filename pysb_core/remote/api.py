@@ -140,9 +140,18 @@ def sandbox(
             if is_in_sandbox():
                 return await fn(*args, **kwargs)
             client = _running_client(name)
-            return await client.call_async(
-                name, resolve(async_wrapper), args, kwargs, timeout=timeout, retry=retry_on_crash
-            )
+            try:
+                return await client.call_async(
+                    name,
+                    resolve(async_wrapper),
+                    args,
+                    kwargs,
+                    timeout=timeout,
+                    retry=retry_on_crash,
+                )
+            except BaseException as exc:
+                _drop_client_entries(exc)
+                raise  # a bare raise adds no entry of its own
 
         async_wrapper.__pysb_wrapped__ = fn  # type: ignore[attr-defined]
         return async_wrapper
@@ -152,12 +161,32 @@ def sandbox(
         if is_in_sandbox():
             return fn(*args, **kwargs)
         client = _running_client(name)
-        return client.call(
-            name, resolve(wrapper), args, kwargs, timeout=timeout, retry=retry_on_crash
-        )
+        try:
+            return client.call(
+                name, resolve(wrapper), args, kwargs, timeout=timeout, retry=retry_on_crash
+            )
+        except BaseException as exc:
+            _drop_client_entries(exc)
+            raise  # a bare raise adds no entry of its own
 
     wrapper.__pysb_wrapped__ = fn  # type: ignore[attr-defined]
     return wrapper
+
+
+def _drop_client_entries(exc: BaseException) -> None:
+    """Leave the client's own entries (the call, the decoding of the sandbox's answer) out
+    of the traceback of an exception a call raised: the caller reads its own line, the
+    decorated function's wrapper (as for any decorator), then the sandbox's frames."""
+    from pysb_core.remote import client
+
+    tb = exc.__traceback__  # the wrapper's own entry
+    if tb is None:
+        return
+    own = client.__file__
+    nxt = tb.tb_next
+    while nxt is not None and nxt.tb_frame.f_code.co_filename == own:
+        nxt = nxt.tb_next
+    tb.tb_next = nxt
 
 
 # ------------------------------------------------------------------------------ SIGTERM

@@ -100,3 +100,31 @@ def test_a_learning_profile_is_refused_on_the_driver(tmp_path: Path) -> None:
     learning.write_text("version: 1\nimports: [os]\nlearn: true\n")
     with pytest.raises(ProfileError, match=r"learning\.pysb\.yaml:3: learn: .*never runs learning"):
         load_spec(learning, None)
+
+
+def test_a_denial_raised_through_ray_keeps_the_fields_its_builtin_base_holds() -> None:
+    """Ray raises a task's exception on the driver as an instance of a class deriving
+    from ``RayTaskError`` and the exception's own class, made as ``cls(cause)``: a refused
+    ``open`` read None for ``errno`` and ``filename`` there (partial mode's own caller
+    reads them); an import refusal lost ``name`` and ``msg``."""
+    ray_exceptions = pytest.importorskip("ray.exceptions")
+    from pysb_core import FileDeniedError, ImportDeniedError, WriteDeniedError
+
+    refused = FileDeniedError("'/srv/x' is not exposed", target="/srv/x")
+    refused.filename = "/srv/x"
+    written = WriteDeniedError("read-only", target="/srv/y")
+    written.filename, written.filename2 = "/srv/y", "/srv/z"
+    imported = ImportDeniedError("import of 'numpy' refused", target="numpy")
+    for cause, fields in (
+        (refused, ("errno", "strerror", "filename", "target", "suggested_rule")),
+        (written, ("errno", "strerror", "filename", "filename2")),
+        (imported, ("name", "msg", "path", "target")),
+    ):
+        try:
+            raise cause
+        except Exception as caught:
+            raised = ray_exceptions.RayTaskError("read", "Traceback ...", caught)
+        error = raised.as_instanceof_cause()
+        assert isinstance(error, type(cause)) and isinstance(error, ray_exceptions.RayTaskError)
+        assert {f: getattr(error, f) for f in fields} == {f: getattr(cause, f) for f in fields}
+    assert refused.errno == 2 and written.errno == 13  # and the denials themselves as before

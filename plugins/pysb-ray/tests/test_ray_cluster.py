@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -70,6 +71,7 @@ def test_a_denied_access_is_refused_on_the_worker_node(
     error = info.value
     assert isinstance(error, DeniedError) and isinstance(error, PermissionError | OSError)
     assert "expose-ro" in str(error) and str(tmp_path) in str(error)
+    assert (error.errno, error.filename) == (errno.ENOENT, str(secret))  # as partial mode's
     assert sandbox_denials(error)
     # it ran in a Ray worker of the worker node (a child of that node's raylet)
     ray_worker = int(re.search(r"\(pid=(\d+), ip=127\.0\.0\.1\)", str(error)).group(1))
