@@ -13,6 +13,10 @@ with ``open()`` and once with ``/bin/cat``. Then:
    allow it;
 3. the same with ``--no-python-guards``: ``/bin/cat`` on the secret is refused by the
    kernel (the OS provider) alone.
+
+The profile the learning run wrote and trusted goes with the throw-away project: its
+trust record is revoked at the end (``pysb trust --revoke``), so the user's trust store
+keeps nothing of the demo.
 """
 
 from __future__ import annotations
@@ -69,22 +73,32 @@ def main() -> None:
         secret.write_text("TOP SECRET: outside every exposure\n")
         (project / "app.py").write_text(PROGRAM)
         enforce = ["run", "--provider", provider, "app.py", str(secret)]
+        try:
+            _steps(pysb, project, provider, enforce)
+        finally:
+            # The learning run trusted the profile it wrote (in the user's own trust
+            # store): forget it with the directory, or a record of it would stay behind.
+            if (project / ".pysb.yaml").exists():
+                subprocess.run([pysb, "trust", "--revoke", "-q", ".pysb.yaml"], cwd=project)
 
-        r = _step(pysb, project, "No profile yet: pysb refuses to run unconfined", enforce)
-        if r.returncode != 125 or "TOP SECRET" in r.stdout:
-            sys.exit("demo: a run without a profile was not refused -- this must never happen")
-        learn = ["run", "--learn", "app.py", "data/hello.txt"]
-        r = _step(pysb, project, "Learn a profile from an ordinary run (no sandbox)", learn)
-        if r.returncode != 0:
-            sys.exit("demo: the learning run failed")
-        print(f"$ cat .pysb.yaml   # review it\n{(project / '.pysb.yaml').read_text()}")
-        for extra, title in (
-            ([], f"Enforce it: Python guards + OS provider '{provider}'"),
-            (["--no-python-guards"], f"OS provider '{provider}' alone (the kernel refuses)"),
-        ):
-            r = _step(pysb, project, title, [*enforce[:3], *extra, *enforce[3:]])
-            if r.returncode != 0 or "TOP SECRET" in r.stdout:
-                sys.exit("demo: the secret was readable -- this must never happen")
+
+def _steps(pysb: str, project: Path, provider: str, enforce: list[str]) -> None:
+    """Steps 0 to 3 of the module's docstring, each shown with its command and output."""
+    r = _step(pysb, project, "No profile yet: pysb refuses to run unconfined", enforce)
+    if r.returncode != 125 or "TOP SECRET" in r.stdout:
+        sys.exit("demo: a run without a profile was not refused -- this must never happen")
+    learn = ["run", "--learn", "app.py", "data/hello.txt"]
+    r = _step(pysb, project, "Learn a profile from an ordinary run (no sandbox)", learn)
+    if r.returncode != 0:
+        sys.exit("demo: the learning run failed")
+    print(f"$ cat .pysb.yaml   # review it\n{(project / '.pysb.yaml').read_text()}")
+    for extra, title in (
+        ([], f"Enforce it: Python guards + OS provider '{provider}'"),
+        (["--no-python-guards"], f"OS provider '{provider}' alone (the kernel refuses)"),
+    ):
+        r = _step(pysb, project, title, [*enforce[:3], *extra, *enforce[3:]])
+        if r.returncode != 0 or "TOP SECRET" in r.stdout:
+            sys.exit("demo: the secret was readable -- this must never happen")
 
 
 if __name__ == "__main__":
