@@ -34,9 +34,70 @@ class Event(Record):
 
     @classmethod
     def from_json(cls, line: str | bytes) -> Event:
+        """The event one report line holds; ``ValueError`` when it is not one.
+
+        The line was written by sandboxed code (the channel is an inherited descriptor the
+        program can write into), so its shape is checked before any hook sees it: every
+        field of its own type, strings within :data:`MAX_FIELD` characters, ``data`` a
+        mapping of short names to plain JSON values (what each family's ``pysb_learned``
+        then checks further)."""
         import json
 
-        return cls(**json.loads(line))
+        obj = json.loads(line)
+        if type(obj) is not dict:
+            raise ValueError("an event is a JSON object")
+        for name, value in obj.items():
+            problem = _field_problem(name, value)
+            if problem:
+                raise ValueError(f"event field {name!r}: {problem}")
+        return cls(**obj)
+
+
+#: The longest string field of an event (a path is at most PATH_MAX bytes; its JSON text
+#: keeps one character per byte, a non-UTF-8 byte as one lone surrogate).
+MAX_FIELD = 8192
+_WORDS = {"layer": ("python", "os"), "action": ("deny", "learn")}
+_STRINGS = ("guard", "target", "detail", "suggested_rule")
+
+
+def _field_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the event field ``name`` (None: it can)."""
+    if name in _WORDS:
+        return None if value in _WORDS[name] and type(value) is str else "unknown value"
+    if name in _STRINGS:
+        if type(value) is not str:
+            return "not a string"
+        return None if len(value) <= MAX_FIELD else "too long"
+    if name == "time":
+        return None if type(value) in (int, float) else "not a number"
+    if name == "pid":
+        return None if type(value) is int and 0 <= value < 1 << 31 else "not a process id"
+    if name == "data":
+        if type(value) is not dict:
+            return "not a mapping"
+        for key, item in value.items():
+            if len(key) > 64:
+                return "a name longer than 64 characters"
+            if not _plain(item, 3):
+                return f"{key!r} is not plain data"
+        return None
+    return None  # an unknown field: the record's own constructor refuses it
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """JSON scalars, and lists/mappings of them ``depth`` deep, strings bounded."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float):
+        return True
+    if kind is str:
+        return len(value) <= MAX_FIELD
+    if depth <= 0:
+        return False
+    if kind is list:
+        return all(_plain(v, depth - 1) for v in value)
+    if kind is dict:
+        return all(len(k) <= 64 and _plain(v, depth - 1) for k, v in value.items())
+    return False
 
 
 class Recorder:
@@ -153,14 +214,20 @@ MAX_TOTAL = 32 * 1024 * 1024
 class ReportLimits:
     """What :func:`report_lines` dropped, for the warning the parent prints."""
 
-    __slots__ = ("long_lines", "over_total")
+    __slots__ = ("long_lines", "malformed", "over_total")
 
     def __init__(self) -> None:
         self.long_lines = 0
         self.over_total = 0  # bytes read past MAX_TOTAL and thrown away
+        self.malformed = 0  # lines that are not an event (Event.from_json refused them)
 
     def messages(self) -> list[str]:
         out = []
+        if self.malformed:
+            out.append(
+                f"the sandbox's report channel sent {self.malformed} line(s) that are not "
+                "pysb events: dropped (not pysb's; the program wrote into it)"
+            )
         if self.long_lines:
             out.append(
                 f"the sandbox's report channel sent {self.long_lines} line(s) longer than "

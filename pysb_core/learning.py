@@ -58,6 +58,18 @@ class LearnedProfile:
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self._rules: list[LearnedRule] = []
         self._keys: set[tuple[str, str | None, str | tuple[str, str]]] = set()
+        #: ``(family, what, why)`` of each learned record a family refused to turn into a
+        #: rule (:meth:`drop`); the writer's summary says so.
+        self.dropped: list[tuple[str, str, str]] = []
+
+    def drop(self, family: str, what: object, why: str) -> None:
+        """Refuse one learned record: a record comes from the sandbox (the report channel
+        is written by the program), and a field no real access could have produced (a
+        host ``*``, a path holding a NUL byte, an environment name with a ``}``) is not
+        written as a rule. ``what`` is shown escaped and shortened."""
+        shown = repr(what) if not isinstance(what, str) else what
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        self.dropped.append((family, shown, why))
 
     def add(
         self,
@@ -101,8 +113,12 @@ class LearnedProfile:
         ``${VIRTUAL_ENV}/...`` inside the active venv, ``./...`` below the working
         directory, ``${TMPDIR:-/tmp}/...`` below the temporary directory, ``~/...`` below
         the home directory, else the absolute path; when several apply, the deepest root
-        (``~/.config/app`` for a home inside the working directory).
+        (``~/.config/app`` for a home inside the working directory). The recorded part is
+        data: a ``${`` in it is written ``$${`` (:func:`pysb_core.profile.variables.escape`),
+        so that the next run reads back exactly this path, never a variable.
         """
+        from pysb_core.profile.variables import escape
+
         path = os.path.normpath(path)
         tmp = self.environ.get("TMPDIR") or "/tmp"
         forms = [
@@ -121,5 +137,5 @@ class LearnedProfile:
             if path == root:
                 best = (len(root), spelled)
             elif is_within(path, root):
-                best = (len(root), f"{spelled}/{path[len(root) + 1 :]}")
-        return path if best is None else best[1]
+                best = (len(root), f"{spelled}/{escape(path[len(root) + 1 :])}")
+        return escape(path) if best is None else best[1]

@@ -579,8 +579,9 @@ class Session:
             for line in report_lines(fd, limits):
                 try:
                     event = Event.from_json(line)
-                except (ValueError, TypeError):
-                    continue  # a program that wrote garbage into an fd it found: ignore
+                except (ValueError, TypeError, RecursionError):
+                    limits.malformed += 1  # the program wrote into an fd it found
+                    continue
                 event = event.replace(layer="python")
                 try:
                     self.hooks.event(event)

@@ -89,7 +89,9 @@ def parse_text(text: str, display: str, *, pure: bool = False) -> tuple[Node | N
     """Compose ``text`` with PyYAML's safe loader; return the tree or located errors.
 
     The libyaml-based ``CSafeLoader`` is used when available (``pure`` forces the Python
-    one; both give the same tree).
+    one; both give the same tree), except for a text libyaml refuses for a ``\\udcXX``
+    escape: that is how the learning writer spells a file name byte that is not UTF-8
+    (``surrogateescape``), which only the Python loader reads back.
     """
     import yaml
 
@@ -101,6 +103,8 @@ def parse_text(text: str, display: str, *, pure: bool = False) -> tuple[Node | N
             return None, []
         return _convert(node, loader, set()), []
     except yaml.MarkedYAMLError as exc:
+        if not pure and "\\ud" in text and "Unicode character escape" in str(exc.problem):
+            return parse_text(text, display, pure=True)
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         what = exc.problem or exc.context or "invalid YAML"

@@ -5,6 +5,11 @@ again, so a host value holding ``${...}`` cannot inject another expansion ("neve
 twice"). Defaults may nest (``${TMPDIR:-${TMP:-/tmp}}``) because a default is itself parsed
 by the same pass. Any other ``${...}`` form is refused: a typo must not silently become an
 empty string.
+
+``$${`` is a literal ``${`` (the one escape; a ``$`` anywhere else is itself): what a
+learning run writes is data, and a recorded name holding ``${`` must read back as itself,
+never as a variable (issue 26: a directory named ``${X:-..}`` was learned as
+``./${X:-..}`` and read as ``./..``). :func:`escape` spells any text so.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ class _Expander:
         n = len(text)
         while pos < n:
             ch = text[pos]
+            if ch == "$" and text.startswith("$${", pos):
+                out.append("${")
+                pos += 3
+                continue
             if ch == "$" and text.startswith("${", pos):
                 value, pos = self.variable(pos)
                 out.append(value)
@@ -99,6 +108,11 @@ def expand(text: str, environ: Mapping[str, str], profile_dir: str | None = None
         return text
     value, _ = _Expander(text, environ, profile_dir).parse(0, in_default=False)
     return value
+
+
+def escape(text: str) -> str:
+    """``text`` spelled so that :func:`expand` gives it back unchanged, whatever it holds."""
+    return text.replace("${", "$${")
 
 
 def lone_variable(text: str) -> str | None:

@@ -20,7 +20,6 @@ atomic (temp file + rename) and the previous version is kept as ``FILE.bak``.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -67,7 +66,33 @@ def scalar_text(value: str, *, flow: bool = False) -> str:
             plain = yaml.safe_load(value) == value
         except yaml.YAMLError:
             plain = False
-    return value if plain else json.dumps(value, ensure_ascii=False)
+    return value if plain else double_quoted(value)
+
+
+def double_quoted(value: str) -> str:
+    """``value`` as a YAML double-quoted scalar, every character that is not printable
+    escaped: a learned name is data from the sandbox, and a raw line break (``\\n``, but
+    also ``\\x85`` or ``\\u2028``, which YAML folds into a space), a control character
+    (which YAML refuses), a byte order mark or a lone surrogate (a non-UTF-8 byte of a
+    file name, ``surrogateescape``) must neither change what it loads as nor make the file
+    unreadable. Characters above U+FFFF use ``\\U`` (JSON's surrogate pairs would load as
+    two lone surrogates)."""
+    out = ['"']
+    for ch in value:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            if code < 0x100:
+                out.append(f"\\x{code:02x}")
+            elif code < 0x10000:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 def _comment(rule: LearnedRule) -> str:
@@ -624,9 +649,12 @@ def merge_learned(
                 return (
                     f"{exc.errors[0]}\n  the {len(rules)} learned rule(s) were written "
                     f"to {display_path(fallback, os.getcwd())} instead: review and copy them"
-                )
+                ) + _dropped(additions)
             if text == original:
-                return f"nothing new learned; {display} already holds every rule of this run"
+                return (
+                    f"nothing new learned; {display} already holds every rule of this run"
+                    + _dropped(additions)
+                )
             _write_atomic(path + ".bak", original, mode)
         _write_atomic(path, text, mode)
         if on_write is not None:
@@ -634,7 +662,24 @@ def merge_learned(
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise SandboxError(f"cannot write the learned profile {display}: {reason}") from None
-    return _summary(display, added, created=original is None)
+    return _summary(display, added, created=original is None) + _dropped(additions)
+
+
+def _dropped(additions: LearnedProfile) -> str:
+    """The summary's lines for learned records no rule was written for."""
+    dropped = getattr(additions, "dropped", ())
+    if not dropped:
+        return ""
+    lines = [
+        f"\n  {len(dropped)} learned record(s) were not written: no access makes them "
+        "(the sandboxed program wrote into the report channel?):"
+    ]
+    for family, what, why in dropped[:10]:
+        shown = what if what.isprintable() else double_quoted(what)
+        lines.append(f"    {family}: {shown}: {why}")
+    if len(dropped) > 10:
+        lines.append(f"    ... and {len(dropped) - 10} more")
+    return "\n".join(lines)
 
 
 def _summary(display: str, added: list[LearnedRule], *, created: bool) -> str:
@@ -647,6 +692,7 @@ def _summary(display: str, added: list[LearnedRule], *, created: bool) -> str:
     grouped: dict[str, list[str]] = {}
     for r in added:
         shown = f"{r.value[0]}={r.value[1]}" if isinstance(r.value, tuple) else r.value
+        shown = shown if shown.isprintable() else double_quoted(shown)  # the terminal's too
         grouped.setdefault(r.path, []).append(shown)
     for where, values in grouped.items():
         lines.append(f"  {where}: {', '.join(values)}")

@@ -40,7 +40,15 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 @hookimpl
 def pysb_learned(records: Sequence[Event], profile: Any) -> None:
     """``env: NAME: ${NAME}`` for each variable the program read that was set."""
+    from pysb_guards.learned_fields import env_name_problem
+
     environ = getattr(profile, "environ", None)
+    drop = getattr(profile, "drop", None)
+    for r in records:
+        if r.guard == GUARD and r.action == "learn" and drop is not None:
+            problem = env_name_problem(r.target)
+            if problem is not None:
+                drop(GUARD, r.target, problem)
     for name in learned_env(records, environ):
         profile.add("env", None, (name, "${" + name + "}"))
 
@@ -55,12 +63,13 @@ def learned_env(records: Sequence[Event], environ: Any = None) -> list[str]:
     learning run gave it (``environ``, the host's). A lookup of an unset variable
     (``SSLKEYLOGFILE``, ``PYTHONBREAKPOINT``...) forwards nothing: the next run would
     hand the program whatever the host happens to hold then."""
+    from pysb_guards.learned_fields import env_name_problem
+
     names = {r.target for r in records if r.guard == GUARD and r.action == "learn"}
     return sorted(
         n
         for n in names
-        if n
-        and all(c.isalnum() or c == "_" for c in n)
+        if env_name_problem(n) is None
         and n not in NEVER_LEARNED
         and (environ is None or n in environ)
     )

@@ -69,13 +69,15 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 
 @hookimpl
 def pysb_learned(records: Sequence[Event], profile: Any) -> None:
-    """Files as their directories: ``expose-rw`` if written, else ``expose-ro``."""
-    for key, path in learned_exposures(records):
+    """Files as their directories: ``expose-rw`` if written, else ``expose-ro``; a record
+    naming no file the program could have used is dropped (:mod:`pysb_guards.learned_fields`)."""
+    drop = getattr(profile, "drop", None)
+    for key, path in learned_exposures(records, drop):
         form = profile.path_form(path) if hasattr(profile, "path_form") else path
         profile.add("files", key, form)
 
 
-def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
+def learned_exposures(records: Sequence[Event], drop: Any = None) -> list[tuple[str, str]]:
     """``(expose-ro|expose-rw, directory)`` covering every learned file access (SPEC §4).
 
     Runs in the parent once the program has exited, on the same file system (a learning
@@ -100,12 +102,24 @@ def learned_exposures(records: Sequence[Event]) -> list[tuple[str, str]]:
       existing directory, or no provider can start the next run.
 
     Directories below another kept one with at least the same right are merged into it.
+    A record whose target is no file name (``drop(family, what, why)`` is told) is skipped.
     """
     import os.path
+
+    from pysb_guards.learned_fields import path_problem
 
     dirs: dict[str, bool] = {}
     for r in records:
         if r.guard != GUARD or r.action != "learn":
+            continue
+        problem = (
+            path_problem(r.target)
+            if r.detail != "exec"
+            else (None if r.target and "\0" not in r.target else "not a program name")
+        )
+        if problem is not None:
+            if drop is not None:
+                drop(GUARD, r.target, problem)
             continue
         if r.detail == "exec":
             for directory in _exec_directories(r.target, r.data):

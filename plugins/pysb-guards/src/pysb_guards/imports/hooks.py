@@ -42,6 +42,14 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 @hookimpl
 def pysb_learned(records: Sequence[Event], profile: Any) -> None:
     """Render learned imports, grouped: standard library, third party, dangerous."""
+    from pysb_guards.learned_fields import module_name_problem
+
+    drop = getattr(profile, "drop", None)
+    for r in records:
+        if r.guard == GUARD and r.action == "learn" and drop is not None:
+            problem = module_name_problem(r.target.partition(".")[0])
+            if problem is not None:
+                drop(GUARD, r.target, problem)
     for group, name in learned_imports(records):
         profile.add("imports", None, name, group=group)
 
@@ -51,18 +59,19 @@ def learned_imports(records: Sequence[Event]) -> list[tuple[str, str]]:
     import sys
 
     from pysb_guards.imports.guard import ALWAYS, DANGEROUS  # the guard's own lists (end of run)
+    from pysb_guards.learned_fields import module_name_problem
 
     stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
     names = sorted(
         {
             r.target.partition(".")[0]
             for r in records
-            if r.guard == GUARD and r.action == "learn" and r.target.isidentifier() is not False
+            if r.guard == GUARD and r.action == "learn" and isinstance(r.target, str)
         }
     )
     out = []
     for name in names:
-        if not name.replace("_", "a").isalnum() or name in ALWAYS:
+        if module_name_problem(name) is not None or name in ALWAYS:
             continue
         if name in DANGEROUS:
             group = "dangerous"

@@ -13,6 +13,7 @@ from pysb_core.guardkit import hookimpl
 TYPE_CHECKING = False  # typing costs milliseconds at every start
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
     from pysb_core.guardkit import CheckReport, Event, LaunchPlan, LearnedProfile, Policy, Provider
 
@@ -57,38 +58,51 @@ def pysb_learned(records: Sequence[Event], profile: LearnedProfile) -> None:
     and Unix socket paths as the read-write exposure of their directory."""
     import os.path
 
-    for line in learned_rules(records):
+    from pysb_guards.learned_fields import path_problem
+
+    drop = getattr(profile, "drop", None)
+    for line in learned_rules(records, drop=drop):
         profile.add("network", None, line)
     for event in records:
         if event.guard == GUARD and event.action == "learn" and event.data.get("kind") == "unix":
+            problem = path_problem(event.data.get("path"))
+            if problem is not None:
+                if drop is not None:
+                    drop(GUARD, event.data.get("path"), problem)
+                continue
             directory = os.path.dirname(str(event.data["path"]))
             form = getattr(profile, "path_form", None)
             profile.add("files", "expose-rw", form(directory) if form else directory)
 
 
-def learned_rules(records: Sequence[Event], ephemeral: tuple[int, int] | None = None) -> list[str]:
+def learned_rules(
+    records: Sequence[Event], ephemeral: tuple[int, int] | None = None, drop: Any = None
+) -> list[str]:
     """The rule lines for the learned network accesses, in a stable order.
 
     A bind to port 0 gets whatever port the kernel picks, a different one each run: it is
     learned as the ephemeral range (``ip_local_port_range``), never as port 0. So is a
     connection to an ephemeral port one of the program's own servers listened on (the
     guard records the port at ``listen``): the next run's server will not get that port.
+    A record whose fields are not one protocol, one host, one port and one direction (a
+    host ``*`` would allow every address) is skipped, and ``drop(family, what, why)`` told.
     """
     inet = [
         e.data
         for e in records
-        if e.guard == GUARD and e.action == "learn" and e.data.get("kind") == "inet"
+        if e.guard == GUARD
+        and e.action == "learn"
+        and e.data.get("kind") in ("inet", "own")
+        and _usable(e.data, drop)
     ]
+    own_records = [d for d in inet if d.get("kind") == "own"]
+    inet = [d for d in inet if d.get("kind") == "inet"]
     if ephemeral is None:
         from pysb_core.guardkit import ephemeral_ports
 
         ephemeral = ephemeral_ports()
     low, high = ephemeral
-    own = {  # (proto, port) of the program's own listening servers
-        (str(e.data["proto"]), int(e.data["port"]))
-        for e in records
-        if e.guard == GUARD and e.action == "learn" and e.data.get("kind") == "own"
-    }
+    own = {(str(d["proto"]), int(d["port"])) for d in own_records}  # the program's servers
     ports: dict[tuple[str, str, str], set[int | str]] = {}
     for data in inet:
         proto, host, direction = str(data["proto"]), str(data["host"]), str(data["direction"])
@@ -106,6 +120,25 @@ def learned_rules(records: Sequence[Event], ephemeral: tuple[int, int] | None = 
         listed = ",".join([*(str(p) for p in singles), *sorted(ranges)])
         lines.append(f"allow {proto} {host} {listed} {direction}")
     return lines
+
+
+def _usable(data: dict, drop: Any) -> bool:
+    """Whether one ``inet`` / ``own`` record holds a protocol, a host, a port, a direction."""
+    from pysb_guards.learned_fields import host_problem, port_problem
+
+    problem = None
+    if data.get("proto") not in ("tcp", "udp"):
+        problem = "not a protocol (tcp or udp)"
+    elif port_problem(data.get("port")) is not None:
+        problem = "not a port"
+    elif data.get("kind") == "inet":
+        if data.get("direction") not in ("in", "out"):
+            problem = "not a direction (in or out)"
+        else:
+            problem = host_problem(data.get("host"))
+    if problem is not None and drop is not None:
+        drop(GUARD, {k: data.get(k) for k in ("proto", "host", "port", "direction")}, problem)
+    return problem is None
 
 
 def _inside(port: int, low: int, high: int, ranges: set[str]) -> bool:
