@@ -20,11 +20,16 @@ reach past both and are refused here, for every provider alike:
   its owner's rights for whoever starts it later (``EPERM``); ``openat2``, whose mode the
   filter cannot read, fails with ``ENOSYS`` (callers fall back to ``openat``);
 - io_uring (its operations are not seen by seccomp or by Landlock's socket checks) and
-  ``ioctl(TIOCSTI/TIOCLINUX)``, typing into the terminal the sandbox may share (``EPERM``).
+  ``ioctl(TIOCSTI/TIOCLINUX)``, typing into the terminal the sandbox may share (``EPERM``);
+- kernel surface no profile grants (:data:`KERNEL`: eBPF, userfaultfd, perf events,
+  fanotify, keys, file handles, the mount API, modules, kexec...: ``EPERM``), and new or
+  joined namespaces (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag:
+  ``EPERM``; ``clone3``: ``ENOSYS``).
 
 A :class:`Rules` adds what one provider needs: Landlock refuses SysV IPC (no IPC namespace
 there: the host's segments are reachable by key or id), setting extended attributes (no
-Landlock right covers them), Unix and non-TCP IP sockets; firejail refuses new namespaces.
+Landlock right covers them), Unix and non-TCP IP sockets; firejail's child may leave
+namespaces to firejail's own filter.
 
 Foreign system-call ABIs (i386 and x32 on x86_64, 32-bit ARM on aarch64) are refused as a
 whole (``ENOSYS``): their ``socketcall``/``ipc`` multiplexers hide the arguments judged above.
@@ -115,6 +120,14 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "clone": 56, "unshare": 272, "setns": 308, "clone3": 435,
         "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "open": 2, "creat": 85,
         "openat": 257, "openat2": 437, "mknod": 133, "mknodat": 259,
+        "bpf": 321, "userfaultfd": 323, "perf_event_open": 298, "fanotify_init": 300,
+        "keyctl": 250, "add_key": 248, "request_key": 249, "kcmp": 312, "syslog": 103,
+        "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+        "delete_module": 176, "open_by_handle_at": 304, "name_to_handle_at": 303,
+        "mount": 165, "umount2": 166, "pivot_root": 155, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442, "open_tree_attr": 467, "swapon": 167, "swapoff": 168,
+        "reboot": 169, "acct": 163, "quotactl": 179, "quotactl_fd": 443,
     },
     "aarch64": {
         "socket": 198, "sendto": 206, "sendmsg": 211, "sendmmsg": 269, "setsockopt": 208,
@@ -129,6 +142,14 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "clone": 220, "unshare": 97, "setns": 268, "clone3": 435,
         "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "openat": 56, "openat2": 437,
         "mknodat": 33,
+        "bpf": 280, "userfaultfd": 282, "perf_event_open": 241, "fanotify_init": 262,
+        "keyctl": 219, "add_key": 217, "request_key": 218, "kcmp": 272, "syslog": 116,
+        "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
+        "delete_module": 106, "open_by_handle_at": 265, "name_to_handle_at": 264,
+        "mount": 40, "umount2": 39, "pivot_root": 41, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442, "open_tree_attr": 467, "swapon": 224, "swapoff": 225,
+        "reboot": 142, "acct": 89, "quotactl": 60, "quotactl_fd": 443,
     },
 }  # fmt: skip
 _SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
@@ -147,6 +168,22 @@ SET_MODE = (
 S_ISUID_ISGID = 0o6000
 #: open flags with which the mode argument is used: O_CREAT, and __O_TMPFILE.
 O_CREAT_TMPFILE = 0o100 | 0o20000000
+#: Kernel surface no profile grants, refused under every provider (``EPERM``, what an
+#: unprivileged caller gets): eBPF, userfaultfd and perf events (the usual first step of a
+#: kernel exploit), fanotify (it watches files by path, where Landlock does not look),
+#: keys (``keyctl`` only to join a new anonymous session keyring: see
+#: :mod:`pysb_core.child.keyring`), ``kcmp``, the kernel log, kexec and modules, file
+#: handles (``open_by_handle_at`` opens a file by number, past every path rule: the
+#: "shocker" container escape), the mount API, swap, reboot, accounting and quotas.
+KERNEL = (
+    "bpf", "userfaultfd", "perf_event_open", "fanotify_init", "add_key", "request_key",
+    "kcmp", "syslog", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "open_by_handle_at", "name_to_handle_at", "mount", "umount2",
+    "pivot_root", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+    "mount_setattr", "open_tree_attr", "swapon", "swapoff", "reboot", "acct", "quotactl",
+    "quotactl_fd",
+)  # fmt: skip
+KEYCTL_JOIN_SESSION_KEYRING = 1
 _TRACE = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
 _URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
@@ -164,7 +201,12 @@ class Rules:
     ``EACCES``). ``unix``: ``socket(AF_UNIX)`` allowed (``socketpair`` always is).
     ``sysv_ipc``: SysV message queues, semaphores and shared memory allowed. ``xattr``:
     setting and removing extended attributes allowed. ``namespaces``: making or joining
-    namespaces allowed (``clone3`` then fails with ``ENOSYS``: its flags sit behind a pointer).
+    namespaces allowed. By default they are refused under every provider: a nested user
+    namespace gives the program every capability over new namespaces, kernel surface no
+    profile needs (under Landlock, with nothing else in the way, it succeeded); ``clone3``
+    then fails with ``ENOSYS`` (its flags sit behind a pointer: the C library falls back to
+    ``clone``, whose flags the filter reads). firejail's child allows them only while
+    firejail's own ``--restrict-namespaces`` refuses them.
     """
 
     __slots__ = ("ip", "namespaces", "sysv_ipc", "unix", "xattr")
@@ -176,7 +218,7 @@ class Rules:
         unix: bool = True,
         sysv_ipc: bool = True,
         xattr: bool = True,
-        namespaces: bool = True,
+        namespaces: bool = False,
     ) -> None:
         if ip not in ("any", "tcp", "tcp+udp"):
             raise ValueError(f"unknown ip rule {ip!r}")
@@ -213,7 +255,8 @@ def _native(machine: str, rules: Rules) -> list[tuple[str | int, ...]]:
         ("jeq", nr["sendmsg"], "flags2"),
         ("jeq", nr["setsockopt"], "sockopt"),
     ]
-    prog += [("jeq", nr[name], "eperm") for name in (*_TRACE, *_URING)]
+    prog += [("jeq", nr[name], "eperm") for name in (*_TRACE, *_URING, *KERNEL)]
+    prog.append(("jeq", nr["keyctl"], "keyctl"))
     # openat2's mode sits in a struct behind a pointer: ENOSYS, callers fall back to openat.
     prog.append(("jeq", nr["openat2"], "enosys"))
     prog += [("jeq", nr[name], f"mode_{name}") for name, _, _ in SET_MODE if name in nr]
@@ -250,6 +293,21 @@ def _native(machine: str, rules: Rules) -> list[tuple[str | int, ...]]:
         ("ld", off_arg(1)),
         ("jeq", TIOCSTI, "eperm"),
         ("jeq", TIOCLINUX, "eperm"),
+        ("ret", RET_ALLOW),
+        # keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL) only: a new, empty, anonymous keyring.
+        ("label", "keyctl"),
+        ("ld", off_arg(0)),
+        ("jeq", KEYCTL_JOIN_SESSION_KEYRING, "keyctl_join"),
+        ("ret", eperm),
+        ("label", "keyctl_join"),
+        ("ld", off_arg(1)),
+        ("jeq", 0, "keyctl_join_low"),
+        ("ret", eperm),
+        ("label", "keyctl_join_low"),
+        ("ld", off_arg(1) + 4),
+        ("jeq", 0, "allow"),
+        ("ret", eperm),
+        ("label", "allow"),
         ("ret", RET_ALLOW),
     ]
     for name, mode_arg, flags_arg in SET_MODE:
@@ -407,12 +465,15 @@ def _pack(code: int, jt: int, jf: int, k: int) -> bytes:
 def run(prog: list[tuple[int, int, int, int]], nr: int, arch: int, *args: int) -> int:
     """Interpret ``prog`` for one system call (unit tests): the filter's return value."""
     acc = pc = 0
-    words = [a & 0xFFFFFFFF for a in (*args, *[0] * (6 - len(args)))]
+    values = [a & 0xFFFFFFFFFFFFFFFF for a in (*args, *[0] * (6 - len(args)))]
     while True:
         code, jt, jf, k = prog[pc]
         pc += 1
         if code == _LD_W_ABS:
-            acc = nr if k == OFF_NR else arch if k == OFF_ARCH else words[(k - 16) // 8]
+            if k in (OFF_NR, OFF_ARCH):
+                acc = nr if k == OFF_NR else arch
+            else:  # an argument's low (little-endian: first) or high 32 bits
+                acc = (values[(k - 16) // 8] >> (32 if (k - 16) % 8 else 0)) & 0xFFFFFFFF
         elif code == _AND_K:
             acc &= k
         elif code in (_JEQ_K, _JGE_K, _JSET_K):
@@ -476,6 +537,7 @@ def describe() -> str:
     if not covers():
         return f"seccomp: none ({os.uname().machine} has no filter table)"
     return (
-        "seccomp: ptrace, io_uring, TCP Fast Open, set-uid/set-gid modes, socket families "
-        "but unix/inet/inet6/netlink-route, TIOCSTI, 32-bit system calls: refused"
+        "seccomp: ptrace, io_uring, bpf, userfaultfd, perf events, keys, file handles, "
+        "mounts, modules, new namespaces, TCP Fast Open, set-uid/set-gid modes, socket "
+        "families but unix/inet/inet6/netlink-route, TIOCSTI, 32-bit system calls: refused"
     )

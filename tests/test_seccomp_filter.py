@@ -34,7 +34,7 @@ def decide(machine: str, rules: sc.Rules, name: str, *args: int, arch: int = 0) 
 
 
 @pytest.mark.parametrize(("machine", "arch"), MACHINES)
-@pytest.mark.parametrize("rules", [sc.Rules(), LANDLOCK, sc.Rules(namespaces=False)])
+@pytest.mark.parametrize("rules", [sc.Rules(), LANDLOCK, sc.Rules(namespaces=True)])
 def test_refused_under_every_provider(machine: str, arch: int, rules: sc.Rules) -> None:
     for family in (40, 17, 38, 44, 30, 21, 15, 29, 31, 3, 0, 46):  # vsock, packet, alg, xdp...
         assert decide(machine, rules, "socket", family, 1, 0) == EAFNO, family
@@ -43,6 +43,14 @@ def test_refused_under_every_provider(machine: str, arch: int, rules: sc.Rules) 
         assert decide(machine, rules, name, 16, 1) == EPERM, name
     for name in ("io_uring_setup", "io_uring_enter", "io_uring_register"):
         assert decide(machine, rules, name, 8, 0) == EPERM, name
+    for name in sc.KERNEL:  # bpf, userfaultfd, perf events, file handles, mounts...
+        assert decide(machine, rules, name, 0, 1, 8) == EPERM, name
+    # keyctl: only joining a new anonymous session keyring (what pysb's child set-up does)
+    assert decide(machine, rules, "keyctl", sc.KEYCTL_JOIN_SESSION_KEYRING, 0) == ALLOW
+    assert decide(machine, rules, "keyctl", sc.KEYCTL_JOIN_SESSION_KEYRING, 0x1000) == EPERM
+    assert decide(machine, rules, "keyctl", sc.KEYCTL_JOIN_SESSION_KEYRING, 1 << 32) == EPERM
+    for command in (0, 10, 11, 21):  # get id, search, read, invalidate
+        assert decide(machine, rules, "keyctl", command, 0) == EPERM, command
     # TCP Fast Open: the flags are the 4th argument of sendto/sendmmsg, the 3rd of sendmsg
     assert decide(machine, rules, "sendto", 3, 0, 1, sc.MSG_FASTOPEN, 0, 16) == EPERM
     assert decide(machine, rules, "sendto", 3, 0, 1, 0x4000, 0, 16) == ALLOW  # MSG_NOSIGNAL
@@ -76,8 +84,19 @@ def test_namespace_providers_keep_sockets_ipc_and_xattrs(machine: str, arch: int
         assert decide(machine, rules, "socket", family, kind, proto) == ALLOW
     for name in (*sc.SYSV_IPC, *sc.XATTR_SET):
         assert decide(machine, rules, name, 0, 0) == ALLOW, name
-    assert decide(machine, rules, "unshare", NEWUSER) == ALLOW
-    assert decide(machine, rules, "clone3", 0) == ALLOW
+
+
+@pytest.mark.parametrize(("machine", "arch"), MACHINES)
+def test_namespaces_are_refused_unless_a_provider_allows_them(machine: str, arch: int) -> None:
+    """Every provider refuses new namespaces (issue 26 #7: ``unshare(CLONE_NEWUSER)``
+    succeeded under Landlock); only firejail's child may leave them to firejail."""
+    for rules in (sc.Rules(), LANDLOCK):
+        assert decide(machine, rules, "unshare", NEWUSER) == EPERM
+        assert decide(machine, rules, "clone", FORK_FLAGS | NEWUSER) == EPERM
+        assert decide(machine, rules, "clone3", 0) == ENOSYS
+    allowed = sc.Rules(namespaces=True)
+    assert decide(machine, allowed, "unshare", NEWUSER) == ALLOW
+    assert decide(machine, allowed, "clone3", 0) == ALLOW
 
 
 @pytest.mark.parametrize(("machine", "arch"), MACHINES)
@@ -139,7 +158,7 @@ def test_landlock_refuses_sysv_ipc_and_xattrs_unless_allowed(machine: str, arch:
     ],
 )
 def test_namespace_refusals(machine: str, name: str, args: tuple[int, ...], expected: int) -> None:
-    assert decide(machine, sc.Rules(namespaces=False), name, *args) == expected
+    assert decide(machine, sc.Rules(), name, *args) == expected
 
 
 def test_other_calls_with_the_same_argument_values_are_allowed() -> None:
@@ -151,7 +170,7 @@ def test_other_calls_with_the_same_argument_values_are_allowed() -> None:
 
 def test_bytes_match_the_program_and_uncovered_machines_get_none() -> None:
     for machine, _ in MACHINES:
-        for rules in (sc.Rules(), LANDLOCK, sc.Rules(namespaces=False)):
+        for rules in (sc.Rules(), LANDLOCK, sc.Rules(namespaces=True)):
             prog = sc.program(machine, rules)
             raw = sc.filter_bytes(machine, rules)
             assert prog is not None and raw is not None

@@ -220,3 +220,47 @@ def test_no_set_id_file_is_left_in_an_exposure(provider: str, tmp_path: Path) ->
     modes = {p.name: p.stat().st_mode & 0o7777 for p in box.rw.iterdir()}
     assert not any(mode & 0o6000 for mode in modes.values()), modes
     assert sorted(modes) == ["plain", "tool"], modes
+
+
+@pytest.mark.parametrize("provider", [*providers(), _qemu()])
+def test_kernel_surface_no_profile_grants_is_refused(provider: str, tmp_path: Path) -> None:
+    """eBPF, userfaultfd, perf events, fanotify, keys, ``kcmp``, the kernel log, modules, file
+    handles and the mount API (issue 26 #7: ``bpf(2)`` reached the kernel under landlock,
+    bwrap and unshare). Each call's arguments make the kernel answer something else than
+    ``EPERM`` when the call reaches it (``EFAULT`` for a bad pointer, or a result: see
+    ``probe.KERNEL_CALLS``), so ``EPERM`` is the filter's; the controls are run on the host
+    first. A process, a thread and a ``subprocess`` (``clone3``, then its fallback) still
+    start."""
+    from probe import KERNEL_CALLS
+
+    calls = [(name, "kernel_call", {"name": name}) for name in KERNEL_CALLS]
+    box = bench(provider, tmp_path)
+    out = box.run(
+        [
+            ("control-fork", "fork_many", {"limit": 1, "sleep": 1}),
+            ("control-subprocess", "child_read", {"path": "ctl.txt"}),
+            *calls,
+        ]
+    )
+    assert out["control-fork"] == "ok:1:", out["control-fork"]
+    assert out["control-subprocess"] == "ok:CONTROL\n", out["control-subprocess"]
+    reached = {name: out[name] for name in KERNEL_CALLS if out[name] != "err:EPERM"}
+    assert not reached, f"reached the kernel: {reached}"
+
+
+@pytest.mark.parametrize("provider", [*providers(), _qemu()])
+def test_no_new_user_namespace(provider: str, tmp_path: Path) -> None:
+    """``unshare(CLONE_NEWUSER)`` succeeded under landlock (issue 26 #7); a raw ``clone``
+    with the flag is refused too, and ``clone3``, whose flags the filter cannot read, is
+    ``ENOSYS`` (the C library then falls back to ``clone``)."""
+    box = bench(provider, tmp_path)
+    out = box.run(
+        [
+            ("unshare", "unshare", {"flags": 0x10000000}),
+            ("clone", "new_user_namespace", {"how": "clone"}),
+            ("clone3", "new_user_namespace", {"how": "clone3"}),
+        ]
+    )
+    assert out["unshare"] == "err:EPERM", out.results
+    assert out["clone"] == "err:EPERM", out.results
+    assert out["clone3"] == "err:ENOSYS", out.results
