@@ -46,6 +46,12 @@ class LearnedRule:
         return self.section if self.key is None else f"{self.section}.{self.key}"
 
 
+def literal(text: str) -> str:
+    """``text`` spelled so that profile variable expansion (:mod:`pysb_core.profile.variables`,
+    where ``$${`` is a literal ``${``) gives it back unchanged, whatever it holds."""
+    return text.replace("${", "$${")
+
+
 class LearnedProfile:
     """Collects learned rules (in order, without duplicates) for the profile writer.
 
@@ -114,10 +120,9 @@ class LearnedProfile:
         directory, ``${TMPDIR:-/tmp}/...`` below the temporary directory, ``~/...`` below
         the home directory, else the absolute path; when several apply, the deepest root
         (``~/.config/app`` for a home inside the working directory). The recorded part is
-        data: a ``${`` in it is written ``$${`` (:func:`pysb_core.profile.variables.escape`),
-        so that the next run reads back exactly this path, never a variable.
+        data: a ``${`` in it is written ``$${`` (:func:`literal`), so that the next run
+        reads back exactly this path, never a variable.
         """
-        from pysb_core.profile.variables import escape
 
         path = os.path.normpath(path)
         tmp = self.environ.get("TMPDIR") or "/tmp"
@@ -137,5 +142,5 @@ class LearnedProfile:
             if path == root:
                 best = (len(root), spelled)
             elif is_within(path, root):
-                best = (len(root), f"{spelled}/{escape(path[len(root) + 1 :])}")
-        return escape(path) if best is None else best[1]
+                best = (len(root), f"{spelled}/{literal(path[len(root) + 1 :])}")
+        return literal(path) if best is None else best[1]

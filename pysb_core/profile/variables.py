@@ -9,7 +9,8 @@ empty string.
 ``$${`` is a literal ``${`` (the one escape; a ``$`` anywhere else is itself): what a
 learning run writes is data, and a recorded name holding ``${`` must read back as itself,
 never as a variable (issue 26: a directory named ``${X:-..}`` was learned as
-``./${X:-..}`` and read as ``./..``). :func:`escape` spells any text so.
+``./${X:-..}`` and read as ``./..``). :func:`pysb_core.learning.literal` spells any
+text so (there, not here: the profile package reads the learning module).
 """
 
 from __future__ import annotations
@@ -108,11 +109,6 @@ def expand(text: str, environ: Mapping[str, str], profile_dir: str | None = None
         return text
     value, _ = _Expander(text, environ, profile_dir).parse(0, in_default=False)
     return value
-
-
-def escape(text: str) -> str:
-    """``text`` spelled so that :func:`expand` gives it back unchanged, whatever it holds."""
-    return text.replace("${", "$${")
 
 
 def lone_variable(text: str) -> str | None:
