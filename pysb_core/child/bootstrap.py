@@ -164,9 +164,24 @@ def _is_own(tb) -> bool:
     return name in _OWN_NAMES or any(name.startswith(d) for d in _OWN_DIRS)
 
 
+def _traceback_type() -> type:
+    try:
+        raise TypeError
+    except TypeError as e:
+        return type(e.__traceback__)
+
+
+#: ``types.TracebackType`` (``types`` is not imported at start-up).
+_TRACEBACK = _traceback_type()
+
+
 def _user_traceback(tb):
     """The traceback without pysb's frames: the bootstrap at its head, and the guards'
-    own steps wherever a guarded call stands in it (as CPython would show it unguarded)."""
+    own steps wherever a guarded call stands in it (as CPython would show it unguarded).
+    Anything but a traceback is returned as it is: the hooks it is handed to judge it
+    (``sys.excepthook(1, '1', 1)`` prints CPython's TypeError)."""
+    if type(tb) is not _TRACEBACK:
+        return tb
     kept = []
     while tb is not None:
         if not _is_own(tb):
@@ -203,32 +218,41 @@ def _install_cleaning_hooks() -> None:
     show = sys.excepthook
     show_unraisable = sys.unraisablehook
 
-    def excepthook(exc_type, exc, tb, /):
-        if isinstance(exc, BaseException):
-            _clean_chain(exc)
-        return show(exc_type, exc, _user_traceback(tb))
+    # Each takes its arguments as given and hands them to the C hook, which judges them
+    # (a wrong count or type is CPython's own TypeError, message included).
 
-    def unraisablehook(unraisable, /):
-        _user_traceback(getattr(unraisable, "exc_traceback", None))
-        exc = getattr(unraisable, "exc_value", None)
-        if isinstance(exc, BaseException):
-            _clean_chain(exc)
-        return show_unraisable(unraisable)
+    def excepthook(*args):
+        if len(args) == 3:
+            exc = args[1]
+            if isinstance(exc, BaseException):
+                _clean_chain(exc)
+            args = (args[0], exc, _user_traceback(args[2]))
+        return show(*args)
+
+    def clean_record(args):
+        """An unraisable's or a thread's record: its traceback and exception cleaned."""
+        if len(args) == 1:
+            _user_traceback(getattr(args[0], "exc_traceback", None))
+            exc = getattr(args[0], "exc_value", None)
+            if isinstance(exc, BaseException):
+                _clean_chain(exc)
+
+    def unraisablehook(*args):
+        clean_record(args)
+        return show_unraisable(*args)
 
     import _thread
 
     show_thread = _thread._excepthook
 
-    def thread_excepthook(args, /):
-        _user_traceback(getattr(args, "exc_traceback", None))
-        exc = getattr(args, "exc_value", None)
-        if isinstance(exc, BaseException):
-            _clean_chain(exc)
-        return show_thread(args)
+    def thread_excepthook(*args):
+        clean_record(args)
+        return show_thread(*args)
 
     hooks = ((excepthook, show), (unraisablehook, show_unraisable))
     for hook, original in (*hooks, (thread_excepthook, show_thread)):
         hook.__doc__ = original.__doc__
+        hook.__name__ = hook.__qualname__ = original.__name__
         hook.__module__ = "sys"
     thread_excepthook.__module__ = "_thread"
     sys.excepthook = sys.__excepthook__ = excepthook

@@ -157,3 +157,39 @@ def test_the_replacements_carry_their_modules_names(tmp_path: Path, python: str)
         "inspect getouterframes",
         "faulthandler dump_traceback",
     ], result.stdout
+
+
+CURRENT_FRAMES = """\
+import sys, threading, traceback
+
+def inner():
+    return sys._current_frames()[threading.get_ident()]
+
+here = sys._current_frames()[threading.get_ident()]
+print(here is sys._getframe(), here.f_code.co_name)
+frame = inner()
+print(frame.f_code.co_name, frame.f_back.f_code.co_name, frame.f_lineno)
+print([(f.name, f.lineno) for f in traceback.extract_stack(frame)])
+"""
+
+
+def test_current_frames_gives_the_calling_threads_own_frame(tmp_path: Path, python: str) -> None:
+    """``sys._current_frames()`` gives the calling thread's newest frame: the caller's
+    own, as under CPython (it was the guarded call's door, whose code is refused)."""
+    import subprocess
+
+    script = tmp_path / "prog.py"
+    script.write_text(CURRENT_FRAMES)
+    plain = subprocess.run([python, str(script)], capture_output=True, text=True, check=False)
+    assert plain.returncode == 0, plain.stderr
+    result = guarded.run(
+        "",
+        script=script,
+        cwd=tmp_path,
+        python=python,
+        imports=("sys", "threading", "traceback"),
+        exposures=[guarded.expose(tmp_path)],
+        api=(("allow", "introspection"),),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == plain.stdout

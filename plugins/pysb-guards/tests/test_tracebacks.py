@@ -113,3 +113,59 @@ def test_a_thread_dying_of_a_refusal_shows_no_pysb_frame(tmp_path: Path, python:
     assert result.returncode == 0, result.stderr
     assert "FileDeniedError" in result.stderr, result.stderr
     assert "<pysb" not in result.stderr, result.stderr
+
+
+BAD_HOOK_ARGUMENTS = r"""
+import io, sys, threading, types
+
+
+def outcome(call):
+    saved, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        call()
+        result = "returned"
+    except BaseException as e:
+        result = f"{type(e).__name__}: {e}"
+    finally:
+        printed, sys.stderr = sys.stderr.getvalue(), saved
+    return f"{result} | printed: {printed.splitlines()[-1:]}"
+
+
+bad = types.SimpleNamespace(
+    exc_type=ValueError, exc_value=ValueError("v"), exc_traceback=1, err_msg=None,
+    object=None, thread=None,
+)
+for name, call in [
+    ("excepthook(1, '1', 1)", lambda: sys.excepthook(1, "1", 1)),
+    ("excepthook(ValueError, ..., 1)", lambda: sys.excepthook(ValueError, ValueError("v"), 1)),
+    ("excepthook()", lambda: sys.excepthook()),
+    ("__excepthook__(1, 2, 3)", lambda: sys.__excepthook__(1, 2, 3)),
+    ("unraisablehook(bad tb)", lambda: sys.unraisablehook(bad)),
+    ("unraisablehook(1)", lambda: sys.unraisablehook(1)),
+    ("threading.excepthook(bad tb)", lambda: threading.excepthook(bad)),
+    ("threading.excepthook(1)", lambda: threading.excepthook(1)),
+]:
+    print(name, "->", outcome(call))
+"""
+
+
+def test_the_hooks_judge_their_arguments_as_cpythons(tmp_path: Path, python: str) -> None:
+    """The hooks behind which pysb drops its traceback entries (before 3.13) take what
+    CPython's take and refuse what they refuse: ``sys.excepthook(1, '1', 1)`` is
+    CPython's TypeError (it was an AttributeError of pysb's own step, reading
+    ``tb_next`` of 1), a traceback that is not one passes through to CPython's hook."""
+    import subprocess
+
+    plain = subprocess.run(
+        [python, "-c", BAD_HOOK_ARGUMENTS], capture_output=True, text=True, check=False
+    )
+    assert plain.returncode == 0, plain.stderr
+    result = guarded.run(
+        BAD_HOOK_ARGUMENTS,
+        cwd=tmp_path,
+        python=python,
+        imports=("io", "sys", "threading", "types"),
+        exposures=[guarded.expose(tmp_path)],
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == plain.stdout.splitlines()

@@ -40,6 +40,8 @@ FRAMEWORK: Any = None  # type: ignore[assignment]  # sealed
 FRAME_ARGS: Any = None  # type: ignore[assignment]  # sealed
 INIT_EXEMPT: Any = None  # type: ignore[assignment]  # sealed
 FRAMEWORK_CALLS: Any = None  # type: ignore[assignment]  # sealed
+GET_IDENT: Any = None  # type: ignore[assignment]  # sealed
+POSTS: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _a_arm():
@@ -156,6 +158,17 @@ def _a_make_judge(qualname):
     return judge
 
 
+def _a_current_frames_post(result, args, kwargs):
+    """``sys._current_frames()``'s post step: the calling thread's entry is the frame that
+    called the face, as CPython gives it (C code reads the thread's newest frame: here,
+    the door's). The dictionary is the C function's own, fresh for this call."""
+    if type(result) is dict:
+        caller = _a_caller()
+        if caller is not None:
+            dict.__setitem__(result, GET_IDENT(), caller)
+    return result
+
+
 def _a_make_patcher(members):
     """The patch of one module: a face for each of its registry entries (``PATCHES``
     indices). The module is read and written by C code only (``RESOLVE`` / ``PLACE``): it
@@ -173,7 +186,10 @@ def _a_make_patcher(members):
                 continue
             face = ST["faces"].get(id(original))
             if face is None:
-                door = MAKE_DOOR(original, _a_make_judge(qualname), name=name)
+                post = POSTS.get(qualname)
+                if post is not None:
+                    post = ST["posts"][post]
+                door = MAKE_DOOR(original, _a_make_judge(qualname), post, name=name)
                 ST["door_groups"][DOOR_CODE_ID(door)] = group
                 prepare = FRAME_ARGS if qualname in ("builtins.eval", "builtins.exec") else None
                 face = MAKE_FACE(door, original, prepare)

@@ -73,6 +73,7 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | None:
 def install(policy: Policy, recorder: Recorder) -> None:
     if _runtime:
         return
+    import _thread
     import os
 
     import pysb_core
@@ -107,6 +108,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "door_groups": {},  # id of a door's code -> the group its judge decides
             "learned": set(),
             "close": close_registration,
+            "posts": {},  # name -> the sealed post step (filled below)
         },
         # Read by judges: exact str values only (registry.Entry is a class the program can
         # write properties into).
@@ -126,8 +128,13 @@ def install(policy: Policy, recorder: Recorder) -> None:
         FRAME_ARGS=_caller_namespaces,
         INIT_EXEMPT=engine._INIT_EXEMPT,
         FRAMEWORK_CALLS=engine._FRAMEWORK_CALLS,
+        GET_IDENT=_thread.get_ident,
+        # Entries whose result is filtered (exact str keys and values: the names of
+        # sealed functions in ST["posts"]).
+        POSTS={"sys._current_frames": "_a_current_frames_post"},
     )
     ns["IS_LIBRARY"] = ns["is_library_file"]
+    ns["ST"]["posts"]["_a_current_frames_post"] = ns["_a_current_frames_post"]
 
     modules: dict[str, list[int]] = {}
     for i, (module_name, _attr, _qualname, _group) in enumerate(ns["PATCHES"]):
