@@ -90,6 +90,8 @@ _BUILDER_NAMES = (
     "place",
     "_names_of",
     "_unbound_signature",
+    "_face_signature",
+    "_literal",
 )
 
 
@@ -216,6 +218,11 @@ def make_face(door, like=None, prepare=None, kind=""):
         except (AttributeError, TypeError):
             pass
     face.__pysb_face__ = True
+    text = _face_signature(like)
+    if type(like) is C_CALLABLES[0] and text is not None:
+        text = _unbound_signature(text) or text
+    if text is not None:
+        face.__text_signature__ = text  # inspect's reading of the original's parameters
     if type(like) is C_CALLABLES[0]:
         # A C function is no descriptor: kept as a class attribute (``_unlink = os.unlink``)
         # it is called without the instance. A Python function would bind; its face is
@@ -224,14 +231,86 @@ def make_face(door, like=None, prepare=None, kind=""):
         # face itself; ``inspect`` reads the C function's text signature on it (a
         # ``__signature__`` of None stops ``inspect.unwrap`` there, before the face's
         # ``(*args, **kwargs)``).
+        # Without a text signature (as for the C function: inspect then finds none, a
+        # ValueError). No ``__wrapped__`` (staticmethod copies one in): the C function has
+        # none, and the face is not what inspect.unwrap should lead to.
         method = staticmethod(face)
+        ns = method.__dict__
         text = _unbound_signature(like.__text_signature__)
         if text is not None:
-            ns = method.__dict__
             dict.__setitem__(ns, "__text_signature__", text)
-            dict.__setitem__(ns, "__signature__", None)
+        dict.__setitem__(ns, "__signature__", None)
+        if "__wrapped__" in ns:
+            dict.__delitem__(ns, "__wrapped__")
         return method
     return face
+
+
+def _literal(value, depth=0):
+    """The text of a default value that inspect reads back as itself, or None."""
+    kind = type(value)
+    # those ``ast.literal_eval`` reads back (a float may be inf or nan)
+    for literal in (type(None), bool, int, str, bytes):
+        if kind is literal:
+            return repr(value)
+    if kind is tuple and depth < 2 and len(value) < 16:
+        items = [_literal(v, depth + 1) for v in value]
+        if None in items:
+            return None
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    return None
+
+
+def _face_signature(like):
+    """The ``__text_signature__`` that makes inspect read the parameters of ``like`` (the
+    original) on its face, whose own code takes ``*args, **kwargs``; None when it cannot
+    say them (a default that is not a literal, a C callable made by the program). C code
+    reads ``like`` (an exact function, code, tuple, dict of exact str keys)."""
+    kind = type(like)
+    if kind is not _FunctionType:
+        for c in C_CALLABLES:
+            if kind is c:
+                text = like.__text_signature__
+                # none: a text inspect cannot read is its ValueError, as for the original
+                return text if type(text) is str else "(<no signature>)"
+        return None  # a class (inspect reads its constructor), a ctypes function...
+    code = like.__code__
+    names = code.co_varnames
+    count, posonly, kwonly = code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount
+    defaults = like.__defaults__ or ()
+    kwdefaults = like.__kwdefaults__ or {}
+    if type(defaults) is not tuple or type(kwdefaults) is not dict:
+        return None
+    _check_names(kwdefaults)
+    parts = []
+    first_default = count - len(defaults)
+    for i in range(count):
+        part = names[i]
+        if i >= first_default:
+            value = _literal(defaults[i - first_default])
+            if value is None:
+                return None
+            part = part + "=" + value
+        parts.append(part)
+        if i == posonly - 1:
+            parts.append("/")
+    at = count + kwonly
+    if code.co_flags & 0x04:  # CO_VARARGS
+        parts.append("*" + names[at])
+        at += 1
+    elif kwonly:
+        parts.append("*")
+    for name in names[count : count + kwonly]:
+        part = name
+        if name in kwdefaults:
+            value = _literal(kwdefaults[name])
+            if value is None:
+                return None
+            part = part + "=" + value
+        parts.append(part)
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        parts.append("**" + names[at])
+    return "(" + ", ".join(parts) + ")"
 
 
 def _unbound_signature(text):

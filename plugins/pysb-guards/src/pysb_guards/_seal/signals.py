@@ -71,7 +71,7 @@ def guard_signal_handlers(safe_frame: Callable[[Any], Any], guard: Callable[...,
         entry = wrappers.get(id(handler))
         return entry[1] if entry is not None and entry[0] is handler else handler
 
-    def signal(signalnum: Any, handler: Any) -> Any:
+    def signal(signalnum: Any, handler: Any, /) -> Any:
         if callable(handler):
             user = handler
 
@@ -90,10 +90,13 @@ def guard_signal_handlers(safe_frame: Callable[[Any], Any], guard: Callable[...,
             previous = original_signal(signalnum, handler)
         return unwrap(previous)
 
-    def getsignal(signalnum: Any) -> Any:
+    def getsignal(signalnum: Any, /) -> Any:
         return unwrap(original_getsignal(signalnum))
 
-    signal.__doc__, getsignal.__doc__ = original_signal.__doc__, original_getsignal.__doc__
+    for made, original in ((signal, original_signal), (getsignal, original_getsignal)):
+        # the faces take these names: CPython's (its C functions are _signal's)
+        made.__doc__, made.__module__ = original.__doc__, original.__module__
+        made.__name__ = made.__qualname__ = original.__name__
     faces = {
         "signal": guard(signal, None),
         "getsignal": guard(getsignal, None),

@@ -1,0 +1,127 @@
+"""Every callable the guards replace looks like CPython's own (issue 28, item 3): the same
+``__module__``, ``__qualname__``, ``__name__``, ``__doc__`` and ``inspect.signature``, and
+no ``__wrapped__`` leading to an original. One generic check over every face the guards
+put in the modules a program commonly loads, against plain Python, on 3.11 to 3.13."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import guarded
+
+DESCRIBE = r"""
+import importlib, inspect, json, sys
+
+MODULES = [
+    "builtins", "os", "posix", "io", "_io", "socket", "_socket", "signal", "_signal",
+    "subprocess", "_posixsubprocess", "shutil", "pathlib", "ctypes", "_ctypes", "pickle",
+    "_pickle", "sys", "gc", "threading", "_thread", "importlib", "faulthandler", "pty",
+    "resource", "select", "tempfile", "sqlite3", "glob", "zipfile", "fileinput", "mmap",
+    "multiprocessing", "asyncio", "time", "fcntl", "ssl", "traceback", "inspect", "runpy",
+    "code", "sysconfig", "platform", "shlex", "importlib.util",
+]
+ONLY = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
+
+
+def is_face(value):
+    if isinstance(value, staticmethod):
+        value = value.__func__
+    return getattr(value, "__pysb_face__", False) is True
+
+
+def describe(value):
+    out = {}
+    for attr in ("__module__", "__qualname__", "__name__", "__doc__"):
+        try:
+            got = getattr(value, attr)
+        except AttributeError:
+            got = "<no such attribute>"
+        out[attr] = got if isinstance(got, (str, type(None))) else repr(type(got))
+    try:
+        out["signature"] = str(inspect.signature(value))
+    except (ValueError, TypeError) as e:
+        out["signature"] = "raised " + type(e).__name__
+    wrapped = getattr(value, "__wrapped__", None)
+    # a staticmethod's own __wrapped__ (the face of a C function) leads to no original
+    out["__wrapped__ leads to"] = None if wrapped is None or is_face(wrapped) else repr(wrapped)
+    return out
+
+
+for name in MODULES:  # loaded first: a text signature may name another module's value
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+found = {}
+for where in ONLY or ():  # plain Python: the same names, looked up as a program does
+    name = max((m for m in MODULES if where.startswith(m + ".")), key=len)
+    value = importlib.import_module(name)
+    for part in where[len(name) + 1 :].split("."):
+        value = getattr(value, part)
+    found[where] = describe(value)
+for name in MODULES if ONLY is None else ():
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        continue
+    for key, value in list(vars(module).items()):
+        places = [(f"{name}.{key}", value, lambda v=value: v)]
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            places += [
+                (f"{name}.{key}.{attr}", member, lambda c=value, a=attr: getattr(c, a))
+                for attr, member in list(vars(value).items())
+            ]
+        for where, raw, resolved in places:
+            if is_face(raw):
+                found[where] = describe(resolved())
+print(json.dumps(found))
+"""
+
+#: What a face cannot take from its original, each with its reason (docs/compat.md):
+#: (attribute, where, the face's value, CPython's) -> known.
+CTYPES_POINTERS = ("ctypes.memmove", "ctypes.memset")
+
+
+def known(attr: str, where: str, face: object, plain: object) -> bool:
+    if attr == "__module__" and face is None and plain == "<no such attribute>":
+        return True  # a face is a function, which has a __module__; a C method has none
+    if where in CTYPES_POINTERS:  # ctypes function pointers: no name, the class's module
+        return attr in ("__module__", "__name__", "__qualname__", "signature")
+    # a default that is no literal (pty._read) cannot be written in a text signature
+    return attr == "signature" and where == "pty.spawn"
+
+
+def test_every_face_looks_like_the_function_it_replaces(tmp_path: Path, python: str) -> None:
+    script = tmp_path / "describe.py"
+    script.write_text(DESCRIBE)
+    result = guarded.run(
+        "",
+        script=script,
+        cwd=tmp_path,
+        python=python,
+        exposures=[guarded.expose("/")],
+        api=(("allow", "*"),),
+        network=("allow tcp 127.0.0.1 80 out",),
+    )
+    assert result.returncode == 0, result.stderr
+    faces = json.loads(result.stdout.splitlines()[-1])
+    assert len(faces) > 150, sorted(faces)  # every guard's faces: files, api, network...
+    assert {"signal.alarm", "os.stat", "subprocess.run", "sys._current_frames"} <= set(faces)
+    plain_run = subprocess.run(
+        [python, str(script), json.dumps(sorted(faces))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert plain_run.returncode == 0, plain_run.stderr
+    plain = json.loads(plain_run.stdout)
+    differences = []
+    for where, described in sorted(faces.items()):
+        assert where in plain, where
+        for attr, value in described.items():
+            theirs = plain[where][attr]
+            if value != theirs and not known(attr, where, value, theirs):
+                differences.append(f"{where} {attr}: {value!r}, CPython's: {theirs!r}")
+    assert not differences, "\n".join(differences)
