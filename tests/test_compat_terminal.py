@@ -340,3 +340,51 @@ def test_reading_the_terminal_in_the_background_stops_the_job_until_fg(
         shell.close()
     text = shell.shown.decode(errors="replace")
     assert "status 3" in text, text
+
+
+#: Like SHELL_STANDIN, and afterwards reads what the terminal's input holds, as the user's
+#: shell would read its next command line.
+READS_AFTER_STANDIN = """
+import os, select, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:])
+status = proc.wait()
+ready, _, _ = select.select([0], [], [], 2)
+typed = os.read(0, 4096) if ready else b""
+print("shell-read", repr(typed), flush=True)
+print("status", status, flush=True)
+"""
+
+#: Pushes a command line into its terminal's input, one byte per TIOCSTI, and says how
+#: each request fared (the other requests of the class take no effect on a pty).
+INJECTS = """
+import fcntl, termios, sys
+refused = 0
+for byte in b"echo INJECTED\\n":
+    try:
+        fcntl.ioctl(0, termios.TIOCSTI, bytes([byte]))
+    except PermissionError as exc:
+        refused += 1
+        why = exc
+print("refused", refused, flush=True)
+if refused:
+    print("why", why, flush=True)
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_program_cannot_type_into_the_shells_terminal(project: Project, provider: str) -> None:
+    """``ioctl(TIOCSTI)`` with only ``imports: [fcntl, termios]`` pushed a command into the
+    user's shell under ``subprocess`` (issue 26 item 5); every provider refuses it (the
+    Python layer's ``fcntl.ioctl`` judge, and the OS providers' seccomp filter)."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile("version: 1\nimports: [fcntl, termios]\n")
+    project.file("prog.py", INJECTS)
+    shell = Shell(project.root, "--provider", provider, "prog.py", standin=READS_AFTER_STANDIN)
+    try:
+        text, _ = shell.finish()
+    finally:
+        shell.close()
+    assert "shell-read b''" in text, text
+    assert "INJECTED" not in text.split("shell-read", 1)[1], text
+    assert "refused 14" in text, text

@@ -42,6 +42,7 @@ INIT_EXEMPT: Any = None  # type: ignore[assignment]  # sealed
 FRAMEWORK_CALLS: Any = None  # type: ignore[assignment]  # sealed
 GET_IDENT: Any = None  # type: ignore[assignment]  # sealed
 POSTS: Any = None  # type: ignore[assignment]  # sealed
+TERMINAL_IOCTLS: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _a_arm():
@@ -265,3 +266,36 @@ def _a_dynamic_event(args):
         return None
     denied = next(n for n in names if not verdicts.get(n, False))
     return EXC_OF(_a_refusal(denied))
+
+
+#: ``ioctl`` requests that type into a terminal or take it over, refused whatever the rules
+#: (as the OS providers' seccomp filter refuses TIOCSTI and TIOCLINUX): without an OS layer
+#: (``subprocess``) the program holds the user's terminal, and these push keystrokes into
+#: the shell that reads it once the run is over (issue 26), make it the console, take it
+#: as a controlling terminal from another session (root), or remap a virtual console's
+#: keys to type a string. The kernel compares the request's low 32 bits.
+_TERMINAL_IOCTLS = {
+    0x5412: "TIOCSTI",  # push a byte into the terminal's input
+    0x541C: "TIOCLINUX",  # virtual console: paste the selection, among others
+    0x541D: "TIOCCONS",  # redirect the console's output here
+    0x540E: "TIOCSCTTY",  # take the terminal as controlling terminal (forced, as root)
+    0x4B47: "KDSKBENT",  # virtual console: set a key's meaning
+    0x4B49: "KDSKBSENT",  # virtual console: set the string a function key types
+    0x4B4D: "KDSETKEYCODE",  # virtual console: remap a scancode
+}
+
+
+def _a_ioctl_event(args):
+    """``fcntl.ioctl`` (its audit event, raised by the C function however it is reached):
+    a request of ``TERMINAL_IOCTLS`` is refused, every other passes."""
+    if not ST["armed"] or len(args) < 2 or type(args[1]) is not int:
+        return None
+    name = TERMINAL_IOCTLS.get(args[1] & 0xFFFFFFFF)
+    if name is None:
+        return None
+    message = (
+        f"ioctl {name} refused: a sandboxed program may not type into or take over a "
+        "terminal (it may be the one your shell reads); no rule allows it"
+    )
+    RECORDER.deny("api", "fcntl.ioctl", name, "")
+    return EXC_OF(REFUSE(DEFER(DENIED, message, qualname="fcntl.ioctl", category="terminal")))

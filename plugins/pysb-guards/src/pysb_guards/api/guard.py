@@ -22,6 +22,10 @@ Backstop: audit events raised by the C functions (``os.system``, ``os.exec``,
 ``gc.get_referents``, ``pickle.find_class``, ``exec`` / ``compile``...) are judged too when
 the call did not come through a face: an original reached some other way, or
 ``pickle.Unpickler``, whose C type cannot be patched.
+
+Terminal injection: ``fcntl.ioctl`` requests that type into or take over a terminal
+(``TIOCSTI``, ``TIOCLINUX``...: ``engine._TERMINAL_IOCTLS``) are refused through the
+``fcntl.ioctl`` audit event whatever the rules, as the OS providers' seccomp filter does.
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         FRAMEWORK=os.path.join(os.path.dirname(os.path.abspath(pysb_core.__file__)), "child") + "/",
         FRAME_ARGS=_caller_namespaces,
         INIT_EXEMPT=engine._INIT_EXEMPT,
+        TERMINAL_IOCTLS=engine._TERMINAL_IOCTLS,
         FRAMEWORK_CALLS=engine._FRAMEWORK_CALLS,
         GET_IDENT=_thread.get_ident,
         # Entries whose result is filtered (exact str keys and values: the names of
@@ -152,6 +157,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
                 events[event].append(e.group)
     for event, groups in events.items():
         add_handler(event, ns["_a_make_event_handler"](event, tuple(groups)))
+    add_handler("fcntl.ioctl", ns["_a_ioctl_event"])  # terminal injection (issue 26)
     add_handler("exec", ns["_a_dynamic_event"])
     add_handler("compile", ns["_a_dynamic_event"])
     _runtime.append(_seal.guard(ns["_a_arm"], None))
