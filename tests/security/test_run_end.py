@@ -186,6 +186,50 @@ def _check_descendants_killed(provider: str, ending: str, extra: str, tmp_path: 
     assert elapsed < 15, elapsed
 
 
+SLEEPER = """\
+import os, sys
+code = "import time; print('READY', flush=True); time.sleep(60)"
+os.execv(sys.executable, [sys.executable, "-c", code, sys.argv[1]])  # the token in its argv
+"""
+
+
+@pytest.mark.parametrize("provider", [_param(p) for p in PROVIDERS])
+def test_a_sigkill_of_pysbs_process_group_ends_the_sandbox(provider: str, tmp_path: Path) -> None:
+    """``kill -KILL -PGID`` of pysb's process group (a shell's ``kill -9 %1``; the sandbox
+    has a group of its own) leaves nothing running. Under firejail started by a normal user
+    the program went on (issue 26 #9): the kernel drops pysb's ``PR_SET_PDEATHSIG`` at the
+    exec of set-uid firejail. The program writes nothing after READY, so it cannot die of
+    a broken pipe instead; its exec'd interpreter carries the token."""
+    if provider != "subprocess":
+        require_provider(provider)
+    token = f"pysb-kill-{secrets.token_hex(6)}"
+    project = _project(tmp_path, SLEEPER, files=provider != "subprocess")
+    proc = subprocess.Popen(
+        [*pysb_command(), "run", "--provider", provider, "--no-python-guards", "prog.py", token],
+        cwd=project,
+        env=BASE_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,  # pysb leads a group of its own, as a shell's job does
+    )
+    try:
+        _wait_for_line(proc, "READY")
+        assert _processes_with(token), "the program is not running"
+        os.killpg(proc.pid, signal.SIGKILL)  # our child leads the group
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        left = _processes_with(token)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = [pid for pid in _processes_with(token) if _alive(pid)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert left == [], f"left running after pysb's group was killed: {left}"
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -101,6 +101,27 @@ def _start_reaper(host_pid_namespace: int) -> None:
         os.close(program)
 
 
+def detach(name: str, keep: tuple[int, ...]) -> None:  # pragma: no cover - in a fork
+    """Become a bystander of the run: a session of its own (out of the terminal's and the
+    program's process groups), every signal blocked, every descriptor but ``keep`` closed
+    (the run's pipes end without it), ``name`` in ``ps``. The reaper's first step, and
+    that of :mod:`pysb_firejail.lifeline`'s watcher."""
+    import signal
+
+    os.setsid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    low = 0
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(name)
+    except OSError:
+        pass
+
+
 def _reap_after(program: int) -> None:  # pragma: no cover - runs in the reaper
     """The reaper's life: hold nothing of the program's (its streams, pipes and report
     channel close when the program ends), ignore the signals meant for the program, wait
@@ -109,15 +130,7 @@ def _reap_after(program: int) -> None:  # pragma: no cover - runs in the reaper
     import signal
 
     try:
-        os.setsid()  # out of the terminal's and the program's process groups
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        os.closerange(0, program)
-        os.closerange(program + 1, 1 << 20)
-        try:
-            with open("/proc/self/comm", "w") as comm:
-                comm.write("pysb-reaper")
-        except OSError:
-            pass
+        detach("pysb-reaper", keep=(program,))
         poller = select.poll()
         poller.register(program, select.POLLIN)
         while not poller.poll():

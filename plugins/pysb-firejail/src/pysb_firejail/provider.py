@@ -29,7 +29,7 @@ from pysb_core.providerkit import (
     seccomp_describe,
     watch_wrapper_setup,
 )
-from pysb_firejail import mountns, netns, network, nsnet, options
+from pysb_firejail import lifeline, mountns, netns, network, nsnet, options
 from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
 from pysb_firejail.child import pid_namespace, reaper_supported
 from pysb_firejail.hostfs import scan_host
@@ -235,7 +235,9 @@ class FirejailProvider(Provider):
         enters a new mount namespace whose root mount is read-only
         (:mod:`pysb_firejail.mountns`: firejail's bind mounts are then read-only from the
         start) and, without network allow rules, a new network namespace with ``lo`` up
-        (:mod:`pysb_firejail.netns`), both of which firejail keeps for the sandbox."""
+        (:mod:`pysb_firejail.netns`), both of which firejail keeps for the sandbox. Run by
+        a normal user, a last step forks the watcher that ends firejail when the process
+        that started it ends (:mod:`pysb_firejail.lifeline`)."""
         problem = pids_limit_problem(plan.policy.limits.processes)
         if problem:  # before any set-up (the base launch would refuse it after)
             raise SandboxError(f"firejail: {problem}")
@@ -268,6 +270,9 @@ class FirejailProvider(Provider):
         if own_netns:
             netns.prepare_loopback()
             plan.add_pre_exec("a network namespace of its own", netns.loopback_up)
+        if not uid_is_root() and lifeline.supported():
+            # Set-uid firejail loses the death signal pysb sets: a watcher stands in.
+            plan.add_pre_exec("a watcher that ends firejail with pysb", lifeline.step())
         return super().launch(plan, **popen_kwargs)
 
     # -- hooks (the loaded provider is registered with pluggy) ---------------------------
