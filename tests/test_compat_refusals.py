@@ -141,3 +141,39 @@ def test_a_name_refusal_is_both_builtins_and_survives_pickling() -> None:
     assert (exc.errno, exc.strerror) == (socket.EAI_NONAME, str(exc))
     back = pickle.loads(pickle.dumps(exc))
     assert type(back) is errors.NameResolutionDeniedError and back.errno == socket.EAI_NONAME
+
+
+UDP_PROGRAM = r"""
+import json, socket
+out = []
+for family in (socket.AF_INET, socket.AF_INET6):
+    try:
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        s.sendto(b"x", ("127.0.0.1" if family == socket.AF_INET else "::1", 9))
+    except OSError as e:
+        out.append([type(e).__name__, e.suggested_rule if hasattr(e, "suggested_rule") else None])
+with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:  # TCP sockets are still made
+    out.append(tcp.type == socket.SOCK_STREAM)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock", "bwrap"])
+def test_a_udp_socket_under_tcp_rules_is_refused_as_a_network_access(
+    project: Project, provider: str, pysb_python: str
+) -> None:
+    """With TCP rules only, landlock's seccomp filter refuses a UDP socket at creation
+    (landlock cannot filter UDP): that refusal is a NetworkDeniedError naming the rule to
+    add, as the guard's own refusal of the send is elsewhere (it was a bare
+    PermissionError 13). On 3.11 to 3.13."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile("version: 1\nimports: [json, socket]\nnetwork: [allow tcp 127.0.0.1 80 out]\n")
+    project.file("app.py", UDP_PROGRAM)
+    res = project.run("run", "--provider", provider, "app.py", python=pysb_python)
+    assert res.returncode == 0, res.stderr
+    inet, inet6, tcp = json.loads(res.stdout)
+    for name, rule in (inet, inet6):
+        assert name == "NetworkDeniedError", res.stdout
+        assert rule.startswith("allow udp "), res.stdout
+    assert tcp is True

@@ -325,14 +325,24 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
             "__doc__": "Keeps isinstance(s, _socket.socket) true for every socket object.",
         },
     )
+    raw_init = raw.__dict__["__init__"]
+    init = raw_init  # the face looks like the C slot it stands for
+    if not learning:
+        door = MAKE_DOOR(_n_refused_socket_init(k, raw_init), None, None, "__init__")
+        init = MAKE_FACE(door, raw_init)
     guarded = TYPE_NEW(
         meta,
         "socket",
         (raw,),
-        {"__slots__": (), "__module__": "_socket", "__doc__": raw.__doc__, **methods},
+        {
+            "__slots__": (),
+            "__module__": "_socket",
+            "__doc__": raw.__doc__,
+            **methods,
+            "__init__": init,
+        },
     )
     raw_new = raw.__new__
-    raw_init = raw.__dict__["__init__"]
     raw_detach = raw.__dict__["detach"]
 
     def adopt(result: Any, args: tuple, kwargs: dict) -> Any:
@@ -352,6 +362,55 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         return resolvers, methods, guarded, socketpair, None  # nothing is refused
 
     return resolvers, methods, guarded, socketpair, _n_backstop(k)
+
+
+def _n_refused_socket_init(k: dict[str, Any], raw_init: Any) -> Any:
+    """The guarded class's ``__init__``: the C one, and a UDP socket the OS layer refuses
+    to make (landlock's seccomp filter, for a profile whose rules allow no UDP at all: it
+    cannot filter UDP by address) is refused as every other network access is, with a
+    NetworkDeniedError naming the rule to add, not the kernel's bare PermissionError."""
+    AF_INET, AF_INET6, SOCK_DGRAM = _n_take(k, "AF_INET AF_INET6 SOCK_DGRAM")
+    UDP_PROTOS = k["UDP_PROTOS"]
+    names = ("family", "type", "proto", "fileno")
+
+    def number(value: Any, default: int) -> int | None:
+        kind = type(value)
+        if kind is int:
+            return value
+        if issubclass(kind, int):  # an IntEnum constant: its value, no method of its own
+            return int.__index__(value)
+        return None if value is not None else default
+
+    def creates_udp(args: tuple, kwargs: dict) -> bool:
+        given = [-1, -1, -1, None]
+        for i, value in enumerate(args[1:5]):
+            given[i] = value
+        for key in kwargs:  # exact str keys: the door refused any other
+            if key in names:
+                given[names.index(key)] = kwargs[key]
+        family, kind, proto = (number(v, -1) for v in given[:3])
+        if given[3] is not None or family is None or kind is None or proto is None:
+            return False
+        if family == -1:
+            family = AF_INET
+        return family in (AF_INET, AF_INET6) and kind & 0xF == SOCK_DGRAM and proto in UDP_PROTOS
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return raw_init(*args, **kwargs)
+        except PermissionError as e:
+            if type(e) is not PermissionError or e.errno != 13 or not creates_udp(args, kwargs):
+                raise
+        rule = "allow udp HOST PORT out"
+        raise _n_refuse(
+            "network: udp socket refused: no network rule allows udp, and the OS layer "
+            "refuses a udp socket to such a profile; to allow it, add a udp rule to the "
+            f"profile's network: section, such as:  - {rule}",
+            "udp socket",
+            rule,
+        )
+
+    return init
 
 
 def _n_context(_socket: Any, raw: Any) -> dict[str, Any]:
