@@ -40,7 +40,8 @@ Groups:
   :func:`needed_files`;
 - the host side: :class:`ProfileSchema`, :class:`Located`, :class:`LaunchPlan`,
   :class:`ChildSetup`, :class:`CheckReport`, :class:`Capability`, :class:`Provider`,
-  :class:`LearnedProfile`;
+  :class:`LearnedProfile`, :class:`HostService` (kit 1.1: a service on the host's
+  loopback that the sandbox may reach, from ``pysb_host_services``);
 - light records: :func:`record`, :func:`mutable_record`, :func:`field`, :class:`Record`,
   :func:`asdict`.
 """
@@ -52,7 +53,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # imported in the sandbox before the program: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 0)
+KIT_VERSION: tuple[int, int] = (1, 1)
 
 #: The constant a guard family's module sets to the kit version it was written for.
 DECLARATION = "PYSB_GUARDKIT"
@@ -94,6 +95,7 @@ _EXPORTS: dict[str, str] = {
     "Capability": "pysb_core.provider:Capability",
     "Provider": "pysb_core.provider:Provider",
     "LearnedProfile": "pysb_core.learning:LearnedProfile",
+    "HostService": "pysb_core.hostservice:HostService",
     # records
     "Record": "pysb_core._startup.records:Record",
     "record": "pysb_core._startup.records:record",
@@ -114,6 +116,7 @@ __all__ = [
     "Event",
     "Exposure",
     "FileDeniedError",
+    "HostService",
     "ImportDeniedError",
     "LaunchPlan",
     "LearnedProfile",
@@ -164,6 +167,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     )
     from pysb_core.events import Event, Recorder, reporter_functions
     from pysb_core.execdeps import find_executable, needed_files
+    from pysb_core.hostservice import HostService
     from pysb_core.learning import LearnedProfile
     from pysb_core.netmatch import ephemeral_ports
     from pysb_core.paths import is_within

@@ -11,13 +11,15 @@ Order of one complete-mode run:
 
 1. ``pysb_add_profile_keys`` -- families declare and validate their profile sections;
 2. ``pysb_dns_resolve`` -- host names of network rules are resolved and pinned;
-3. ``pysb_configure`` -- every plugin, the provider included, receives the final policy;
-4. ``pysb_check`` -- who enforces each rule (the run does not start when nobody does);
-5. ``pysb_contribute`` -- families and the provider add to the launch plan;
-6. ``pysb_launch`` -- the sandbox starts; inside it the bootstrap calls each guard's
+3. ``pysb_host_services`` -- plugins name the host-side services the sandbox may reach
+   (an egress proxy), which become network rules of the policy;
+4. ``pysb_configure`` -- every plugin, the provider included, receives the final policy;
+5. ``pysb_check`` -- who enforces each rule (the run does not start when nobody does);
+6. ``pysb_contribute`` -- families and the provider add to the launch plan;
+7. ``pysb_launch`` -- the sandbox starts; inside it the bootstrap calls each guard's
    ``pysb_child_install`` and ``pysb_child_arm`` (not pluggy hooks: see
    :mod:`pysb_core.childhooks`);
-7. ``pysb_event`` for each denial or learned access as it arrives, and ``pysb_learned``
+8. ``pysb_event`` for each denial or learned access as it arrives, and ``pysb_learned``
    at the end of a learning run.
 
 An exception raised by an implementation before the program starts stops the run (exit
@@ -32,10 +34,11 @@ from pysb_core._startup.markers import PROJECT, hookspec
 TYPE_CHECKING = False  # read by every `pysb run`: no typing import at run time
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
+    from pysb_core.hostservice import HostService
     from pysb_core.learning import LearnedProfile
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
@@ -83,6 +86,31 @@ def pysb_dns_resolve(hostnames: Sequence[str]) -> Mapping[str, Sequence[str]] | 
         result wins; the built-in resolver (``/etc/hosts``, then dnspython) runs last.
 
     .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def pysb_host_services(
+    policy: Policy, emit: Callable[[Event], None]
+) -> Sequence[HostService] | None:
+    """Name the services on the host's loopback that this plugin runs for the sandbox.
+
+    Why a hook: a host-side service (``pysb-proxy``'s egress proxy) listens on a port that
+    is known only at run time, and the sandbox must reach exactly that port through every
+    layer -- the Python guard, the kernel's packet filter, a namespace provider's
+    forwarding to the host's loopback. Each service returned becomes the rule ``allow tcp
+    127.0.0.1 PORT out`` of the policy, with the service's name as its source, so that
+    ``pysb check`` lists it and every provider enforces it like a rule the user wrote.
+    Bind the listening socket here; start serving in ``pysb_contribute`` or later.
+
+    :param policy: the policy as loaded (host names not pinned yet).
+    :param emit: hands an :class:`~pysb_core.events.Event` the service decided (a request
+        refused, or one a learning run records) to pysb: ``--events`` and the other
+        ``pysb_event`` sinks receive it, and a ``learn`` event reaches ``pysb_learned``.
+        Callable from any thread, for as long as the run lasts.
+    :return: the services, or None.
+
+    .. versionadded:: 0.2
     """
 
 

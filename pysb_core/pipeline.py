@@ -23,7 +23,7 @@ from pysb_core.policy import Exposure
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Any
 
     from pysb_core.check import RuleReport
@@ -131,6 +131,74 @@ def unenforced_messages(missing: Sequence[RuleReport], report: CheckReport) -> l
 
 #: How a partial-mode caller starts a learning run (the CLI names its own command).
 API_LEARN_HINT = "pass learn=True to sandboxes() (or pysb_core.run())"
+
+
+def _with_host_services(policy: Policy, hooks: Hooks, relay: EventRelay) -> Policy:
+    """The policy with a rule for each host-side service a plugin runs for the sandbox."""
+    services = hooks.host_services(policy, relay.emit)
+    if not services:
+        return policy
+    from pysb_core.hostservice import service_rules
+
+    withheld = {name for service in services for name in service.withhold_env}
+    return policy.replace(
+        network=(*policy.network, *service_rules(services)),
+        env={k: v for k, v in policy.env.items() if k not in withheld},
+        env_sources={k: v for k, v in policy.env_sources.items() if k not in withheld},
+    )
+
+
+def _without_service_traffic(records: list[Event], policy: Policy) -> list[Event]:
+    """The learned accesses less the connections to a host service (its rule comes from
+    the plugin every run, with another port: learning it would grant a stale port)."""
+    from pysb_core.hostservice import LOOPBACK, service_ports
+
+    ports = service_ports(policy.network)
+    if not ports:
+        return records
+
+    def to_service(event: Event) -> bool:
+        data = event.data
+        return (
+            event.guard == "network"
+            and data.get("kind") == "inet"
+            and data.get("direction") == "out"
+            and data.get("host") == LOOPBACK
+            and data.get("port") in ports
+        )
+
+    return [event for event in records if not to_service(event)]
+
+
+class EventRelay:
+    """Events of host-side services, before and after the session exists.
+
+    A service starts deciding as soon as the sandbox starts; its first events may come
+    before :meth:`attach` (never in practice, but bounded all the same).
+    """
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._early: list[Event] = []
+        self._deliver: Callable[[Event], None] | None = None
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            deliver = self._deliver
+            if deliver is None:
+                if len(self._early) < self.LIMIT:
+                    self._early.append(event)
+                return
+        deliver(event)
+
+    def attach(self, deliver: Callable[[Event], None]) -> None:
+        with self._lock:
+            self._deliver = deliver
+            early, self._early = self._early, []
+        for event in early:
+            deliver(event)
 
 
 def _learning_notice(policy: Policy, cwd: str) -> str:
@@ -306,6 +374,8 @@ class Session:
             prov = load_provider(policy.provider, options)
             hooks.register(prov, name=f"provider:{prov.name}")
 
+            relay = EventRelay()
+            policy = _with_host_services(policy, hooks, relay)
             policy = cls._pin(policy, hooks, stderr)
             policy = _with_state_dirs(policy, environ)
             hooks.configure(policy)
@@ -332,6 +402,7 @@ class Session:
                 verbose=verbose,
             )
             session.discovered = discovered
+            relay.attach(session.deliver)
             if verbose:
                 _warn(
                     stderr,
@@ -421,7 +492,7 @@ class Session:
         )
         plan.add_cleanup(tmp.cleanup())
         plan.payload_fd = payload_fd
-        child_policy = policy.replace(exposures=tuple(child_exposures))
+        child_policy = policy.for_sandbox().replace(exposures=tuple(child_exposures))
         from pysb_core.provider import Capability
 
         if Capability.RENAME in self.provider.enforced():
@@ -582,18 +653,21 @@ class Session:
                 except (ValueError, TypeError, RecursionError):
                     limits.malformed += 1  # the program wrote into an fd it found
                     continue
-                event = event.replace(layer="python")
-                try:
-                    self.hooks.event(event)
-                except Exception as exc:  # a broken sink must not break the run
-                    _warn(self.stderr, f"event sink failed: {type(exc).__name__}: {exc}")
-                if event.action == "learn":
-                    with self._lock:
-                        self.learned.append(event)
+                self.deliver(event.replace(layer="python"))
         finally:
             os.close(fd)
             for message in limits.messages():
                 _warn(self.stderr, message)
+
+    def deliver(self, event: Event) -> None:
+        """Hand one event to the sinks, and keep it when a learning run records it."""
+        try:
+            self.hooks.event(event)
+        except Exception as exc:  # a broken sink must not break the run
+            _warn(self.stderr, f"event sink failed: {type(exc).__name__}: {exc}")
+        if event.action == "learn":
+            with self._lock:
+                self.learned.append(event)
 
     def _cleanup(self, plan: LaunchPlan) -> None:
         for fn in reversed(plan.cleanups):
@@ -636,7 +710,7 @@ class Session:
             return None
         profile = LearnedProfile(cwd=self.policy.cwd, environ=self.environ)
         try:
-            self.hooks.learned(self.learned, profile)
+            self.hooks.learned(_without_service_traffic(self.learned, self.policy), profile)
         except Exception as exc:
             raise self._failure(exc, "while writing the learned profile") from exc
         path = self.policy.learn_path or os.path.join(self.policy.cwd, ".pysb.yaml")

@@ -18,7 +18,7 @@ from pysb_core.errors import SandboxError
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing (nor pluggy) at run time
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any
 
     import pluggy
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pysb_core._startup.hooks import LightPluginManager
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
+    from pysb_core.hostservice import HostService
     from pysb_core.learning import LearnedProfile
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
@@ -267,6 +268,10 @@ class Hooks:
 
     def configure(self, policy: Policy) -> None:
         self.pm.hook.pysb_configure(policy=policy)
+
+    def host_services(self, policy: Policy, emit: Callable[[Event], None]) -> list[HostService]:
+        answers = self.pm.hook.pysb_host_services(policy=policy, emit=emit)
+        return [service for answer in answers if answer for service in answer]
 
     def contribute(self, policy: Policy, plan: LaunchPlan) -> None:
         self.pm.hook.pysb_contribute(policy=policy, plan=plan)

@@ -157,6 +157,11 @@ class Policy(Record):
     cwd: str = "/"
     #: third-party sections declared with ``ProfileSchema.add_section``, as plain data.
     extra: dict[str, Any] = field(default_factory=dict)
+    #: FILE:LINE of each item of a list section of ``extra``, in the same order.
+    extra_sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Sections of ``extra`` that never reach the sandbox (``add_section(host_only=True)``:
+    #: secrets a host-side service uses for the sandbox, never given to it).
+    host_only: tuple[str, ...] = ()
 
     # -- serialisation for the sandboxed interpreter (JSON: no pickle before the guards) --
 
@@ -188,7 +193,20 @@ class Policy(Record):
         d["profile_files"] = tuple(d.get("profile_files", ()))
         d["profile_digests"] = tuple(d.get("profile_digests", ()))
         d["state_dirs"] = tuple(d.get("state_dirs", ()))
+        d["extra_sources"] = {k: tuple(v) for k, v in d.get("extra_sources", {}).items()}
+        d["host_only"] = tuple(d.get("host_only", ()))
         return cls(**d)
+
+    def for_sandbox(self) -> Policy:
+        """The policy without its host-only sections: what may cross into the sandbox."""
+        if not self.host_only:
+            return self
+        hidden = set(self.host_only)
+        return self.replace(
+            extra={k: v for k, v in self.extra.items() if k not in hidden},
+            extra_sources={k: v for k, v in self.extra_sources.items() if k not in hidden},
+            host_only=(),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Policy:

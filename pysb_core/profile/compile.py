@@ -511,6 +511,8 @@ def load_policy(
         profile_path=profile_path if files else None,
         cwd=cwd,
         extra=dict(collected.extra),
+        extra_sources={k: tuple(v) for k, v in collected.extra_sources.items()},
+        host_only=tuple(sorted(schema.host_only & set(collected.extra))),
     )
 
 

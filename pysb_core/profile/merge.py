@@ -58,6 +58,8 @@ class Collected:
         self.env: dict[str, EnvEntry] = {}
         self.providers: dict[str, dict[str, Item]] = {}
         self.extra: dict[str, Any] = {}
+        #: FILE:LINE of each item of a list section in ``extra`` (same order).
+        self.extra_sources: dict[str, list[str]] = {}
         self.seen: set[str] = set()
 
 
@@ -262,8 +264,15 @@ class _Merger:
                 )
 
     def extra(self, name: str, node: Node) -> None:
-        plain = _unlocate(self.plain(node, self.errors))
+        located = self.plain(node, self.errors)
+        plain = _unlocate(located)
         old = self.out.extra.get(name)
+        if isinstance(located, list):
+            where = self.pf.loc(node)
+            sources = self.out.extra_sources.setdefault(name, [])
+            if not isinstance(old, list):
+                sources.clear()
+            sources.extend(_location_of(item, where) for item in located)
         if old is None:
             self.out.extra[name] = plain
         elif isinstance(old, list) and isinstance(plain, list):
@@ -298,6 +307,17 @@ class _Merger:
         return {
             str(k[2]): self.plain(v, errors) for k, v in node[2] if k[0] == "s" and k[2] is not None
         }
+
+
+def _location_of(value: Any, default: str) -> str:
+    """Where a list item was written: its own FILE:LINE, or its first string's."""
+    if isinstance(value, Located):
+        return value.location
+    if isinstance(value, dict):
+        for v in value.values():
+            if isinstance(v, Located):
+                return v.location
+    return default
 
 
 def _unlocate(value: Any) -> Any:

@@ -87,17 +87,24 @@ class ProfileSchema:
         self.sections: dict[str, Shape] = dict(BUILTIN_SECTIONS)
         self._validators: dict[str, list[Validator]] = {}
         self.third_party: set[str] = set()
+        self.host_only: set[str] = set()
 
     # -- registration (called from pysb_add_profile_keys) --
 
-    def add_section(self, name: str, shape: Shape = ANY) -> None:
-        """Accept a new top-level section ``name`` (its plain value lands in Policy.extra)."""
+    def add_section(self, name: str, shape: Shape = ANY, *, host_only: bool = False) -> None:
+        """Accept a new top-level section ``name`` (its plain value lands in Policy.extra).
+
+        ``host_only``: the section never reaches the sandbox (secrets that a host-side
+        service uses on the sandbox's behalf): the sandboxed interpreter's policy lacks it.
+        """
         if name in BUILTIN_SECTIONS:
             raise ValueError(f"profile section {name!r} is built in")
         if not name or "." in name:
             raise ValueError(f"invalid profile section name {name!r}")
         self.sections[name] = shape
         self.third_party.add(name)
+        if host_only:
+            self.host_only.add(name)
 
     def add_validator(self, section: str, fn: Validator) -> None:
         """Run ``fn(value, location)`` on every occurrence of ``section``.

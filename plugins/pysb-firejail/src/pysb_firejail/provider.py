@@ -290,9 +290,13 @@ class FirejailProvider(Provider):
         if refused is not None:
             report.note(refused.reason)
 
-    @hookimpl
+    @hookimpl(trylast=True)
     def pysb_contribute(self, policy: Policy, plan: LaunchPlan) -> None:
-        """Undo what firejail adds to the program's start (see :mod:`pysb_firejail.child`)."""
+        """Undo what firejail adds to the program's start (see :mod:`pysb_firejail.child`).
+
+        Last of the contributions (``trylast``): the child set-up restores ``plan.env`` as
+        every plugin left it (an egress proxy's variables), not as it stood before them.
+        """
         here = os.path.dirname(os.path.realpath(__file__))
         plan.add_exposure(Exposure(path=here, target=here, writable=False, implicit=True))
         # firejail exits 1 with "Error: ..." when it cannot build the sandbox, as a program

@@ -1,0 +1,6 @@
+"""pysb-proxy's tests import their loopback servers from this directory."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,371 @@
+"""``egress:`` end to end: ``pysb run`` under every provider, against loopback servers.
+
+The program inside uses urllib and requests as a user's code would (the proxy variables
+come from pysb, nothing is configured in the program). What is checked for real: the
+allowed request reaches the server and the refused ones do not; a direct connection
+around the proxy is refused (by the Python layer, and with ``--no-python-guards`` by the
+kernel); a secret reaches the server and never the sandbox -- not its environment, its
+output, its events, nor its memory (searched from the host while the program waits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from proxy_servers import EchoServer, LoopbackCA
+
+from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider, trust_profile
+
+PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail"]
+SECRET_KEY = "sk-live-0123456789abcdef-never-inside"
+
+CLIENT = r"""
+import json, os, socket, sys, urllib.error, urllib.request
+base = sys.argv[1]
+out = {}
+for path, method in [("/v1/models", "GET"), ("/v2/models", "GET"), ("/v1/models", "POST")]:
+    data = b"x" if method == "POST" else None
+    req = urllib.request.Request(base + path, method=method, data=data)
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            out[f"{method} {path}"] = r.status
+    except urllib.error.HTTPError as e:
+        out[f"{method} {path}"] = [e.code, e.headers.get("x-pysb-refusal", "")]
+port = int(base.rsplit(":", 1)[1])
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    out["direct"] = "connected"
+except OSError as e:
+    out["direct"] = type(e).__name__
+print(json.dumps(out))
+"""
+
+SECRET_CLIENT = r"""
+import json, os, sys, time, requests
+r = requests.get(sys.argv[1] + "/v1/me", timeout=20)
+print(json.dumps({"status": r.status_code, "seen": r.json(), "env": dict(os.environ)}))
+sys.stdout.flush()
+if len(sys.argv) > 2:
+    open(sys.argv[2], "w").close()  # "I am waiting": the host searches my memory now
+    time.sleep(30)
+"""
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> LoopbackCA:
+    return LoopbackCA(tmp_path / "ca")
+
+
+@pytest.fixture
+def http_server() -> Iterator[EchoServer]:
+    server = EchoServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def https_server(ca: LoopbackCA) -> Iterator[EchoServer]:
+    server = EchoServer(tls=ca.server_context(), watch="Authorization")
+    yield server
+    server.close()
+
+
+def _profile(project: Project, *lines: str) -> Path:
+    return project.profile("\n".join(["version: 1", *lines]) + "\n")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_requests_are_judged_by_url_and_nothing_goes_around_the_proxy(
+    provider: str, project: Project, http_server: EchoServer
+) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    base = f"http://127.0.0.1:{http_server.port}"
+    _profile(
+        project,
+        "imports: [json, os, socket, sys, urllib]",
+        "egress:",
+        f"  - allow {base}/v1/* GET",
+    )
+    (project.root / "client.py").write_text(CLIENT)
+    result = project.run("run", "--provider", provider, "client.py", base)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["GET /v1/models"] == 200
+    assert out["GET /v2/models"][0] == 403
+    assert ".pysb.yaml" not in out["GET /v2/models"][1]  # no rule: the suggestion
+    assert f"allow {base}/v2/* GET" in out["GET /v2/models"][1]
+    assert out["POST /v1/models"][0] == 403
+    assert out["direct"] == "NetworkDeniedError"
+    assert [r["path"] for r in http_server.requests] == ["/v1/models"]
+
+
+def test_landlock_without_the_python_layer_refuses_to_start(project: Project) -> None:
+    """Landlock filters TCP by port only: it cannot keep the program to 127.0.0.1:PORT,
+    so the proxy's rule has no enforcing layer and the run does not start."""
+    require_provider("landlock")
+    _profile(project, "egress:", "  - allow https://api.example.com")
+    result = project.run("run", "--provider", "landlock", "--no-python-guards", "-c", "pass")
+    assert result.returncode == 125
+    assert "<pysb-proxy>" in result.stderr and "not enforced" in result.stderr
+
+
+@pytest.mark.parametrize("provider", ["bwrap", "unshare", "firejail"])
+def test_the_kernel_refuses_a_connection_around_the_proxy(
+    provider: str, project: Project, http_server: EchoServer
+) -> None:
+    """Without the Python layer the OS provider alone keeps the program to the proxy."""
+    require_provider(provider)
+    base = f"http://127.0.0.1:{http_server.port}"
+    _profile(project, "egress:", f"  - allow {base}/v1/* GET")
+    (project.root / "client.py").write_text(CLIENT)
+    result = project.run("run", "--provider", provider, "--no-python-guards", "client.py", base)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["GET /v1/models"] == 200
+    assert out["direct"] != "connected"
+    assert [r["path"] for r in http_server.requests] == ["/v1/models"]
+
+
+def _descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether ``needle`` is anywhere in the readable memory of process ``pid``."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        mem = open(f"/proc/{pid}/mem", "rb")  # noqa: SIM115 (closed just below)
+    except OSError:
+        return False
+    with mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if "r" not in perms:
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                if needle in mem.read(end - start):
+                    return True
+            except (OSError, ValueError, OverflowError):
+                continue
+    return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another process's memory needs root")
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_secret_reaches_its_host_and_never_the_sandbox(
+    provider: str, project: Project, https_server: EchoServer, ca: LoopbackCA
+) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    origin = f"https://localhost:{https_server.port}"
+    _profile(
+        project,
+        "imports: ['*']",
+        "files: {expose-rw: [./flag]}",
+        "env:",
+        "  EXAMPLE_API_KEY: ${EXAMPLE_API_KEY}",  # forwarded by mistake: pysb removes it
+        "egress:",
+        f"  - allow {origin}/v1/* GET",
+        "secrets:",
+        "  - host: localhost",
+        "    header: Authorization",
+        '    value: "Bearer ${EXAMPLE_API_KEY}"',
+    )
+    (project.root / "client.py").write_text(SECRET_CLIENT)
+    (project.root / "flag").mkdir()
+    waiting = project.root / "flag" / "waiting"
+    events = project.root / "events.jsonl"
+    env = {
+        **BASE_ENV,
+        "EXAMPLE_API_KEY": SECRET_KEY,
+        "SSL_CERT_FILE": str(ca.ca_file),  # pysb's own trust: the test servers' CA
+    }
+    for path in project.trusted:
+        trust_profile(path, env)
+    proc = subprocess.Popen(
+        [
+            *pysb_command(),
+            "run",
+            "--provider",
+            provider,
+            "--events",
+            str(events),
+            "client.py",
+            origin,
+            str(waiting),
+        ],
+        cwd=project.root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not waiting.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert waiting.exists(), proc.communicate(timeout=30)
+        inside = [p for p in _descendants(proc.pid) if _is_python(p)]
+        assert inside, "the sandboxed interpreter was not found"
+        for pid in inside:
+            assert not _memory_holds(pid, SECRET_KEY.encode()), "the secret is in the sandbox"
+        # The search can find it: the host's own pysb process holds it.
+        assert _memory_holds(proc.pid, SECRET_KEY.encode())
+    finally:
+        for pid in _descendants(proc.pid):  # pysb's own descendants, by PID
+            if _is_python(pid):
+                os.kill(pid, 15)
+        stdout, stderr = proc.communicate(timeout=60)
+    out = json.loads(stdout.splitlines()[0])
+    assert out["status"] == 200, stderr
+    assert (
+        out["seen"]["watched_sha256"] == hashlib.sha256(f"Bearer {SECRET_KEY}".encode()).hexdigest()
+    )
+    assert "EXAMPLE_API_KEY" not in out["env"]
+    assert SECRET_KEY not in stdout and SECRET_KEY not in stderr
+    assert SECRET_KEY not in (events.read_text() if events.exists() else "")
+    for path in project.root.rglob("*"):
+        if path.is_file():
+            assert SECRET_KEY.encode() not in path.read_bytes(), path
+
+
+def _is_python(pid: int) -> bool:
+    """Whether ``pid`` runs a Python interpreter (the sandboxed program, or a provider's
+    Python init); the providers' own tools (bwrap, slirp4netns) are host-side helpers."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False
+
+
+def test_check_lists_egress_rules_and_secrets_without_their_values(project: Project) -> None:
+    _profile(
+        project,
+        "egress:",
+        "  - allow https://api.example.com/v1/* GET",
+        "secrets:",
+        "  - host: api.example.com",
+        "    header: Authorization",
+        f'    value: "Bearer {SECRET_KEY}"',
+    )
+    result = project.run("check", "--provider", "subprocess", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rules = {r["rule"]: r for r in report["rules"]}
+    assert rules["egress: allow https://api.example.com/v1/* GET"]["source"] == ".pysb.yaml:3"
+    assert rules["secrets: Authorization for api.example.com"]["layers"] == ["proxy"]
+    service = [r for r in report["rules"] if r["source"] == "<pysb-proxy>"]
+    assert len(service) == 1 and service[0]["rule"].startswith("network: allow tcp 127.0.0.1 ")
+    assert SECRET_KEY not in result.stdout
+
+
+def test_bad_rules_are_reported_together_with_file_and_line(project: Project) -> None:
+    _profile(
+        project,
+        "egress:",
+        "  - allow ftp://x.example.com",
+        "  - permit https://x.example.com",
+        "  - allow https://*.*.example.com",
+        "  - allow https://x.example.com/v1/../admin",
+        "  - allow https://x.example.com get",
+        "secrets:",
+        "  - host: '*.example.com'",
+        "    header: 'Bad Header'",
+        '    value: "line\\nbreak"',
+    )
+    result = project.run("check", "--provider", "subprocess")
+    assert result.returncode == 125
+    for line in (3, 4, 5, 6, 7):
+        assert f".pysb.yaml:{line}: egress:" in result.stderr, result.stderr
+    assert ".pysb.yaml:9: secrets: host: one host, no wildcard" in result.stderr
+    assert "header: an HTTP header name" in result.stderr
+    assert "value: printable ASCII on one line" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_sandbox_policy_never_holds_the_secrets(tmp_path: Path) -> None:
+    """The host-only section is stripped from what crosses into the sandbox."""
+    code = r"""
+import json, sys
+from pysb_core.pipeline import Session
+from pysb_core.pipeline import Program
+s = Session.create(profile=sys.argv[1], provider="subprocess", environ={"K": "v-secret-1234"})
+plan = s.plan(Program(mode="code", code="pass"))
+print(json.dumps(plan.payload["policy"]))
+"""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "version: 1\nsecrets:\n  - host: a.example.com\n    header: X-Key\n    value: ${K}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(profile)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "v-secret-1234" not in result.stdout
+    assert "secrets" not in json.loads(result.stdout)["extra"]
+
+
+LEARNER = r"""
+import sys, requests
+for url in sys.argv[1:]:
+    print(requests.get(url, timeout=20).status_code)
+"""
+
+
+def test_learning_writes_egress_rules_and_no_rule_for_the_proxy(
+    project: Project, http_server: EchoServer, https_server: EchoServer, ca: LoopbackCA
+) -> None:
+    """``egress: []`` puts the proxy in a learning run: requests become egress rules
+    (origin, directory, methods; HTTPS decrypted to see them), and the connection to
+    the proxy itself is not learned as a network rule (its port changes every run)."""
+    profile = _profile(project, "egress: []")
+    (project.root / "learner.py").write_text(LEARNER)
+    plain = f"http://127.0.0.1:{http_server.port}"
+    tls = f"https://localhost:{https_server.port}"
+    env = {"SSL_CERT_FILE": str(ca.ca_file)}
+    result = project.run(
+        "run",
+        "--learn",
+        "learner.py",
+        f"{plain}/v1/a?token=t",
+        f"{plain}/v1/b/c",
+        f"{tls}/api/x",
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["200", "200", "200"]
+    learned = profile.read_text()
+    assert f"allow {plain}/v1/* GET" in learned
+    assert f"allow {tls}/api/* GET" in learned
+    assert "token" not in learned
+    assert "allow tcp 127.0.0.1" not in learned, learned  # the proxy's port is no rule
+    # The learned profile runs unchanged, enforced. (Under the namespace providers the
+    # `allow tcp ::1 EPHEMERAL in` that urllib3's IPv6 probe makes learning write still
+    # turns off the host-loopback forwarding of the proxy's port: issue 27, item 7.)
+    project.trusted.add(profile)
+    result = project.run(
+        "run", "--provider", "subprocess", "learner.py", f"{plain}/v1/a", f"{tls}/api/y", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["200", "200"]
