@@ -128,6 +128,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
         "mount_setattr": 442, "open_tree_attr": 467, "swapon": 167, "swapoff": 168,
         "reboot": 169, "acct": 163, "quotactl": 179, "quotactl_fd": 443,
+        "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "setuid": 105,
+        "setgid": 106, "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119,
     },
     "aarch64": {
         "socket": 198, "sendto": 206, "sendmsg": 211, "sendmmsg": 269, "setsockopt": 208,
@@ -150,6 +152,8 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
         "mount_setattr": 442, "open_tree_attr": 467, "swapon": 224, "swapoff": 225,
         "reboot": 142, "acct": 89, "quotactl": 60, "quotactl_fd": 443,
+        "fchownat": 54, "fchown": 55, "setregid": 143, "setgid": 144, "setreuid": 145,
+        "setuid": 146, "setresuid": 147, "setresgid": 149,
     },
 }  # fmt: skip
 _SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
@@ -183,6 +187,18 @@ KERNEL = (
     "mount_setattr", "open_tree_attr", "swapon", "swapoff", "reboot", "acct", "quotactl",
     "quotactl_fd",
 )  # fmt: skip
+#: (call, the indices of its user-id arguments, those of its group-id arguments): the calls
+#: that change an owner or this process's identity. An id other than the sandbox's own
+#: (or -1, "unchanged") is refused with ``EPERM``, what CPython's code (tarfile, shutil,
+#: the tests) expects of a refused identity change: in a user namespace that maps one id
+#: (bwrap, unshare) the kernel's answer is ``EINVAL`` (the id does not exist there), and
+#: without the capability it is ``EPERM`` already.
+IDENTITY = (
+    ("chown", (1,), (2,)), ("fchown", (1,), (2,)), ("lchown", (1,), (2,)),
+    ("fchownat", (2,), (3,)), ("setuid", (0,), ()), ("setgid", (), (0,)),
+    ("setreuid", (0, 1), ()), ("setregid", (), (0, 1)), ("setresuid", (0, 1, 2), ()),
+    ("setresgid", (), (0, 1, 2)),
+)  # fmt: skip
 KEYCTL_JOIN_SESSION_KEYRING = 1
 _TRACE = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
 _URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
@@ -209,7 +225,7 @@ class Rules:
     firejail's own ``--restrict-namespaces`` refuses them.
     """
 
-    __slots__ = ("ip", "namespaces", "sysv_ipc", "unix", "xattr")
+    __slots__ = ("ids", "ip", "namespaces", "sysv_ipc", "unix", "xattr")
 
     def __init__(
         self,
@@ -219,14 +235,22 @@ class Rules:
         sysv_ipc: bool = True,
         xattr: bool = True,
         namespaces: bool = False,
+        ids: tuple[int, int] | list[int] | None = None,
     ) -> None:
         if ip not in ("any", "tcp", "tcp+udp"):
             raise ValueError(f"unknown ip rule {ip!r}")
         self.ip, self.unix, self.sysv_ipc = ip, unix, sysv_ipc
         self.xattr, self.namespaces = xattr, namespaces
+        #: The (uid, gid) the sandbox runs as (:data:`IDENTITY`); None: the ids of the
+        #: process that makes the filter (the sandbox's own, also for bwrap, which keeps
+        #: the caller's uid and loads the filter pysb made).
+        self.ids = None if ids is None else (int(ids[0]), int(ids[1]))
+
+    def own_ids(self) -> tuple[int, int]:
+        return self.ids if self.ids is not None else (os.getuid(), os.getgid())
 
     def key(self) -> tuple[object, ...]:
-        return (self.ip, self.unix, self.sysv_ipc, self.xattr, self.namespaces)
+        return (self.ip, self.unix, self.sysv_ipc, self.xattr, self.namespaces, self.own_ids())
 
     def to_dict(self) -> dict[str, object]:
         """JSON-safe keyword arguments (a child set-up's ``args``)."""
@@ -245,6 +269,8 @@ def _native(machine: str, rules: Rules) -> list[tuple[str | int, ...]]:
         ("label", "native"),
         ("ld", OFF_NR),
     ]
+    # First (native numbers only: an x32 call passes it): every jump stays short.
+    prog += _identity_block(nr, rules)
     if machine == "x86_64":
         prog.append(("jge", _X32, "enosys"))  # x32: foreign too
     prog += [
@@ -344,6 +370,31 @@ def _native(machine: str, rules: Rules) -> list[tuple[str | int, ...]]:
         ("ret", ret_errno(errno.ENOSYS)),
     ]
     return prog
+
+
+def _identity_block(nr: dict[str, int], rules: Rules) -> list[tuple[str | int, ...]]:
+    """The :data:`IDENTITY` calls: each id argument is -1 or the sandbox's own, or EPERM.
+    Entered with the call's number loaded; every other call goes on past the block with
+    it loaded again (jumps reach 255 instructions: the block stays at the top)."""
+    uid, gid = rules.own_ids()
+    calls = [name for name, _, _ in IDENTITY if name in nr]
+    block: list[tuple[str | int, ...]] = [("jeq", nr[name], f"ids_{name}") for name in calls]
+    block.append(("jge", 0, "ids_done"))  # always: not one of them
+    for name, uids, gids in IDENTITY:
+        if name not in nr:
+            continue
+        block.append(("label", f"ids_{name}"))
+        for n, (arg, own) in enumerate([(a, uid) for a in uids] + [(a, gid) for a in gids]):
+            ok = f"ids_{name}_{n}"
+            block += [
+                ("ld", off_arg(arg)),
+                ("jeq", 0xFFFFFFFF, ok),  # (uid_t) -1: unchanged
+                ("jeq", own & 0xFFFFFFFF, ok),
+                ("ret", ret_errno(errno.EPERM)),
+                ("label", ok),
+            ]
+        block.append(("ret", RET_ALLOW))
+    return [*block, ("label", "ids_done"), ("ld", OFF_NR)]
 
 
 def _socket_block(rules: Rules) -> list[tuple[str | int, ...]]:
@@ -538,6 +589,7 @@ def describe() -> str:
         return f"seccomp: none ({os.uname().machine} has no filter table)"
     return (
         "seccomp: ptrace, io_uring, bpf, userfaultfd, perf events, keys, file handles, "
-        "mounts, modules, new namespaces, TCP Fast Open, set-uid/set-gid modes, socket "
+        "mounts, modules, new namespaces, TCP Fast Open, set-uid/set-gid modes, changes to "
+        "other user or group ids (EPERM), socket "
         "families but unix/inet/inet6/netlink-route, TIOCSTI, 32-bit system calls: refused"
     )

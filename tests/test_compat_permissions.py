@@ -12,6 +12,7 @@ under bwrap and unshare, which drop them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -84,3 +85,67 @@ def test_a_directory_without_search_permission_refuses_as_the_kernel_does(provid
             for name in dirs:
                 os.chmod(os.path.join(parent, name), 0o700)
         shutil.rmtree(root, ignore_errors=True)
+
+
+IDENTITY_PROGRAM = r"""
+import errno, json, os, tarfile, io
+open("owned", "w").close()
+out = {}
+def t(name, fn):
+    try:
+        fn()
+        out[name] = "done"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, e.errno)
+other = 12345
+t("chown other", lambda: os.chown("owned", other, -1))
+t("chown other group", lambda: os.chown("owned", -1, other))
+t("lchown other", lambda: os.lchown("owned", other, other))
+fd = os.open("owned", os.O_RDONLY)
+t("fchown other", lambda: os.fchown(fd, other, -1))
+t("chown own", lambda: os.chown("owned", os.getuid(), os.getgid()))
+t("chown unchanged", lambda: os.chown("owned", -1, -1))
+t("setuid other", lambda: os.setuid(other))
+t("setgid other", lambda: os.setgid(other))
+t("setresuid other", lambda: os.setresuid(-1, other, -1))
+t("setregid other", lambda: os.setregid(other, -1))
+# tarfile as root restores owners: with errorlevel 2 a refused chown is its ExtractError
+data = io.BytesIO()
+with tarfile.open(fileobj=data, mode="w") as tar:
+    info = tarfile.TarInfo("member")
+    info.uid = info.gid = other
+    tar.addfile(info, io.BytesIO(b""))
+data.seek(0)
+with tarfile.open(fileobj=data) as tar:
+    tar.errorlevel = 2
+    try:
+        tar.extractall("out", numeric_owner=True, filter="fully_trusted")
+        out["tarfile"] = "done"
+    except tarfile.ExtractError as e:
+        out["tarfile"] = errno.errorcode.get(getattr(e.__cause__, "errno", None), "?")
+if os.geteuid() != 0:
+    del out["tarfile"]  # it changes owners as root only
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("provider", ["landlock", "bwrap", "unshare", "firejail"])
+def test_a_refused_identity_change_is_eperm(
+    project: Project, provider: str, pysb_python: str
+) -> None:
+    """A change to another owner or identity is refused with EPERM under every OS
+    provider, as CPython's code expects of a refused ``chown`` / ``setuid`` (tarfile,
+    shutil, the regression suite): in bwrap's and unshare's one-id user namespaces the
+    kernel said EINVAL (the id does not exist there). The sandbox's own ids and -1 still
+    pass. On 3.11 to 3.13."""
+    require_provider(provider)
+    project.profile(
+        "version: 1\nimports: [errno, json, os, tarfile, io]\n"
+        "files:\n  expose-rw: [.]\napi:\n  allow: [privileges]\n"
+    )
+    project.file("app.py", IDENTITY_PROGRAM)
+    res = project.run("run", "--provider", provider, "app.py", python=pysb_python)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out.pop("chown own") == out.pop("chown unchanged") == "done", out
+    assert set(out.values()) == {"EPERM"}, out

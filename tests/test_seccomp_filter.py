@@ -211,3 +211,25 @@ def test_set_id_bits_are_refused_in_every_mode_setting_call(
         assert decide(machine, rules, "open", 0, o_rdonly, 0o6755) == ALLOW
         assert decide(machine, rules, "creat", 0, 0o4700) == EPERM
         assert decide(machine, rules, "mknod", 0, 0o100000 | 0o2755, 0) == EPERM
+
+
+@pytest.mark.parametrize("machine", sorted(sc.ARCHES))
+def test_identity_changes_to_other_ids_are_eperm(machine: str) -> None:
+    """chown family and set*id: an id argument other than -1 and the sandbox's own is
+    EPERM (a one-id user namespace answered EINVAL); -1 and the own ids pass."""
+    prog = sc.program(machine, sc.Rules(ids=(1000, 100)))
+    assert prog is not None
+    nr, arch = sc.SYSCALLS[machine], sc.ARCHES[machine]
+    eperm = sc.ret_errno(errno.EPERM)
+    for name, uids, gids in sc.IDENTITY:
+        if name not in nr:
+            continue
+        width = max((*uids, *gids)) + 1
+        for arg in (*uids, *gids):
+            own = 1000 if arg in uids else 100
+            args = [-1] * width
+            args[arg] = 4242
+            assert sc.run(prog, nr[name], arch, *args) == eperm, (name, arg)
+            args[arg] = own
+            assert sc.run(prog, nr[name], arch, *args) == sc.RET_ALLOW, (name, arg)
+        assert sc.run(prog, nr[name], arch, *[-1] * width) == sc.RET_ALLOW, name
