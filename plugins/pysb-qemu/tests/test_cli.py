@@ -148,6 +148,43 @@ def test_repl_on_a_terminal_with_ctrl_c(project) -> None:
     assert "\r\n42\r\n" in out
 
 
+def test_stdout_and_stderr_on_one_terminal_keep_the_programs_order(project) -> None:
+    """stdout and stderr are the same terminal: what the program writes to the two shows
+    in the order it wrote it (one port for both), as natively -- relayed apart, a
+    traceback could show after the prompt that followed it."""
+    import os
+    import pty
+
+    from pysb_core.testing import pysb_command
+
+    root, _ = project
+    code = (
+        "import sys\n"
+        "for i in range(40):\n"
+        "    print(f'out{i}', flush=True)\n"
+        "    print(f'err{i}', file=sys.stderr, flush=True)\n"
+    )
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.chdir(root)
+        cmd = [*pysb_command(), *RUN, "-c", code]
+        os.execv(cmd[0], cmd)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    lines = [ln for ln in out.decode().splitlines() if ln[:3] in ("out", "err")]
+    assert lines == [f"{s}{i}" for i in range(40) for s in ("out", "err")], lines
+
+
 def test_bad_provider_options_are_refused_with_125(tmp_path) -> None:
     require_provider("qemu")
     (tmp_path / ".pysb.yaml").write_text(

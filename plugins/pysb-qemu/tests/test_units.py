@@ -233,7 +233,10 @@ def test_run_script_sets_exact_env_and_drops_capabilities(tmp_path: Path) -> Non
     plan = _plan(tmp_path, env={"ONLY": "it's"})
     ports = [guest.Port("fd0", 0, "in", 0), guest.Port("fd1", 1, "out", 1)]
     script = guest.run_script(plan, ports, [5])
-    assert "0<&200 1>/run/out1 5</pysb/fd/5 2>/dev/null" in script  # stdout via /init's relay
+    # stdout via /init's relay; the start FIFO's write end for pysb_qemu.started
+    assert "0<&200 1>/run/out1 5</pysb/fd/5 199>/run/started 2>/dev/null" in script
+    joined = guest.run_script(plan, ports, [5], stderr_joins_stdout=True)
+    assert "1>/run/out1 5</pysb/fd/5 199>/run/started 2>&1 200>&-" in joined  # one terminal
     assert "/bb/env -i 'ONLY=it'\"'\"'s'" in script
     assert "--bounding-set" in script and "sys_admin" not in script
     assert "--no-new-privs" in script

@@ -19,6 +19,7 @@ import stat
 from dataclasses import dataclass, field
 
 from pysb_core.providerkit import LaunchPlan, SandboxError, is_within
+from pysb_qemu import started
 from pysb_qemu.cpio import CpioWriter
 
 #: Root directories that are symlinks into /usr on a merged-/usr host (else shared as is).
@@ -40,6 +41,8 @@ KEPT_CAPS = (
 )
 #: First guest fd /init uses for the ports (pass_fds must stay below it).
 PORT_FD_BASE = 200
+#: The write end of /init's start FIFO in the program's process.
+STARTED_FD = started.FD
 #: Largest exposed *file* copied into the initramfs (9p shares directories only).
 MAX_FILE_SNAPSHOT = 8 << 20
 SETPRIV = "/usr/bin/setpriv"
@@ -282,12 +285,20 @@ HOST_ETC_COPIES = (
 
 
 def run_script(
-    plan: LaunchPlan, ports: list[Port], payload_fds: list[int], cwd: str | None = None
+    plan: LaunchPlan,
+    ports: list[Port],
+    payload_fds: list[int],
+    cwd: str | None = None,
+    *,
+    stderr_joins_stdout: bool = False,
 ) -> str:
     """The guest's ``/pysb/run``: fds, working directory, capabilities, environment, exec.
 
     ``cwd`` is the working directory as the guest names it (a renamed exposure moves it);
     one that no share shows is created empty, as bwrap does, before ``/`` turns read-only.
+    ``stderr_joins_stdout``: the host's stdout and stderr are one stream (a terminal), so
+    fd 2 is fd 1's FIFO too -- two ports would be relayed apart, and a traceback could
+    show after the prompt that followed it.
     """
     argv = plan.argv
     if not argv or not os.path.isabs(argv[0]) or "=" in argv[0]:
@@ -302,6 +313,10 @@ def run_script(
             redirs.append(f"{port.guest_fd}{op}{PORT_FD_BASE + k}")
     for fd in payload_fds:
         redirs.append(f"{fd}</pysb/fd/{fd}")
+    redirs.append(f"{STARTED_FD}>/run/started")  # closed when the program starts (started.py)
+    if stderr_joins_stdout and 2 not in mapped and 1 in mapped:
+        redirs.append("2>&1")
+        mapped.add(2)
     for fd in (0, 1, 2):
         if fd not in mapped:
             redirs.append(f"{fd}{'<' if fd == 0 else '>'}/dev/null")
@@ -362,6 +377,8 @@ def build_run_archive(
     marker: str,
     nft_rules: str | None,
     nat: bool = False,
+    *,
+    stderr_joins_stdout: bool = False,
 ) -> bytes:
     """The second initramfs archive: per-run configuration, /etc, payload snapshots."""
     w = CpioWriter()
@@ -413,7 +430,13 @@ def build_run_archive(
     cwd = layout.guest_path(os.path.realpath(plan.cwd)) or plan.cwd
     w.add_file(
         "pysb/run",
-        run_script(plan, [p for p in ports if p.name != "ctl"], sorted(payloads), cwd).encode(),
+        run_script(
+            plan,
+            [p for p in ports if p.name != "ctl"],
+            sorted(payloads),
+            cwd,
+            stderr_joins_stdout=stderr_joins_stdout,
+        ).encode(),
         0o500,
     )
     if os.environ.get("PYSB_QEMU_DEBUG"):

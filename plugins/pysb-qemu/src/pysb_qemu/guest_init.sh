@@ -175,9 +175,13 @@ done < /pysb/ports
   done
 ) <&250 &
 READER=$!
+# The host starts the wall-time clock when the program starts, not at the VM's boot nor
+# at the interpreter's (seconds under emulation): /pysb/run holds this FIFO's write end
+# and the interpreter closes it as its last step before the program (pysb_qemu.started),
+# or at its exit.
+mkfifo -m 600 /run/started || fail "cannot create the start FIFO"
+( read -r _ < /run/started; echo "start" >&250 ) &
 stage "program starts"
-# The host starts the wall-time clock now, not at the VM's boot.
-echo "start" >&250
 /bb/sh /pysb/run
 rc=$?
 stage "program exited ($rc)"

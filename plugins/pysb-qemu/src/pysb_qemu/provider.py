@@ -16,6 +16,7 @@ from typing import Any
 
 from pysb_core.providerkit import (
     Capability,
+    ChildSetup,
     LaunchPlan,
     LaunchSpec,
     ProgramStart,
@@ -28,7 +29,7 @@ from pysb_core.providerkit import (
     unknown_option,
 )
 from pysb_qemu import assets as assets_mod
-from pysb_qemu import guest, netfilter, vm
+from pysb_qemu import guest, netfilter, started, vm
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
 PYSB_PROVIDERKIT = "1.2"
@@ -160,8 +161,14 @@ class QemuProvider(Provider):
             return max(vm.MIN_MEMORY_MIB, (limit >> 20) + vm.MEMORY_OVERHEAD_MIB)
         return vm.DEFAULT_MEMORY_MIB
 
-    def build(self, plan: LaunchPlan, *, progress: bool = True) -> tuple[vm.VmSpec, bytes]:
-        """Compute the VM and its per-run archive (payload fds are read: seal first)."""
+    def build(
+        self, plan: LaunchPlan, *, progress: bool = True, one_output: bool = False
+    ) -> tuple[vm.VmSpec, bytes]:
+        """Compute the VM and its per-run archive (payload fds are read: seal first).
+
+        ``one_output``: the sandbox's stdout and stderr are one stream on the host (a
+        terminal), so they travel through one port, in the order the program wrote them.
+        """
         if not os.access(guest.SETPRIV, os.X_OK):
             raise ProviderUnavailableError(
                 f"qemu: {guest.SETPRIV} is missing", fix="apt-get install util-linux"
@@ -178,7 +185,8 @@ class QemuProvider(Provider):
         )
         spec.forward_fd(0, direction="in")
         spec.forward_fd(1, direction="out")
-        spec.forward_fd(2, direction="out")
+        if not one_output:
+            spec.forward_fd(2, direction="out")
         for fd in plan.pass_fds:
             if fd in (0, 1, 2):
                 continue
@@ -207,6 +215,7 @@ class QemuProvider(Provider):
             spec.marker,
             network.ruleset if network is not None else None,
             nat=network is not None and network.nat,
+            stderr_joins_stdout=one_output,
         )
         return spec, archive
 
@@ -228,8 +237,10 @@ class QemuProvider(Provider):
         filter_setup = seccomp_child_setup()  # inside the guest: its own kernel's vsock...
         if filter_setup is not None:
             plan.add_child_setup(filter_setup)
+        # last: the wall-time clock starts when the program does (pysb_qemu.started)
+        plan.add_child_setup(ChildSetup("pysb_qemu.started", "announce", {"fd": started.FD}))
         plan.seal()
-        spec, archive = self.build(plan)
+        spec, archive = self.build(plan, one_output=_one_output(popen_kwargs))
         qemu = assets_mod.find_qemu()
         names = [p.name for p in spec.ports]
         pairs = vm.socketpairs(["console", *names])
@@ -307,6 +318,17 @@ class QemuProvider(Provider):
         proc.pysb_program_started = start  # type: ignore[attr-defined]
         plan.add_cleanup(start.close)
         return proc
+
+
+def _one_output(popen_kwargs: Mapping[str, Any]) -> bool:
+    """The supervisor's stdout and stderr (inherited: pysb's own) are the same terminal,
+    where the program's two streams interleave as it writes them."""
+    if popen_kwargs.get("stdout") is not None or popen_kwargs.get("stderr") is not None:
+        return False
+    try:
+        return os.isatty(1) and os.path.samestat(os.fstat(1), os.fstat(2))
+    except OSError:
+        return False
 
 
 def _close_quietly(fd: int) -> None:
