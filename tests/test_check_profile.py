@@ -54,7 +54,7 @@ def test_a_profile_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="does not exist"):
         check_profile(tmp_path / "nosuch.yaml")
     (tmp_path / "dir.yaml").mkdir()
-    with pytest.raises(ProfileError, match="is not a file"):
+    with pytest.raises(ProfileError, match="is a directory, not a profile file"):
         check_profile(tmp_path / "dir.yaml")
 
 

@@ -8,9 +8,23 @@ from __future__ import annotations
 
 import sys
 
+#: Options every command takes that may also come before the command's name
+#: (``pysb -q providers`` is ``pysb providers -q``).
+GLOBAL_OPTIONS = ("-q", "--quiet", "-v", "--verbose")
+
+
+def _command_first(args: list[str]) -> list[str]:
+    """Move the :data:`GLOBAL_OPTIONS` typed before the command's name after it."""
+    lead = 0
+    while lead < len(args) and args[lead] in GLOBAL_OPTIONS:
+        lead += 1
+    if 0 < lead < len(args):
+        return [args[lead], *args[:lead], *args[lead + 1 :]]
+    return args
+
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = _command_first(sys.argv[1:] if argv is None else list(argv))
     if args and args[0] == "run" and argv is None:
         from pysb_core.cli.run import process_main
 
@@ -21,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         code = run_main(args[1:])
         sys.stdout.flush()
         raise SystemExit(code)
-    from pysb_core.cli.commands import cli
+    from pysb_core.cli.commands import main as click_main
 
-    return cli.main(args=args, prog_name="pysb")
+    return click_main(args)
 
 
 __all__ = ["main"]

@@ -20,12 +20,53 @@ from pysb_core.errors import ExitCode, ProfileError, SandboxError
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(context_settings=CONTEXT, invoke_without_command=True)
 @click.version_option(
     __version__, "-V", "--version", prog_name="pysb", message="%(prog)s %(version)s"
 )
-def cli() -> None:
-    """pysb: run Python code with only the capabilities a profile grants."""
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """pysb: run Python code with only the capabilities a profile grants.
+
+    -q/--quiet and -v/--verbose may also come before the command.
+    """
+    if ctx.invoked_subcommand is None:
+        # `pysb` alone asks what pysb does: the help, on stdout, and success (as pip and
+        # docker do; click's default is exit 2, git's is 1)
+        click.echo(ctx.get_help())
+        ctx.exit(0)
+
+
+def main(args: list[str]) -> int:
+    """The click commands, with their usage errors in pysb's words: ``pysb: error:``,
+    the same wording as ``pysb run``'s own parser (:mod:`pysb_core.cli.argv`), then
+    where the help is; exit status 2."""
+    try:
+        return int(cli.main(args=args, prog_name="pysb", standalone_mode=False) or 0)
+    except click.exceptions.NoSuchOption as exc:
+        hint = f" (did you mean {exc.possibilities[0]}?)" if exc.possibilities else ""
+        message = f"no such option: {exc.option_name}{hint}"
+        return _usage_error(exc.ctx, message)
+    except click.UsageError as exc:
+        return _usage_error(exc.ctx, exc.format_message())
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        sys.stderr.write("Aborted!\n")
+        return 1
+    except click.ClickException as exc:
+        sys.stderr.write(f"pysb: error: {exc.format_message()}\n")
+        return exc.exit_code
+
+
+def _usage_error(ctx: click.Context | None, message: str) -> int:
+    where = ctx.command_path if ctx is not None else "pysb"
+    first, *rest = message.splitlines() or [""]
+    sys.stderr.write(f"pysb: error: {first[:1].lower()}{first[1:]}\n")
+    for line in rest:
+        sys.stderr.write(f"pysb: error: {line}\n")
+    sys.stderr.write(f"pysb: error: see '{where} --help'\n")
+    return 2
 
 
 @cli.command(

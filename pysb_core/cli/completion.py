@@ -37,9 +37,23 @@ def complete_provider(_ctx: Any, _param: Any, incomplete: str) -> list[Completio
     return provider_items(incomplete)
 
 
+def program_named(before: list[str]) -> bool:
+    """The words typed so far name the program (a script, ``-m``/``-c``, ``-``): what
+    follows is the program's, and pysb's options would be wrong there."""
+    from pysb_core.cli.argv import UsageError, split_run_args
+
+    try:
+        return split_run_args(before).mode != "auto"
+    except UsageError:
+        return False  # a word pysb would refuse, or an option still waiting for its value
+
+
 def complete_run_args(ctx: Any, _param: Any, incomplete: str) -> list[CompletionItem]:
-    """Complete ``pysb run``: its long options, then the value of the option before."""
+    """Complete ``pysb run``: its long options, then the value of the option before;
+    after the program's name, files only (the program's own arguments)."""
     before = list(ctx.params.get("args") or ())
+    if program_named(before):
+        return [CompletionItem(incomplete, type="file")]
     previous = before[-1] if before else ""
     if previous == "--provider":
         return provider_items(incomplete)
@@ -61,6 +75,6 @@ class RunCommand(click.Command):
     ``-`` from the command's declared options, and ``run`` declares none."""
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
-        if incomplete.startswith("-"):
+        if incomplete.startswith("-") and not program_named(list(ctx.params.get("args") or ())):
             return run_option_items(incomplete)
         return super().shell_complete(ctx, incomplete)

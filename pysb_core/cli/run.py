@@ -144,11 +144,8 @@ def run_main(argv: list[str]) -> int:
     try:
         args = split_run_args(argv)
     except UsageError as exc:
-        sys.stderr.write(
-            "Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] "
-            "[-m MODULE | -c CODE | SCRIPT | -] [ARGS]...\n"
-            f"Try 'pysb run --help' for help.\n\nError: {exc}\n"
-        )
+        # in the words of the click commands' usage errors (pysb_core.cli.commands.main)
+        sys.stderr.write(f"pysb: error: {exc}\npysb: error: see 'pysb run --help'\n")
         return 2
     if args.get("help"):
         sys.stdout.write(RUN_HELP)

@@ -30,23 +30,28 @@ DISCOVERED = "discovered"
 class ProfileNotFoundError(ProfileError):
     """No profile to enforce: the run must not start (exit 125), nothing is written.
 
-    ``errors`` holds the problem, then how to start a learning run (``learn_hint``);
-    :meth:`with_hint` rewrites the latter in the words of another caller (the CLI).
+    ``errors`` holds the problem, then how to start a learning run (``learn_hint``; None
+    when learning cannot help: the path names a directory, a FIFO, a device);
+    :meth:`with_hint` rewrites both in the words of another caller (the CLI): how it starts
+    a learning run, and how it names a profile (``{named_by}`` in ``problem``).
     """
 
-    def __init__(self, problem: str, learn_hint: str) -> None:
+    def __init__(self, problem: str, learn_hint: str | None, named_by: str = "profile=") -> None:
         self.problem = problem
         self.learn_hint = learn_hint
-        super().__init__(
-            [
-                problem,
+        self.named_by = named_by
+        lines = [problem.replace("{named_by}", named_by)]
+        if learn_hint is not None:
+            lines.append(
                 "to record a profile, start a learning run "
-                f"(the program then runs WITHOUT a sandbox): {learn_hint}",
-            ]
-        )
+                f"(the program then runs WITHOUT a sandbox): {learn_hint}"
+            )
+        super().__init__(lines)
 
-    def with_hint(self, learn_hint: str) -> ProfileNotFoundError:
-        return ProfileNotFoundError(self.problem, learn_hint)
+    def with_hint(self, learn_hint: str, named_by: str = "--profile") -> ProfileNotFoundError:
+        return ProfileNotFoundError(
+            self.problem, learn_hint if self.learn_hint is not None else None, named_by
+        )
 
 
 @record
@@ -66,28 +71,52 @@ class ProfileChoice(Record):
     def exists(self) -> bool:
         return self.path is not None and os.path.isfile(self.path)
 
-    def require(self, *, learning: bool, learn_hint: str, cwd: str) -> None:
+    def require(
+        self, *, learning: bool, learn_hint: str, cwd: str, named_by: str = "profile="
+    ) -> None:
         """Refuse (:class:`ProfileNotFoundError`) a run that has no profile to enforce.
 
         ``learning``: the caller asked for a learning run (it creates the profile).
         ``learn_hint``: how this caller starts a learning run (a command, an argument).
+        ``named_by``: how this caller names a profile (the API's ``profile=``).
         """
-        if learning or self.exists:
+        if learning and not self._not_a_file():
+            return
+        if self.exists:
             return
         from pysb_core.profile.loader import display_path
 
+        hint: str | None = learn_hint
         if self.path is None:
             places = " or ".join(display_path(p, cwd) for p in self.searched) or PROFILE_NAME
             problem = f"no profile found (looked for {places}); pysb runs nothing unconfined"
         else:
             shown = display_path(self.path, cwd)
-            source = "--profile" if self.origin == NAMED else self.origin
-            what = "is not a file" if os.path.exists(self.path) else "does not exist"
+            source = "{named_by}" if self.origin == NAMED else self.origin
+            kind = self._not_a_file()
+            what = f"is {kind}, not a profile file" if kind else "does not exist"
             problem = f"profile {shown} {what} (named by {source}); the program was not started"
+            if kind:
+                hint = None  # a learning run could not write it either
             similar = _similar_profile(self.path)
             if similar:
                 problem += f" (did you mean {display_path(similar, cwd)}?)"
-        raise ProfileNotFoundError(problem, learn_hint)
+        raise ProfileNotFoundError(problem, hint, named_by)
+
+    def _not_a_file(self) -> str | None:
+        """What the path names when it exists but is no regular file ("a directory")."""
+        import stat
+
+        if self.path is None:
+            return None
+        try:
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            return None
+        if stat.S_ISREG(mode):
+            return None
+        kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+        return next((k for test, k in kinds.items() if test(mode)), "a device")
 
 
 def _similar_profile(path: str) -> str | None:

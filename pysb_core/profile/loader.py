@@ -113,8 +113,16 @@ def parse_text(text: str, display: str, *, pure: bool = False) -> tuple[Node | N
         lines = text.splitlines()
         source = lines[line - 1] if 0 < line <= len(lines) else ""
         return None, [f"{display}:{line}: invalid YAML: {what}{_hint(what, source)}"]
+    except yaml.reader.ReaderError as exc:
+        # a character YAML does not accept (a NUL byte...): its line, not PyYAML's
+        # "in <unicode string>, position N" second line
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        what = f"unacceptable character #x{char:04x}: {exc.reason}"
+        return None, [f"{display}:{line}: invalid YAML: {what}"]
     except yaml.YAMLError as exc:
-        return None, [f"{display}:1: invalid YAML: {exc}"]
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, [f"{display}:1: invalid YAML: {first}"]
     except RecursionError:
         return None, [f"{display}:1: invalid YAML: structure nested too deeply"]
     finally:

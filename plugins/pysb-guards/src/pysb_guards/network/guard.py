@@ -42,7 +42,14 @@ from __future__ import annotations
 import os
 
 from pysb_core import hookimpl
+from pysb_core.guardkit import netmatch
 from pysb_guards.network import engine
+
+#: The kernel's ephemeral port range (where a bind to port 0 lands), read as this module
+#: is imported: the bootstrap imports every guard before it installs any, so the file
+#: guard never judges pysb's own read of ``ip_local_port_range`` -- installed first, it
+#: refused it, and ``--events`` showed the read as a denial of the program's.
+EPHEMERAL = netmatch.ephemeral_ports()
 
 TYPE_CHECKING = False  # no typing import at run time: this module is loaded in the sandbox
 if TYPE_CHECKING:
@@ -158,7 +165,7 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
     import posix
     import sys
 
-    from pysb_core.guardkit import NameResolutionDeniedError, NetworkDeniedError, netmatch
+    from pysb_core.guardkit import NameResolutionDeniedError, NetworkDeniedError
     from pysb_guards import _seal
 
     function_type = type(install)
@@ -180,7 +187,7 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
         policy.pins,
         None,
         lambda rule: f"'{rule}' ({rule.source})",
-        netmatch.ephemeral_ports(),  # a bind to port 0 lands there (docs/learning.md)
+        EPHEMERAL,  # a bind to port 0 lands there (docs/learning.md)
     )
     writable = tuple(
         sorted(
