@@ -1,10 +1,11 @@
-# One command each: `make demo` (set up and run the demo), `make test` (set up and run the tests).
+# One command each: `make demo` (set up and run the demo), `make test` (set up and run the
+# tests: the fast complete pass), `make test-full` (every provider x case cell).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 PLUGINS = $(wildcard plugins/pysb-*)
 
-.PHONY: dev system-deps demo test lint bench docs clean
+.PHONY: dev system-deps demo test test-full lint bench docs clean
 
 # `name==lower-bound` of each runtime dependency of pysb-core.
 export OLDEST_PINS = import re, tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(" ".join(re.sub(r">=([^,]+),.*", r"==\1", d) for d in deps))
@@ -32,6 +33,9 @@ demo: system-deps dev
 
 test: system-deps dev
 	./scripts/test.sh
+
+test-full: system-deps dev
+	./scripts/test.sh --full
 
 # mypy --strict on the supported plugin API (the files are listed in pyproject.toml) and
 # import-linter's contracts (pyproject.toml's [tool.importlinter]: no import circles, the

@@ -1,22 +1,16 @@
 #!/usr/bin/env bash
-# The OS-provider tests again, as a normal user (CI's second pass; run it as root).
+# README's test command (`make test`) again, as a normal user (CI's second pass; run it as
+# root).
 #
 # pysb is used by normal users from anywhere on disk, and what the kernel allows differs
 # for them (no capabilities, user namespaces of their own, set-uid firejail). So this:
 #   1. creates the user (PYSB_TEST_USER, default pysbci) unless it exists;
 #   2. copies the checkout (tracked and untracked files, no .venv) into a directory that
 #      user owns outside /tmp ($HOME/pysb), so nothing is read from root's directories;
-#   3. builds that user's own dev venv from Debian's /usr/bin/python3 (make dev);
-#   4. runs scripts/test.sh there, so PYSB_REQUIRE_PROVIDERS makes an unavailable
-#      provider a failure, never a silent skip.
-#
-# What runs: every provider's test directory, tests/security (the escape attempts), and
-# the cross-provider tests of tests/ (projects anywhere, loopback rules, / exposed, the
-# namespace helper, the partial-mode and learning runs on every provider). The rest of
-# tests/ checks profile parsing, the CLI's argument handling, the guards' Python-level
-# judgements and the docs: code that takes no different path for a normal user, and
-# that the root pass has just run (keeping the two passes well inside CI's time).
-# Extra arguments replace that list (pytest arguments).
+#   3. runs `make test` there, as a new user would: it builds that user's own dev venv
+#      from Debian's python3 (make dev) and runs scripts/test.sh, so PYSB_REQUIRE_PROVIDERS
+#      makes an unavailable provider a failure, never a silent skip.
+# Extra arguments are scripts/test.sh's instead (pytest arguments, or --full/--rest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user="${PYSB_TEST_USER:-pysbci}"
@@ -61,21 +55,13 @@ for version in "$pyenv_root"/versions/3.12*; do
   break
 done
 
-tests=(
-  plugins/pysb-landlock/tests plugins/pysb-bwrap/tests plugins/pysb-unshare/tests
-  plugins/pysb-firejail/tests plugins/pysb-qemu/tests tests/security
-  tests/test_project_anywhere.py tests/test_loopback_everywhere.py
-  tests/test_root_exposed.py tests/test_netns_enter.py tests/test_host_forbids.py
-  tests/test_partial_providers.py
-  tests/test_learning_rules.py tests/test_interpreters.py
-)
+command=(make test)
 if [ "$#" -gt 0 ]; then
-  tests=("$@")
+  command=(bash -c 'make dev && ./scripts/test.sh "$@"' scripts/test.sh "$@")
 fi
 echo "== unprivileged pass: user $user (uid $(id -u "$user")), checkout $dest"
 # A clean environment: the user's own HOME and PATH (Debian's python3, not root's pyenv).
 exec runuser -u "$user" -- env -i HOME="$home" USER="$user" LOGNAME="$user" \
   PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 CI="${CI:-}" \
   PYSB_REQUIRE_PROVIDERS="${PYSB_REQUIRE_PROVIDERS-landlock,bwrap,unshare,firejail,qemu}" \
-  bash -c 'cd "$1" && shift && make dev PYTHON=/usr/bin/python3 && ./scripts/test.sh "$@"' \
-  pysb-unprivileged "$dest" "${tests[@]}"
+  bash -c 'cd "$1" && shift && exec "$@"' pysb-unprivileged "$dest" "${command[@]}"

@@ -119,7 +119,9 @@ data.seek(0)
 with tarfile.open(fileobj=data) as tar:
     tar.errorlevel = 2
     try:
-        tar.extractall("out", numeric_owner=True, filter="fully_trusted")
+        # extraction filters are 3.11.4+ (Debian 12 has 3.11.2)
+        trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+        tar.extractall("out", numeric_owner=True, **trusted)
         out["tarfile"] = "done"
     except tarfile.ExtractError as e:
         out["tarfile"] = errno.errorcode.get(getattr(e.__cause__, "errno", None), "?")

@@ -369,6 +369,26 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
                 entry.setdefault(outcome, set()).add(report.nodeid)
 
 
+def _all_skipped() -> list[str]:
+    """The providers ``PYSB_REQUIRE_PROVIDERS`` names whose every test was skipped (a
+    skip condition of the test's own, not "unavailable", which already fails): a run
+    that exercised none of a required provider must not pass."""
+    return sorted(
+        name
+        for name, entry in _provider_tests.items()
+        if name in required_providers()
+        and entry.get("skipped")
+        and not entry.get("passed")
+        and not entry.get("failed")
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _all_skipped() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: object) -> None:
     write = terminalreporter.write_line  # type: ignore[attr-defined]
     write("")
@@ -380,4 +400,9 @@ def pytest_terminal_summary(terminalreporter: object) -> None:
         write(
             f"  {name:<10} passed {len(entry.get('passed', ()))}, "
             f"failed {len(entry.get('failed', ()))}, skipped {len(entry.get('skipped', ()))}"
+        )
+    for name in _all_skipped():
+        write(
+            f"  FAILED: every test of {name} was skipped, and PYSB_REQUIRE_PROVIDERS "
+            "requires it (the reasons are in the short summary above)"
         )

@@ -70,12 +70,9 @@ def test_imports_made_by_an_extension_initialising_are_its_own(
     assert res.stdout.strip() == "imported", res.stdout + res.stderr
 
 
-def test_interpreter_module_names_load_only_from_the_interpreters_files(
-    python: str, tmp_path: Path
-) -> None:
-    """A file below a site-packages directory (one the profile might expose read-write)
-    named like a module of the interpreter (``_bisect``) is not loaded under that name."""
-    import shutil
+def _dynload_extension(python: str) -> tuple[str, Path]:
+    """A module of the interpreter that is a file of its ``lib-dynload`` (which ones are
+    built in differs: Debian's python3 builds ``_bisect`` in, a pyenv build does not)."""
     import subprocess
 
     dynload = subprocess.run(
@@ -83,19 +80,31 @@ def test_interpreter_module_names_load_only_from_the_interpreters_files(
         capture_output=True,
         text=True,
     ).stdout.strip()
-    original = next(p for p in Path(dynload).iterdir() if p.name.partition(".")[0] == "_bisect")
+    files = {p.name.partition(".")[0]: p for p in Path(dynload).iterdir()}
+    name = next(n for n in ("_bisect", "_queue", "_json", "_csv") if n in files)
+    return name, files[name]
+
+
+def test_interpreter_module_names_load_only_from_the_interpreters_files(
+    python: str, tmp_path: Path
+) -> None:
+    """A file below a site-packages directory (one the profile might expose read-write)
+    named like a module of the interpreter (``_bisect``) is not loaded under that name."""
+    import shutil
+
+    name, original = _dynload_extension(python)
     site = tmp_path / "env" / "site-packages"
     site.mkdir(parents=True)
     shutil.copy(original, site / original.name)
     code = (
         "import _imp\nfrom importlib.machinery import ModuleSpec\n"
-        f"spec = ModuleSpec('_bisect', None, origin={str(site / original.name)!r})\n"
+        f"spec = ModuleSpec({name!r}, None, origin={str(site / original.name)!r})\n"
         "try:\n    _imp.create_dynamic(spec)\n    print('ESCAPED loaded')\n"
         "except ImportError as e:\n    print('refused', e)\n"
     )
     res = guarded.run(
         code,
-        imports=("_imp", "importlib", "_bisect"),
+        imports=("_imp", "importlib", name),
         exposures=(guarded.expose(tmp_path),),
         env={"PYTHONPATH": str(site)},
         cwd=tmp_path,
@@ -112,21 +121,15 @@ def test_extension_modules_of_unexposed_library_directories_are_refused(
     """``dlopen`` opens the file itself (no audit event): a site-packages directory on
     ``sys.path`` that no exposure covers gives no extension module."""
     import shutil
-    import subprocess
 
-    dynload = subprocess.run(
-        [python, "-c", "import os;print(os.path.join(os.path.dirname(os.__file__),'lib-dynload'))"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    original = next(p for p in Path(dynload).iterdir() if p.name.partition(".")[0] == "_bisect")
+    name, original = _dynload_extension(python)
     site = tmp_path / "hidden" / "site-packages"
     (site / "pkg").mkdir(parents=True)
     shutil.copy(original, site / "pkg" / original.name)
     (tmp_path / "work").mkdir()
     code = (
         "import _imp\nfrom importlib.machinery import ModuleSpec\n"
-        f"spec = ModuleSpec('pkg._bisect', None, origin={str(site / 'pkg' / original.name)!r})\n"
+        f"spec = ModuleSpec('pkg.{name}', None, origin={str(site / 'pkg' / original.name)!r})\n"
         "try:\n    _imp.create_dynamic(spec)\n    print('ESCAPED loaded')\n"
         "except ImportError as e:\n    print('refused', e)\n"
     )
