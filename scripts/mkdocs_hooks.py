@@ -73,12 +73,15 @@ def requirements_table(providers: list[dict[str, Any]], declared: dict[str, set[
     from pysb_core.cli.catalog import FIRST_PARTY
 
     needs = {p.provider: p.needs for p in FIRST_PARTY if p.provider}
+    root = {p.provider: p.root for p in FIRST_PARTY if p.provider}
     lines = [
         REQUIREMENTS_TITLE,
         "",
         "Generated when the site is built, from `pysb providers --json`, the provider "
         "classes' `capabilities` and pysb's catalog of first-party packages "
-        "(`pysb_core/cli/catalog.py`). No provider needs root. The last column is what "
+        "(`pysb_core/cli/catalog.py`). *root*: when pysb must run as root for the "
+        "provider to enforce everything it can (only firejail's network rules). The last "
+        "column is what "
         "the machine that built this site got: `pysb providers` tells what yours gets.",
         "",
         "| provider | package | needs | root | OS-level network filtering | on the build machine |",
@@ -93,7 +96,8 @@ def requirements_table(providers: list[dict[str, Any]], declared: dict[str, set[
         else:
             here = "unavailable"
         lines.append(
-            f"| [`{name}`](#{name}) | `{info['distribution']}` | {machine} | no | {network} "
+            f"| [`{name}`](#{name}) | `{info['distribution']}` | {machine} "
+            f"| {root.get(name, 'no')} | {network} "
             f"| {here} |"
         )
     return "\n".join(lines) + "\n"

@@ -288,6 +288,10 @@ def test_requirements_table_has_a_row_per_provider_of_pysb_providers_json() -> N
     for row, info in zip(rows, providers, strict=True):
         assert f"`{info['distribution']}`" in row
         assert ("unavailable" in row) == (not info["available"])
+        # the root column: only firejail's network rules need a root pysb
+        root = row.split(" | ")[3]
+        assert ("network rules" in root) == (info["name"] == "firejail"), row
+        assert root.startswith("for network rules") or root == "no", row
 
 
 def test_home_page_links_to_pages_not_to_the_published_site() -> None:

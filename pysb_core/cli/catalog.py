@@ -18,8 +18,11 @@ class FirstParty:
     provider: str | None
     description: str
     capabilities: tuple[str, ...]
-    #: What the machine needs besides the package (root is never needed).
+    #: What the machine needs besides the package.
     needs: str
+    #: When pysb must run as root for the provider to do everything it enforces ("no":
+    #: never; the docs site's provider table shows it).
+    root: str = "no"
 
 
 _FILES = ("env", "files", "files-write")
@@ -64,6 +67,8 @@ FIRST_PARTY: tuple[FirstParty, ...] = (
         "bridge filtered by --netfilter",
         (*_FILES, "ignore", "limits", *_NETWORK),
         "firejail (apt-get install firejail)",
+        "for network rules, unless a host bridge is configured (set-uid firejail: only "
+        "root configures its network namespace; a normal user's run is refused, 125)",
     ),
     FirstParty(
         "pysb-qemu",
