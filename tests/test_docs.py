@@ -67,6 +67,7 @@ def test_every_provider_method_is_documented() -> None:
 #
 #   <!-- doc-test: file NAME -->                  write the block as NAME
 #   <!-- doc-test: run NAME [requires=PROVIDER] --> write it as NAME and run `python NAME`
+#                                 [output]        ... and each `print(...)  # LINE` prints LINE
 #   <!-- doc-test: console [requires=PROVIDER] --> run each `$ command` with bash; what
 #                                                 follows it is its exact output
 #   <!-- doc-test: skip REASON -->                a fragment, not meant to run
@@ -177,6 +178,11 @@ def test_the_examples_of_the_page_run(page: Path, tmp_path: Path) -> None:
         where = f"{page.name}:{block.line}"
         assert r.returncode == 0, f"{where}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
         assert "Traceback" not in r.stderr, f"{where}: {r.stderr}"
+        if "output" in words[1:]:
+            # `print(...)  # LINE`: the page says what it prints; LINE must be printed
+            printed = r.stdout.splitlines()
+            for said in re.findall(r"^\s*print\(.*\)\s+# (.+)$", block.code, re.MULTILINE):
+                assert said in printed, f"{where}: the page says it prints {said!r}:\n{r.stdout}"
         ran += 1
     assert ran
 
