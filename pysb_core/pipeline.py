@@ -102,7 +102,10 @@ def _with_state_dirs(policy: Policy, environ: Mapping[str, str]) -> Policy:
 
 
 def unenforced_messages(missing: Sequence[RuleReport], report: CheckReport) -> list[str]:
-    """One line per rule no active layer enforces, then what the user can do about it."""
+    """One line per rule no active layer enforces, then what the user can do about it;
+    nothing when every rule is enforced (a provider's notes are then only notes)."""
+    if not missing:
+        return []
     layer = "Python guards off" if not report.python_guards else ""
     absent = sorted(
         {r.family for r in missing if r.family not in report.python_families} & PYTHON_ONLY_FAMILIES
