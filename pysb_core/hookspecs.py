@@ -221,5 +221,10 @@ def pysb_learned(records: Sequence[Event], profile: LearnedProfile) -> None:
         group=...)`` adds one (a duplicate is ignored); ``profile.path_form(path)`` gives
         a path's portable spelling (``./``, ``~/``, ``${VIRTUAL_ENV}``).
 
+    Each implementation renders into a profile of its own, merged when it returns: one
+    that raises (a value that is not a string...) loses its own rules only; pysb writes
+    the others', names the plugin, and the learning run exits 125. A place declared
+    ``SCALAR`` in the schema is written as one value.
+
     .. versionadded:: 0.1
     """

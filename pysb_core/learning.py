@@ -39,6 +39,10 @@ class LearnedRule:
     value: str | tuple[str, str]
     comment: str | None = None
     group: str | None = None
+    #: The place holds one value, not a list (a plugin's section declared ``SCALAR``): the
+    #: writer writes ``section: value``, and a second value replaces nothing -- it is
+    #: refused (:meth:`LearnedProfile.add`).
+    scalar: bool = False
 
     @property
     def path(self) -> str:
@@ -59,9 +63,17 @@ class LearnedProfile:
     (``./``, ``~/``, ``${TMPDIR:-/tmp}``, ``${VIRTUAL_ENV}``) with :meth:`path_form`.
     """
 
-    def __init__(self, *, cwd: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        cwd: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        scalars: frozenset[str] = frozenset(),
+    ) -> None:
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        #: ``section`` / ``section.key`` places of plugins' sections that hold one value.
+        self.scalars = scalars
         self._rules: list[LearnedRule] = []
         self._keys: set[tuple[str, str | None, str | tuple[str, str]]] = set()
         #: ``(family, what, why)`` of each learned record a family refused to turn into a
@@ -99,8 +111,12 @@ class LearnedProfile:
         ident = (section, key, value)
         if ident in self._keys:
             return False
+        place = section if key is None else f"{section}.{key}"
+        scalar = place in self.scalars and isinstance(value, str)
+        if scalar and any(r.path == place for r in self._rules):
+            raise ValueError(f"{place} holds one value: learned {value!r} after another")
         self._keys.add(ident)
-        self._rules.append(LearnedRule(section, key, value, comment, group))
+        self._rules.append(LearnedRule(section, key, value, comment, group, scalar))
         return True
 
     def __iter__(self) -> Iterator[LearnedRule]:

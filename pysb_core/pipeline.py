@@ -275,6 +275,8 @@ class Session:
         self.learned: list[Event] = []
         #: Whether the profile was found rather than named (it then needs the user's trust).
         self.discovered = False
+        #: The single-value places of the plugins' profile sections (learned as scalars).
+        self.scalars: frozenset[str] = frozenset()
         #: Every sandbox started and not yet released: host PID -> (plan, report reader).
         self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
         self._spawned = False
@@ -405,6 +407,7 @@ class Session:
                 verbose=verbose,
             )
             session.discovered = discovered
+            session.scalars = schema.scalar_paths()
             relay.attach(session.deliver)
             if verbose:
                 _warn(
@@ -711,12 +714,19 @@ class Session:
             # an enforcing one that refuses what was never learned.
             _warn(self.stderr, "the program did not start: no profile written")
             return None
-        profile = LearnedProfile(cwd=self.policy.cwd, environ=self.environ)
-        try:
-            self.hooks.learned(_without_service_traffic(self.learned, self.policy), profile)
-        except Exception as exc:
-            raise self._failure(exc, "while writing the learned profile") from exc
+        profile = LearnedProfile(cwd=self.policy.cwd, environ=self.environ, scalars=self.scalars)
+        failures = self.hooks.learned(_without_service_traffic(self.learned, self.policy), profile)
         path = self.policy.learn_path or os.path.join(self.policy.cwd, ".pysb.yaml")
+        # The others' rules are written; a plugin that failed is then said, and the run
+        # fails (exit 125 for pysb run): its family's accesses were not learned.
         summary = merge_learned(path, profile, on_write=self._trust_written)
         _warn(self.stderr, summary)
+        if failures:
+            exc = failures[0][1]
+            error = self._failure(exc, "while writing its learned rules")
+            lost = ", ".join(n for n, _ in failures)
+            raise type(error)(
+                f"{error}\n  the rules of {lost} were not learned (the other plugins' were "
+                f"written to {os.path.basename(path)})"
+            ) from exc
         return summary

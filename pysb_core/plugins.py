@@ -288,8 +288,33 @@ class Hooks:
     def event(self, event: Event) -> None:
         self.pm.hook.pysb_event(event=event)
 
-    def learned(self, records: Sequence[Event], profile: LearnedProfile) -> None:
-        self.pm.hook.pysb_learned(records=list(records), profile=profile)
+    def learned(
+        self, records: Sequence[Event], profile: LearnedProfile
+    ) -> list[tuple[str, BaseException]]:
+        """Each plugin's ``pysb_learned`` on its own, in pluggy's order, into a profile of
+        its own merged into ``profile`` only when it returned: one plugin that raises (a
+        rule that is not a string...) loses its own rules, never the others'. Returns the
+        ``(plugin name, exception)`` of each that raised."""
+        from pysb_core.learning import LearnedProfile
+
+        caller = self.pm.hook.pysb_learned
+        arguments = {"records": list(records), "profile": None}
+        failures: list[tuple[str, BaseException]] = []
+        for impl in reversed(caller.get_hookimpls()):
+            if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
+                continue  # no wrapper has anything to learn (the light manager has none)
+            own = LearnedProfile(cwd=profile.cwd, environ=profile.environ, scalars=profile.scalars)
+            arguments["profile"] = own
+            kwargs = {n: arguments[n] for n in getattr(impl, "kwargnames", ()) if n in arguments}
+            try:
+                impl.function(*(arguments[name] for name in impl.argnames), **kwargs)
+                for rule in own:
+                    profile.add(rule.section, rule.key, rule.value, rule.comment, group=rule.group)
+            except Exception as exc:
+                failures.append((impl.plugin_name, exc))
+                continue
+            profile.dropped.extend(own.dropped)
+        return failures
 
     def register(self, plugin: Any, name: str | None = None) -> None:
         if not self.pm.is_registered(plugin):

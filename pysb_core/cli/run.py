@@ -181,7 +181,12 @@ def run_main(argv: list[str]) -> int:
         return _fail_with(exc)
     except KeyboardInterrupt:
         return 130
-    return _run(session, args)
+    status = _run(session, args)
+    if _learning_failed:
+        # the program ran, but what the learning run is for failed: said above
+        _learning_failed.clear()
+        return ExitCode.SETUP_FAILED
+    return status
 
 
 def _provider_problem(args: RunArgs) -> list[str]:
@@ -206,6 +211,8 @@ def learn_command(argv: list[str]) -> str:
 _gc_paused: list[bool] = []
 #: Set at the end of a run: the process may end without interpreter finalization.
 _quick_exit: list[bool] = []
+#: Set when a learning run could not write all it learned (exit 125).
+_learning_failed: list[bool] = []
 
 #: Distributions and provider packages whose objects need nothing from finalization: they
 #: flush what they write and release what they make in ``Session.finish`` (cleanups).
@@ -388,8 +395,10 @@ def _run(session, args: RunArgs) -> int:
             session.finish(status)
         except SandboxError as exc:
             _fail_with(exc)
+            _learning_failed.append(True)
         except OSError as exc:
             _fail_with(exc, f"could not write the learned profile: {exc}")
+            _learning_failed.append(True)
         if subreaper:
             proctree.end_adopted(known)
         if quick_exit_safe(session):

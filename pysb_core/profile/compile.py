@@ -510,10 +510,40 @@ def load_policy(
         profile_digests=tuple(pf.digest for pf in files),
         profile_path=profile_path if files else None,
         cwd=cwd,
-        extra=dict(collected.extra),
+        extra=_third_party_values(collected, schema),
         extra_sources={k: tuple(v) for k, v in collected.extra_sources.items()},
         host_only=tuple(sorted(schema.host_only & set(collected.extra))),
     )
+
+
+def _third_party_values(collected: Any, schema: Any) -> dict[str, Any]:
+    """``Policy.extra``: the plugins' sections. An ``ANY`` section is merged generically
+    into ``collected.extra``; one declared ``SCALAR`` or ``LIST`` (or a mapping of such
+    keys) is merged as built-in sections are, so its value is read from there -- before,
+    such a section was validated and then lost (``policy.extra`` lacked it)."""
+    extra = dict(collected.extra)
+    for name in sorted(schema.third_party):
+        if name in extra:
+            continue
+        if name in collected.scalars:
+            extra[name] = collected.scalars[name].value
+        elif name in collected.lists:
+            extra[name] = [item.value for item in collected.lists[name]]
+        else:
+            prefix = f"{name}."
+            keyed = {
+                k[len(prefix) :]: v.value
+                for k, v in collected.scalars.items()
+                if k.startswith(prefix)
+            }
+            keyed.update(
+                (k[len(prefix) :], [i.value for i in v])
+                for k, v in collected.lists.items()
+                if k.startswith(prefix)
+            )
+            if keyed:
+                extra[name] = keyed
+    return extra
 
 
 def _missing(path: str) -> bool:

@@ -119,6 +119,18 @@ class ProfileSchema:
 
     # -- queries used by the merge step --
 
+    def scalar_paths(self) -> frozenset[str]:
+        """The places of the plugins' sections that hold one value (``section``, or
+        ``section.key`` of a mapping shape): a learning run writes them as scalars."""
+        found: set[str] = set()
+        for name in self.third_party:
+            shape = self.sections.get(name)
+            if shape == SCALAR:
+                found.add(name)
+            elif isinstance(shape, dict):
+                found.update(f"{name}.{key}" for key, sub in shape.items() if sub == SCALAR)
+        return frozenset(found)
+
     def has_validators(self, section: str) -> bool:
         return section in self._validators
 

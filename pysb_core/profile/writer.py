@@ -111,7 +111,7 @@ def _shape(path: str) -> str | dict[str, str] | None:
 
 
 def _is_scalar(rule: LearnedRule) -> bool:
-    return isinstance(rule.value, str) and _shape(rule.path) == SCALAR
+    return isinstance(rule.value, str) and (rule.scalar or _shape(rule.path) == SCALAR)
 
 
 def _group_order(rule: LearnedRule) -> int:
