@@ -128,3 +128,20 @@ def test_events_hold_no_read_of_pysbs_own(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     events = (tmp_path / "ev.jsonl").read_text()
     assert "ip_local_port_range" not in events, events
+
+
+def test_events_hold_no_scan_of_the_import_system(tmp_path: Path) -> None:
+    """A program that does nothing, in a project whose profile exposes only ./data: the
+    import system's stat and listing of the unexposed sys.path entries (the script's
+    directory, an editable install's source tree) are not the program's denials."""
+    from pysb_core.testing import trust_profile
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "app.py").write_text("import json\n")
+    (tmp_path / ".pysb.yaml").write_text(
+        "version: 1\nimports: [json]\nfiles:\n  expose-ro: [./data]\n"
+    )
+    trust_profile(tmp_path / ".pysb.yaml")
+    r = run_pysb("run", "--provider", "subprocess", "--events", "ev.jsonl", "app.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ev.jsonl").read_text() == ""
