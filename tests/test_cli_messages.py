@@ -145,3 +145,35 @@ def test_events_hold_no_scan_of_the_import_system(tmp_path: Path) -> None:
     r = run_pysb("run", "--provider", "subprocess", "--events", "ev.jsonl", "app.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "ev.jsonl").read_text() == ""
+
+
+def test_a_set_up_failure_inside_the_sandbox_is_an_error_line(tmp_path: Path) -> None:
+    """A child set-up that raises stops the program (125) with a ``pysb: error:`` line."""
+    import subprocess
+
+    from pysb_core.guardkit import hookimpl
+    from pysb_core.pipeline import Program, Session
+    from pysb_core.plan import ChildSetup
+
+    class FailingSetup:
+        @hookimpl
+        def pysb_contribute(self, policy, plan) -> None:
+            plan.add_child_setup(ChildSetup("os", "close", {"fd": -1}))  # EBADF inside
+
+    (tmp_path / ".pysb.yaml").write_text("version: 1\n")
+    session = Session.create(
+        profile=str(tmp_path / ".pysb.yaml"),
+        provider="subprocess",
+        cwd=str(tmp_path),
+        stderr=None,
+        extra_plugins=[FailingSetup()],
+    )
+    proc = session.spawn(
+        Program("code", argv=["-c"], code="print('ran')"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = proc.communicate(timeout=60)
+    session.finish(proc.returncode)
+    assert proc.returncode == 125 and b"ran" not in out, err
+    assert err.decode().startswith("pysb: error: sandbox set-up failed inside the sandbox"), err

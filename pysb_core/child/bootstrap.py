@@ -552,7 +552,7 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
                 fn(**kwargs)
     except Exception as exc:  # fail closed: the program never runs half-guarded
         sys.stderr.write(
-            f"pysb: sandbox set-up failed inside the sandbox: {type(exc).__name__}: {exc}\n"
+            f"pysb: error: sandbox set-up failed inside the sandbox: {type(exc).__name__}: {exc}\n"
         )
         sys.stderr.flush()
         os._exit(125)
