@@ -12,6 +12,10 @@ from pysb_core._startup.records import Record, field, mutable_record, record
 
 #: Families whose rules the user may leave unenforced by opting out of the Python layer.
 PYTHON_ONLY_FAMILIES = frozenset({"imports", "api"})
+#: The source of a rule the user did not write (the deny-by-default of ``imports`` and
+#: ``api``): reported like any rule, never "unenforced" (SPEC 2: a run of pysb-core and
+#: one provider without the Python layer is not refused for rules nobody wrote).
+DEFAULT_SOURCE = "<default>"
 
 
 @record
@@ -76,9 +80,12 @@ class CheckReport(Record):
         ]
 
     def unenforced(self) -> list[RuleReport]:
-        """Rules no active layer enforces and that the user did not knowingly give up."""
+        """Rules the user wrote that no active layer enforces and that they did not
+        knowingly give up (defaults are not rules: :data:`DEFAULT_SOURCE`)."""
         return [
             r
             for r in self.rules
-            if not r.enforced and (self.python_guards or r.family not in PYTHON_ONLY_FAMILIES)
+            if not r.enforced
+            and r.source != DEFAULT_SOURCE
+            and (self.python_guards or r.family not in PYTHON_ONLY_FAMILIES)
         ]

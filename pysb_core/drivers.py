@@ -55,6 +55,14 @@ def first_party_distribution(name: str) -> str | None:
     return next((p.distribution for p in FIRST_PARTY if p.provider == name), None)
 
 
+def first_party_needs(name: str) -> str:
+    """What pysb's own provider NAME needs from the machine besides its package ("" when
+    NAME is not one of them)."""
+    from pysb_core.cli.catalog import FIRST_PARTY
+
+    return next((p.needs for p in FIRST_PARTY if p.provider == name), "")
+
+
 def unknown_provider(name: str, installed: list[str]) -> ProviderUnavailableError:
     """The error for a provider name nothing installed registers.
 

@@ -143,7 +143,10 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 
     :param policy: the final policy.
     :param provider: the provider the run would use; None when ``pysb check`` could not
-        load it (then only the Python layer can be credited).
+        load it (then only the Python layer can be credited). Under the provider ``auto``
+        the hook is first called once per candidate, before ``pysb_configure`` and into a
+        report of its own, to choose one (:mod:`pysb_core.autoprovider`); then once more,
+        as usual, for the one chosen.
     :param report: the report being built.
 
     .. versionadded:: 0.1

@@ -19,13 +19,14 @@ from pysb_core.errors import ExitCode, ProfileError, SandboxError, Unenforceable
 from pysb_core.paths import is_within
 from pysb_core.plan import LaunchPlan
 from pysb_core.plugins import Hooks, get_plugin_manager, plugin_failure
-from pysb_core.policy import Exposure
+from pysb_core.policy import AUTO, Exposure
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Any
 
+    from pysb_core.autoprovider import AutoChoice
     from pysb_core.check import RuleReport
     from pysb_core.events import Event
     from pysb_core.plugins import LoadedPlugin
@@ -209,8 +210,9 @@ def _learning_notice(policy: Policy, cwd: str) -> str:
     from pysb_core.profile.loader import display_path
 
     target = display_path(policy.learn_path, cwd) if policy.learn_path else "the profile"
+    asked = "the default 'auto'" if policy.provider == AUTO else f"'{policy.provider}'"
     swapped = (
-        f" instead of '{policy.provider}' (a learning run must see every access)"
+        f" instead of {asked} (a learning run must see every access)"
         if policy.provider != "subprocess"
         else ""
     )
@@ -249,6 +251,49 @@ def renamed_by_mounts(policy: Policy) -> Policy:
     )
 
 
+def _option_checker(name: str) -> Callable[[Mapping[str, Any]], list[str]] | None:
+    """The options check of installed provider ``name`` (for the profile loader); None
+    when it is not installed (its options are kept and ignored) or does not load (the
+    run that uses it says why)."""
+    from pysb_core.drivers import load_provider_class, provider_names
+
+    if name not in provider_names():
+        return None
+    try:
+        return load_provider_class(name).validate_options
+    except SandboxError:
+        return None
+
+
+def _check(
+    policy: Policy, hooks: Hooks, provider: Provider, python_families: frozenset[str]
+) -> CheckReport:
+    """Who enforces each rule of ``policy`` under ``provider`` (every plugin's word)."""
+    report = CheckReport(
+        provider.name, python_guards=policy.python_guards, python_families=python_families
+    )
+    hooks.check(policy, provider, report)
+    report.python_only_from(report.python_families)
+    return report
+
+
+def _choose_auto(policy: Policy, hooks: Hooks, python_families: frozenset[str]) -> AutoChoice:
+    """The provider ``auto`` chooses (:mod:`pysb_core.autoprovider`). Each candidate is
+    judged as the run would judge it, by the same check, its own ``pysb_check`` included
+    (a candidate is registered as a plugin only once chosen)."""
+    from pysb_core.autoprovider import choose
+
+    def trial(candidate: Provider) -> CheckReport:
+        report = _check(policy, hooks, candidate, python_families)
+        own = getattr(candidate, "pysb_check", None)
+        if own is not None:
+            own(policy=policy, provider=candidate, report=report)
+            report.python_only_from(report.python_families)
+        return report
+
+    return choose(policy.provider_options, trial)
+
+
 class Session:
     """A loaded policy and provider, ready to start sandboxed interpreters."""
 
@@ -277,6 +322,8 @@ class Session:
         self.discovered = False
         #: The single-value places of the plugins' profile sections (learned as scalars).
         self.scalars: frozenset[str] = frozenset()
+        #: How ``auto`` chose the provider (None when the provider was named).
+        self.auto_choice: AutoChoice | None = None
         #: Every sandbox started and not yet released: host PID -> (plan, report reader).
         self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
         self._spawned = False
@@ -350,6 +397,7 @@ class Session:
                 python_guards=python_guards,
                 learn=learn,
                 schema=schema,
+                option_checker=_option_checker,
             )
             discovered = discovered or choice.origin == DISCOVERED
             if discovered and enforce:  # found, not named: used only as the user trusted it
@@ -357,40 +405,48 @@ class Session:
 
                 require_trusted_policy(policy, environ)
             if policy.learn:
-                load_provider_class(policy.provider)  # an unknown provider is refused here too
+                if policy.provider != AUTO:
+                    load_provider_class(policy.provider)  # an unknown one is refused here too
                 _warn(stderr, _learning_notice(policy, cwd))
                 policy = policy.replace(provider="subprocess")
-            # Without the Python layer, its rules (imports, api, and their deny-by-default)
-            # have no enforcer: the check below refuses the run unless the user opted out.
-            if not guard_families and (not policy.python_guards or policy.learn):
+            # Without the Python layer its rules (imports, api) have no enforcer: the check
+            # below refuses a rule the user wrote unless they opted out; their defaults
+            # (deny every import and sensitive call) are not rules (SPEC 2), only warned of.
+            if not guard_families:
                 _warn(
                     stderr,
                     "warning: the Python layer (pysb-guards) is not installed: only the OS "
                     "provider enforces this run (pip install pysb-guards)",
                 )
 
-            # Provider options: validated by the provider that owns them.
-            options = policy.provider_options.get(policy.provider) or {}
-            provider_cls = load_provider_class(policy.provider)
-            provider_id.append(_provider_id(provider_cls))
-            problems = provider_cls.validate_options(options)
-            if problems:
-                raise ProfileError([f"providers: {policy.provider}: {p}" for p in problems])
-            prov = load_provider(policy.provider, options)
+            python_families = guard_families if policy.python_guards else frozenset()
+            relay = EventRelay()
+
+            def prepared(policy: Policy) -> Policy:
+                """With the host services' rules, the pinned names and the state dirs."""
+                policy = _with_host_services(policy, hooks, relay)
+                return _with_state_dirs(cls._pin(policy, hooks, stderr), environ)
+
+            auto_choice = None
+            if policy.provider == AUTO:  # chosen by the rules, the services' included
+                policy = prepared(policy)
+                auto_choice = _choose_auto(policy, hooks, python_families)
+                prov = auto_choice.provider
+                policy = policy.replace(provider=prov.name)
+                provider_id.append(_provider_id(prov))
+            else:
+                # Provider options were validated by the provider with the profile.
+                options = policy.provider_options.get(policy.provider) or {}
+                provider_id.append(_provider_id(load_provider_class(policy.provider)))
+                prov = load_provider(policy.provider, options)
             hooks.register(prov, name=f"provider:{prov.name}")
 
-            relay = EventRelay()
-            policy = _with_host_services(policy, hooks, relay)
-            policy = cls._pin(policy, hooks, stderr)
-            policy = _with_state_dirs(policy, environ)
+            if auto_choice is None:
+                policy = prepared(policy)
             hooks.configure(policy)
-            report = CheckReport(
-                prov.name,
-                python_guards=policy.python_guards,
-                python_families=guard_families if policy.python_guards else frozenset(),
-            )
-            hooks.check(policy, prov, report)
-            report.python_only_from(report.python_families)
+            report = _check(policy, hooks, prov, python_families)
+            if auto_choice is not None:
+                report.note(auto_choice.why())
             missing = report.unenforced()
             if missing and not policy.learn and enforce:
                 raise UnenforceableRuleError(unenforced_messages(missing, report))
@@ -409,7 +465,10 @@ class Session:
             session.discovered = discovered
             session.scalars = schema.scalar_paths()
             relay.attach(session.deliver)
+            session.auto_choice = auto_choice
             if verbose:
+                if auto_choice is not None:
+                    _warn(stderr, auto_choice.why())
                 _warn(
                     stderr,
                     f"provider {prov.name}; profile {policy.profile_path or '(none)'}; "

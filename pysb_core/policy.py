@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     Direction = Literal["in", "out", "any"]
 
 
+#: The default provider name: the strongest that can run the profile here, chosen by the
+#: pipeline (:mod:`pysb_core.autoprovider`).
+AUTO = "auto"
+
+
 @record
 class Exposure(Record):
     """A host directory made visible inside the sandbox.
@@ -141,7 +146,8 @@ class Policy(Record):
     env: dict[str, str] = field(default_factory=dict)
     env_sources: dict[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
-    provider: str = "subprocess"
+    #: A provider name, or ``auto`` (:mod:`pysb_core.autoprovider`) until the pipeline chooses.
+    provider: str = AUTO
     provider_options: dict[str, Any] = field(default_factory=dict)
     python_guards: bool = True
     learn: bool = False

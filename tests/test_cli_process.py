@@ -82,4 +82,4 @@ def test_exit_status_and_output_survive_the_quick_exit(tmp_path: Path) -> None:
     )
     assert r.returncode == 7, r.stderr
     assert r.stdout == "x" * 200000 + "\n"
-    assert "pysb: provider subprocess" in r.stderr and r.stderr.endswith("done\n")
+    assert "chosen by 'auto'" in r.stderr and r.stderr.endswith("done\n")

@@ -6,6 +6,7 @@ Real programs, real child interpreters (subprocess provider, Python guards on).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 
@@ -67,8 +68,17 @@ def test_environment_is_only_the_whitelist(project: Project) -> None:
     # The kernel's view, read without the Python layer: nothing else was ever there.
     project.profile("env:\n  GREETING: hello\n  TERM: ${TERM}\n", name="env-only.yaml")
     code = "print(open('/proc/self/environ').read())"
+    # subprocess: what pysb itself hands over (bwrap adds PWD: plugins/pysb-bwrap's tests).
     r = project.run(
-        "run", "--profile", "env-only.yaml", "--no-python-guards", "-c", code, env=host_env
+        "run",
+        "--profile",
+        "env-only.yaml",
+        "--provider",
+        "subprocess",
+        "--no-python-guards",
+        "-c",
+        code,
+        env=host_env,
     )
     assert r.returncode == 0, r.stderr
     names = {kv.split("=", 1)[0] for kv in r.stdout.rstrip("\n").split("\0") if kv}
@@ -197,7 +207,10 @@ def test_repl_banner_when_stdin_is_a_terminal(project: Project) -> None:
         out += chunk
     proc.wait(timeout=20)
     text = out.decode(errors="replace")
-    assert "pysb sandbox" in text and "provider subprocess" in text
+    # The default provider is auto: an OS sandbox, named in the banner (never subprocess).
+    assert "pysb sandbox" in text and re.search(
+        r"provider (bwrap|unshare|landlock|firejail)\b", text
+    )
     assert "42" in text
     assert sys.version.split()[0] in text
 
@@ -232,7 +245,9 @@ def test_denial_traceback_shows_only_the_programs_frames(project: Project) -> No
     secret = project.root.parent / "secret.txt"
     secret.write_text("s3cr3t")
     project.file("d.py", f"def read():\n    return open({str(secret)!r}).read()\n\nread()\n")
-    r = project.run("run", "d.py")
+    # The Python layer's refusal, alone: under a provider with a mount namespace this path
+    # below /tmp is inside the sandbox's own private /tmp, where it does not exist at all.
+    r = project.run("run", "--provider", "subprocess", "d.py")
     assert r.returncode == 1
     assert "FileDeniedError" in r.stderr and "expose-ro" in r.stderr
     assert 'File "d.py", line 4' in r.stderr and 'File "d.py", line 2, in read' in r.stderr

@@ -28,5 +28,6 @@ def test_demo_refuses_learns_then_enforces(tmp_path: Path) -> None:
     assert "[exit 125]" in steps[0] and "pysb run --learn" in steps[0]
     assert "WITHOUT a sandbox" in steps[1] and "[exit 0]" in steps[1]
     assert "FileDeniedError" in steps[2] and "expose-ro" in steps[2]
+    assert "chosen by 'auto'" in steps[2]  # the default is an OS sandbox, and says which
     assert "TOP SECRET" not in r.stdout
     assert trust.records(env) == []

@@ -53,25 +53,93 @@ def _run(env_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[st
 NAMED = ("--profile", ".pysb.yaml")
 
 
-def test_core_alone_refuses_the_implicit_python_rules_unless_opted_out(
+def test_core_alone_refuses_to_run_without_an_os_sandbox(
     core_only_env: Path, tmp_path: Path
 ) -> None:
-    """An empty profile denies every import and sensitive call; with no Python layer
-    installed nobody enforces that, so the run refuses -- until the user opts out."""
+    """pysb-core alone has no OS provider: the default (auto) refuses and says what to
+    install; subprocess runs only when named (issue 27: it was the silent default)."""
     (tmp_path / ".pysb.yaml").write_text("version: 1\n")
     r = _run(core_only_env, "run", *NAMED, "-c", "open('RAN', 'w')", cwd=tmp_path)
     assert r.returncode == 125, r.stderr
     assert not (tmp_path / "RAN").exists()
-    assert "imports: (none" in r.stderr and "api: (none" in r.stderr
-    assert "pip install pysb-guards" in r.stderr and "--no-python-guards" in r.stderr
-    assert "Traceback" not in r.stderr
-    r = _run(core_only_env, "run", *NAMED, "--no-python-guards", "-c", "print(1)", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == "1\n"
-    assert "pysb-guards" in r.stderr and "not installed" in r.stderr
+    assert "no OS sandbox can run this profile here" in r.stderr
+    for name in ("bwrap", "unshare", "landlock", "firejail"):
+        assert f"{name}: not installed" in r.stderr
+    assert "pip install pysb-bwrap" in r.stderr and "apt-get install bubblewrap" in r.stderr
+    assert "--provider subprocess" in r.stderr and "Traceback" not in r.stderr
+    r = _run(core_only_env, "check", *NAMED, cwd=tmp_path)
+    assert r.returncode == 125 and "no OS sandbox can run this profile here" in r.stderr
     r = _run(core_only_env, "providers", "--json", cwd=tmp_path)
     names = [p["name"] for p in json.loads(r.stdout)]
     assert names == ["subprocess"]
+
+
+def test_core_alone_enforces_no_default_but_refuses_a_python_rule_written(
+    core_only_env: Path, tmp_path: Path
+) -> None:
+    """Defaults (deny every import and sensitive call) are not rules the user wrote
+    (SPEC 2): without the Python layer they are only warned of; an `imports` rule the
+    user wrote still refuses the run unless they opt out of the Python layer."""
+    (tmp_path / ".pysb.yaml").write_text("version: 1\n")
+    r = _run(
+        core_only_env, "run", *NAMED, "--provider", "subprocess", "-c", "print(1)", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "1\n"
+    assert "pysb-guards" in r.stderr and "not installed" in r.stderr
+    (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    r = _run(
+        core_only_env, "run", *NAMED, "--provider", "subprocess", "-c", "print(1)", cwd=tmp_path
+    )
+    assert r.returncode == 125, r.stderr
+    assert ".pysb.yaml:2: 'imports: json' is not enforced" in r.stderr
+    assert "pip install pysb-guards" in r.stderr and "--no-python-guards" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _run(
+        core_only_env,
+        "run",
+        *NAMED,
+        "--provider",
+        "subprocess",
+        "--no-python-guards",
+        "-c",
+        "print(1)",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "1\n"
+
+
+def test_core_and_one_provider_run_a_files_only_profile(tmp_path_factory, tmp_path: Path) -> None:
+    """Issue 27: pysb-core + pysb-bwrap, no pysb-guards: a files-only profile was refused for
+    the `<default>` imports and api rules nobody wrote. It runs under the default (auto:
+    bwrap), warned that the Python layer is absent, and bwrap alone confines it."""
+    from pysb_core.testing import require_provider
+
+    require_provider("bwrap")
+    env_dir = offline_venv(
+        tmp_path_factory.mktemp("core-bwrap") / "venv",
+        str(ROOT),
+        str(ROOT / "plugins" / "pysb-bwrap"),
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "data.txt").write_text("visible\n")
+    (tmp_path / "secret.txt").write_text("s3cr3t\n")
+    (project / ".pysb.yaml").write_text("version: 1\nfiles:\n  expose-ro: [.]\n")
+    code = (
+        "print(open('data.txt').read().strip())\n"
+        f"try:\n    open({str(tmp_path / 'secret.txt')!r})\nexcept OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    r = _run(env_dir, "run", *NAMED, "--verbose", "-c", code, cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "visible\nrefused 2\n"
+    assert "provider 'bwrap' chosen by 'auto'" in r.stderr
+    assert "pysb-guards" in r.stderr and "not installed" in r.stderr
+    r = _run(env_dir, "check", *NAMED, cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "<default>" in r.stdout  # reported, not refused
 
 
 def test_third_party_provider_installs_and_runs(core_only_env: Path, tmp_path: Path) -> None:

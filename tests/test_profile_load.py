@@ -257,7 +257,7 @@ def test_empty_file_is_an_empty_policy(tmp_path: Path, env) -> None:
     policy = load(tmp_path, env)
     assert policy.imports is None
     assert policy.exposures == () and policy.env == {} and policy.api == ()
-    assert policy.learn is False and policy.provider == "subprocess"
+    assert policy.learn is False and policy.provider == "auto"
     assert policy.python_guards is True
 
 
@@ -470,7 +470,58 @@ def test_provider_precedence(tmp_path: Path, env) -> None:
     assert load(tmp_path, env).provider == "bwrap"
     assert load(tmp_path, env, provider="unshare").provider == "unshare"
     write(tmp_path / ".pysb.yaml", "version: 1\n")
-    assert load(tmp_path, env).provider == "subprocess"
+    assert load(tmp_path, env).provider == "auto"  # chosen by the pipeline, never subprocess
+
+
+@pytest.mark.parametrize(
+    ("text", "extra_env", "message"),
+    [
+        ("provider: ${PYSB_NOPE}\n", {}, "provider: ${PYSB_NOPE} is unset"),
+        ("provider:\n", {}, "provider: no value"),
+        ("provider: ''\n", {}, "provider: empty value"),
+        ("provider: ${PYSB_EMPTY}\n", {"PYSB_EMPTY": ""}, "provider: empty value"),
+        ("provider: '${PYSB_EMPTY:-}'\n", {}, "provider: empty value"),
+    ],
+)
+def test_a_provider_that_expands_to_nothing_is_an_error(
+    tmp_path: Path, env, text: str, extra_env: dict[str, str], message: str
+) -> None:
+    """Issue 27: `provider: ${UNSET}` fell back to subprocess (no OS boundary) silently."""
+    write(tmp_path / ".pysb.yaml", "version: 1\n" + text)
+    errors = errors_of(tmp_path, {**env, **extra_env})
+    assert len(errors) == 1 and errors[0].startswith(f".pysb.yaml:2: {message}"), errors
+    assert "auto" in errors[0]  # what to write instead
+
+
+def test_an_empty_provider_argument_is_an_error(tmp_path: Path, env) -> None:
+    """`--provider ''` (or provider='' in the API) is no way to reach the subprocess provider."""
+    write(tmp_path / ".pysb.yaml", "version: 1\n")
+    assert errors_of(tmp_path, env, provider="") == ["<cli>: provider: '' is not a provider name"]
+
+
+def test_provider_options_are_checked_with_the_other_errors_each_at_its_line(
+    tmp_path: Path, env
+) -> None:
+    """Issue 27: options were checked after the profile, without FILE:LINE, alone."""
+
+    def checker(name: str):
+        if name != "bwrap":
+            return None  # not installed: kept and ignored
+        return lambda options: (
+            [f"unknown option {k!r}" for k in options if k != "hostname"]
+            + (["hostname and speed together"] if {"hostname", "speed"} <= set(options) else [])
+        )
+
+    write(
+        tmp_path / ".pysb.yaml",
+        "version: 1\nproviders:\n  bwrap:\n    hostname: h\n    speed: 2\n"
+        "  nsjail: {anything: 1}\nimports: 3\n",
+    )
+    assert errors_of(tmp_path, env, option_checker=checker) == [
+        ".pysb.yaml:4: providers: bwrap: hostname and speed together",
+        ".pysb.yaml:5: providers: bwrap: unknown option 'speed'",
+        ".pysb.yaml:7: imports: '3' is not a module name",
+    ]
 
 
 def test_missing_profile_learns_into_it_only_when_asked(tmp_path: Path, env) -> None:

@@ -1,16 +1,16 @@
-"""The pysb demo: the explicit flow -- learn a profile, then enforce it under a real OS provider.
+"""The pysb demo: the explicit flow -- learn a profile, then enforce it under an OS provider.
 
 Run with ``make demo``. It creates a throw-away project with a public data directory and a
 secret file beside it, and a program that reads the file named on its command line, once
 with ``open()`` and once with ``/bin/cat``. Then:
 
-0. ``pysb run --provider P app.py SECRET`` with no profile: refused (exit 125) -- pysb
-   never runs a program unconfined unless asked -- with the command that would learn one;
+0. ``pysb run app.py SECRET`` with no profile: refused (exit 125) -- pysb never runs a
+   program unconfined unless asked -- with the command that would learn one;
 1. ``pysb run --learn app.py data/hello.txt``: a learning run (no sandbox, and pysb says
    so) on an ordinary input writes a least-privilege ``.pysb.yaml``, shown for review;
-2. ``pysb run --provider P app.py SECRET``: the learned profile enforced by the Python
-   guards and the OS provider: the secret read is refused with the profile line that would
-   allow it;
+2. ``pysb run --verbose app.py SECRET``: the learned profile enforced by the Python
+   guards and the OS provider ``auto`` chooses (the strongest that runs here: it says which
+   and why): the secret read is refused with the profile line that would allow it;
 3. the same with ``--no-python-guards``: ``/bin/cat`` on the secret is refused by the
    kernel (the OS provider) alone.
 
@@ -40,17 +40,6 @@ print(f"/bin/cat {target} ->", "exit", r.returncode, r.stderr.strip() or r.stdou
 """
 
 
-def pick_provider(pysb: str) -> str:
-    import json
-
-    out = subprocess.run([pysb, "providers", "--json"], capture_output=True, text=True, check=True)
-    available = {p["name"] for p in json.loads(out.stdout) if p["available"]}
-    for name in ("bwrap", "landlock", "unshare", "firejail"):
-        if name in available:
-            return name
-    sys.exit("demo: no OS provider is available here (see `pysb providers`)")
-
-
 def _step(pysb: str, project: Path, title: str, args: list[str]) -> subprocess.CompletedProcess:
     print(f"== {title}\n$ pysb {' '.join(args)}")
     r = subprocess.run([pysb, *args], cwd=project, capture_output=True, text=True)
@@ -61,7 +50,6 @@ def _step(pysb: str, project: Path, title: str, args: list[str]) -> subprocess.C
 
 def main() -> None:
     pysb = shutil.which("pysb", path=os.path.dirname(sys.executable)) or "pysb"
-    provider = pick_provider(pysb)
     # Not under /tmp: every provider gives the program a private /tmp (or TMPDIR) of its own,
     # so a secret placed there would simply not exist inside, and the demo would show nothing.
     with tempfile.TemporaryDirectory(prefix="pysb-demo-", dir="/var/tmp") as tmp:
@@ -72,9 +60,9 @@ def main() -> None:
         secret = root / "secret.txt"
         secret.write_text("TOP SECRET: outside every exposure\n")
         (project / "app.py").write_text(PROGRAM)
-        enforce = ["run", "--provider", provider, "app.py", str(secret)]
+        enforce = ["run", "--verbose", "app.py", str(secret)]
         try:
-            _steps(pysb, project, provider, enforce)
+            _steps(pysb, project, enforce)
         finally:
             # The learning run trusted the profile it wrote (in the user's own trust
             # store): forget it with the directory, or a record of it would stay behind.
@@ -82,7 +70,7 @@ def main() -> None:
                 subprocess.run([pysb, "trust", "--revoke", "-q", ".pysb.yaml"], cwd=project)
 
 
-def _steps(pysb: str, project: Path, provider: str, enforce: list[str]) -> None:
+def _steps(pysb: str, project: Path, enforce: list[str]) -> None:
     """Steps 0 to 3 of the module's docstring, each shown with its command and output."""
     r = _step(pysb, project, "No profile yet: pysb refuses to run unconfined", enforce)
     if r.returncode != 125 or "TOP SECRET" in r.stdout:
@@ -93,10 +81,12 @@ def _steps(pysb: str, project: Path, provider: str, enforce: list[str]) -> None:
         sys.exit("demo: the learning run failed")
     print(f"$ cat .pysb.yaml   # review it\n{(project / '.pysb.yaml').read_text()}")
     for extra, title in (
-        ([], f"Enforce it: Python guards + OS provider '{provider}'"),
-        (["--no-python-guards"], f"OS provider '{provider}' alone (the kernel refuses)"),
+        ([], "Enforce it: Python guards + the OS provider auto chooses"),
+        (["--no-python-guards"], "The OS provider alone (the kernel refuses)"),
     ):
-        r = _step(pysb, project, title, [*enforce[:3], *extra, *enforce[3:]])
+        r = _step(pysb, project, title, [*enforce[:2], *extra, *enforce[2:]])
+        if r.returncode == 125 and "no OS sandbox can run this profile here" in r.stderr:
+            sys.exit("demo: no OS provider is available here (see `pysb providers`)")
         if r.returncode != 0 or "TOP SECRET" in r.stdout:
             sys.exit("demo: the secret was readable -- this must never happen")
 

@@ -8,6 +8,7 @@ with nothing otherwise, so that a rule with no enforcing layer is never silently
 from __future__ import annotations
 
 from pysb_core._startup.markers import hookimpl
+from pysb_core.check import DEFAULT_SOURCE
 from pysb_core.provider import Capability as C
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
@@ -82,9 +83,9 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             limits.sources.get(name, "<profile>"),
             key == "wall_time" or C.LIMITS in caps,
         )
-    # imports and api are the Python layer's alone. Their deny-by-default is a rule too
-    # (reported with the text the guards use, so the rows merge when they are installed):
-    # with no guard for the family, nothing enforces it and the run refuses to start.
+    # imports and api are the Python layer's alone. Their deny-by-default is reported too
+    # (with the text the guards use, so the rows merge when they are installed), from
+    # DEFAULT_SOURCE: the user did not write it, so a run is not refused when nothing enforces it.
     if policy.imports is not None:
         add(
             "imports",
@@ -93,8 +94,8 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             False,
         )
     else:
-        add("imports", "imports: (none: only the interpreter's own modules)", "<default>", False)
+        add("imports", "imports: (none: only the interpreter's own modules)", DEFAULT_SOURCE, False)
     for api_rule in policy.api:
         add("api", f"api: {api_rule.action}: {api_rule.target}", api_rule.source, False)
     if not policy.api:
-        add("api", "api: (none: every registered function denied)", "<default>", False)
+        add("api", "api: (none: every registered function denied)", DEFAULT_SOURCE, False)

@@ -48,6 +48,7 @@ def run_check(
 ) -> int:
     """Check the profile; ``verbosity`` -1 prints only errors and the verdict, 1 adds
     each rule's guard family."""
+    from pysb_core.autoprovider import ORDER
     from pysb_core.pipeline import Program, Session, unenforced_messages
     from pysb_core.profile.discovery import ProfileNotFoundError
 
@@ -56,6 +57,8 @@ def run_check(
     notes: list[str] = []
     details: list[str] = []
     provider_name = provider or os.environ.get("PYSB_PROVIDER") or ""
+    #: How `auto` chose (None when the provider was named).
+    auto: dict[str, Any] | None = None
     profile_path = None
     #: False: a found profile `pysb run` would refuse until trusted; None: nothing to trust.
     trusted: bool | None = None
@@ -77,6 +80,8 @@ def run_check(
     else:
         policy = session.policy
         provider_name = session.provider.name
+        if session.auto_choice is not None:
+            auto = {"order": list(ORDER), "skipped": session.auto_choice.skipped}
         profile_path = policy.profile_path
         report = session.report
         for r in sorted(report.rules, key=lambda r: _source_key(r.source)):
@@ -115,6 +120,7 @@ def run_check(
                     "valid": valid,
                     "errors": errors,
                     "provider": provider_name,
+                    "auto": auto,
                     "profile": profile_path,
                     "trusted": trusted,
                     "rules": rules,
@@ -125,7 +131,8 @@ def run_check(
             )
         )
     else:
-        _print_report(errors, rules, notes, details, provider_name, profile_path, verbosity)
+        shown = f"{provider_name} (chosen by auto)" if auto is not None else provider_name
+        _print_report(errors, rules, notes, details, shown, profile_path, verbosity)
     return 0 if valid else ExitCode.SETUP_FAILED
 
 

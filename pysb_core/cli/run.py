@@ -26,7 +26,9 @@ Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] [-m MODULE | -c CODE | SCRIPT | 
   -s -S -b -q -W arg -X opt, grouped or not) go to the sandboxed interpreter.
 
 PYSB OPTIONS:
-  --provider NAME       OS sandbox (env PYSB_PROVIDER; else the profile's; else subprocess)
+  --provider NAME       OS sandbox (env PYSB_PROVIDER; else the profile's; else auto: the
+                        first of bwrap, unshare, landlock, firejail that runs here and
+                        enforces the profile; subprocess = no OS boundary, only when named)
   --profile PATH        profile (env PYSB_PROFILE; else .pysb.yaml next to SCRIPT or in
                         MODULE's package; else ./.pysb.yaml)
   --learn[=PATH]        learning run: refuse nothing, record everything, write the profile

@@ -15,20 +15,22 @@ import stat
 
 from pysb_core.errors import ProfileError
 from pysb_core.paths import is_within
-from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Limits, NetworkRule, Policy
+from pysb_core.policy import AUTO, ApiRule, Exposure, IgnoreRule, Limits, NetworkRule, Policy
 from pysb_core.profile.loader import expand_user, load_files
-from pysb_core.profile.merge import Item, merge_files
+from pysb_core.profile.merge import NAMED_SCALARS, Item, merge_files
 from pysb_core.profile.schema import Located, ProfileSchema
 from pysb_core.profile.variables import VariableError, expand, is_absent
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from pysb_core.profile import CliRules
     from pysb_core.profile.loader import ProfileFile
     from pysb_core.profile.merge import Collected, EnvEntry
+
+    OptionChecker = Callable[[str], Callable[[Mapping[str, Any]], list[str]] | None]
 
 CLI = "<cli>"
 DEFAULT_PROFILE = ".pysb.yaml"
@@ -411,8 +413,13 @@ def load_policy(
     python_guards: bool | None = None,
     learn: bool | str | None = None,
     schema: ProfileSchema | None = None,
+    option_checker: OptionChecker | None = None,
 ) -> Policy:
     """Load ``profile`` (with includes), add ``cli`` rules, and compile the frozen policy.
+
+    ``option_checker(name)``: the ``validate_options`` of installed provider ``name`` (None
+    when it is not installed: its options are kept and ignored), so that the options of
+    ``providers:`` are reported with every other error, each at its own line.
 
     ``profile=None``, or a path that does not exist, compiles no file at all: the empty,
     deny-everything policy -- or, with ``learn``, a learning run that creates the profile.
@@ -460,13 +467,18 @@ def load_policy(
     if version is not None and str(version.value).strip() != "1":
         comp.err(version.loc, f"version: unsupported version {version.value!r} (expected 1)")
     chosen = provider
-    if chosen is None and "provider" in sc:
+    if chosen is not None and not _provider_name(chosen):
+        comp.err(CLI, f"provider: {chosen!r} is not a provider name")
+    elif chosen is None and "provider" in sc:
         item = sc["provider"]
         chosen = str(item.value).strip()
-        if not chosen or not all(ch.isalnum() or ch in "-_." for ch in chosen):
+        if not chosen:
+            comp.err(item.loc, f"provider: empty value; {NAMED_SCALARS['provider']}")
+        elif not _provider_name(chosen):
             comp.err(item.loc, f"provider: {item.value!r} is not a provider name")
-    # A learning run must use the subprocess provider; the pipeline swaps it and says so.
-    chosen = chosen or "subprocess"
+    # Nothing named: the strongest that qualifies (the pipeline chooses; a learning run
+    # uses subprocess whatever is asked, and says so).
+    chosen = chosen or AUTO
     guards = python_guards
     if guards is None and "python-guards" in sc:
         item = sc["python-guards"]
@@ -483,6 +495,8 @@ def load_policy(
     env, env_sources = comp.env(learning, [] if cli is None or locked else cli.env)
     limits = comp.limits()
     errors.extend(comp.errors)
+    if option_checker is not None:
+        errors.extend(_option_errors(collected, option_checker))
     if errors:
         raise ProfileError(_ordered(_dedupe(errors), files))
 
@@ -544,6 +558,36 @@ def _third_party_values(collected: Any, schema: Any) -> dict[str, Any]:
             if keyed:
                 extra[name] = keyed
     return extra
+
+
+def _option_errors(collected: Collected, checker: OptionChecker) -> list[str]:
+    """``FILE:LINE: providers: NAME: message`` for every problem in the options of an
+    installed provider: each option is checked alone (its own line), then all together
+    (what only their combination breaks, at the first option's line)."""
+    errors: list[str] = []
+    for name, opts in collected.providers.items():
+        check = checker(name)
+        if check is None or not opts:
+            continue
+        seen: set[str] = set()
+        try:
+            for key, item in opts.items():
+                for message in check({key: item.value}):
+                    seen.add(message)
+                    errors.append(f"{item.loc}: providers: {name}: {message}")
+            first = next(iter(opts.values()))
+            for message in check({key: item.value for key, item in opts.items()}):
+                if message not in seen:
+                    errors.append(f"{first.loc}: providers: {name}: {message}")
+        except Exception as exc:  # fail closed: a broken validator must not pass
+            loc = next(iter(opts.values())).loc
+            errors.append(f"{loc}: providers: {name}: option check failed: {exc!r}")
+    return errors
+
+
+def _provider_name(name: str) -> bool:
+    """A provider name as entry points spell them (never empty: no silent default)."""
+    return bool(name) and all(ch.isalnum() or ch in "-_." for ch in name)
 
 
 def _missing(path: str) -> bool:

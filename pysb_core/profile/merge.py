@@ -9,7 +9,7 @@ expanded here, exactly once, with ``${PROFILE_DIR}`` bound to the file being rea
 from __future__ import annotations
 
 from pysb_core.profile.schema import ENV, LIST, PROVIDERS, SCALAR, Located, did_you_mean
-from pysb_core.profile.variables import VariableError, expand, is_absent
+from pysb_core.profile.variables import VariableError, expand, is_absent, lone_variable
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 
     from pysb_core.profile.loader import Node, ProfileFile
     from pysb_core.profile.schema import ProfileSchema
+
+
+#: Scalars whose absence must be written, not implied by an empty value or an unset
+#: variable (the default a typo would fall back to is never what the user meant): each
+#: with what to write instead.
+NAMED_SCALARS = {
+    "provider": "name a provider (e.g. bwrap), or remove the line to let 'auto' choose",
+}
 
 
 class Item:
@@ -179,10 +187,18 @@ class _Merger:
             return
         value = node[2]
         if value is None:
+            if name in NAMED_SCALARS:
+                self.err(node, f"{name}: no value; {NAMED_SCALARS[name]}")
             return
         if isinstance(value, str):
             value = self.text(node, name)
             if value is None:
+                if name in NAMED_SCALARS and lone_variable(node[2]) is not None:
+                    self.err(
+                        node,
+                        f"{name}: {node[2]} is unset; {NAMED_SCALARS[name]} "
+                        f"(or write a default: ${{{lone_variable(node[2])}:-auto}})",
+                    )
                 return
         self.set_scalar(name, value, node)
 

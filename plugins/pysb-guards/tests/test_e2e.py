@@ -59,8 +59,18 @@ def test_profile_is_enforced_by_the_python_layer(app: Path) -> None:
         "version: 1\nfiles:\n  expose-ro: [./data]\n  expose-rw: [./out]\n"
         "imports: [os, json]\nenv:\n  PYSB_E2E: ${PYSB_E2E}\n"
     )
+    # The Python layer alone (subprocess, named): under a provider with a mount namespace
+    # the secret below pytest's /tmp is inside the sandbox's own private /tmp, where it
+    # does not exist at all (FileNotFoundError from the kernel, not the guard's refusal).
     res = pysb(
-        "run", "--profile", ".pysb.yaml", "app.py", cwd=app, env={"PYSB_E2E": "v", "OTHER": "x"}
+        "run",
+        "--profile",
+        ".pysb.yaml",
+        "--provider",
+        "subprocess",
+        "app.py",
+        cwd=app,
+        env={"PYSB_E2E": "v", "OTHER": "x"},
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [

@@ -136,7 +136,8 @@ def test_unresolvable_hosts(tmp_path: Path, env) -> None:
 
 def test_check_reports_network_layers(tmp_path: Path, env) -> None:
     write_profile(tmp_path, "allow tcp svc.pysb.test 443 out", "deny any * 25 any")
-    out = run_pysb("check", "--json", cwd=tmp_path, env=env)
+    # The Python layer's report alone (subprocess, named; the default would add "os").
+    out = run_pysb("check", "--json", "--provider", "subprocess", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
     rules = {r["rule"]: r for r in report["rules"]}

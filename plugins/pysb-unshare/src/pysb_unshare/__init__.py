@@ -125,10 +125,7 @@ class UnshareProvider(Provider):
         for key, value in options.items():
             if key == "network-helper":
                 if value not in ("slirp4netns", "pasta"):
-                    problems.append(
-                        "providers.unshare.network-helper must be slirp4netns or pasta, "
-                        f"not {value!r}"
-                    )
+                    problems.append(f"network-helper must be slirp4netns or pasta, not {value!r}")
             else:
                 problems.append(
                     f"unknown option '{key}' for provider 'unshare' (known: network-helper)"
