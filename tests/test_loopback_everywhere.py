@@ -249,3 +249,70 @@ def test_every_compiler_keeps_the_ephemeral_range_inside_under_a_wide_loopback_r
         assert len(dnat4) == 2 and all("! --dport 32768:60999" in ln for ln in dnat4), v4
     named = compile_nft([parse_rule("allow tcp 127.0.0.1 * out")], {})
     assert "dnat ip to" in named.ruleset and "!=" not in named.ruleset  # no in rule: as before
+
+
+HTTP_CLIENT = """
+import sys
+import requests
+import urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}/"
+print(requests.get(url, timeout=10).text.strip())
+print(urllib.request.urlopen(url, timeout=10).read().decode().strip())
+"""
+
+
+@pytest.fixture
+def ephemeral_http_server() -> Iterator[int]:
+    """An HTTP server on the host's 127.0.0.1, on a port the kernel picked (port 0: the
+    host's ephemeral range), answering ``hello``."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("provider", ["bwrap", "unshare", "firejail", "qemu"])
+def test_a_learned_http_client_reaches_a_host_server_on_an_ephemeral_port(
+    project: Project, provider: str, ephemeral_http_server: int
+) -> None:
+    """Issue 27: requests/urllib3 probe IPv6 by binding ``::1`` port 0, so learning writes
+    ``allow tcp ::1 32768-60999 in`` beside ``allow tcp 127.0.0.1 P out``; with that ``in``
+    rule the host-loopback forward left out the ephemeral range, where P was, and the
+    learned profile, run unchanged, got ECONNREFUSED under bwrap, unshare and firejail. An
+    ``out`` rule to a host port reaches it whatever the ``in`` rules say."""
+    require_provider(provider)
+    port = ephemeral_http_server
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert low <= port <= high  # the case: a host service on an ephemeral port
+    project.file("client.py", HTTP_CLIENT)
+    learn = project.run("run", "--learn", "client.py", str(port), timeout=120)
+    assert learn.returncode == 0, learn.stderr
+    assert learn.stdout.split() == ["hello", "hello"], learn.stdout
+    learned = (project.root / ".pysb.yaml").read_text()
+    assert f"allow tcp 127.0.0.1 {port} out" in learned, learned
+    trust_profile(project.root / ".pysb.yaml")
+    res = project.run("run", "--provider", provider, "client.py", str(port), timeout=240)
+    if _firejail_refuses_a_normal_user(provider):
+        assert res.returncode == 125, res.stderr
+        return
+    assert res.returncode == 0, f"{provider}: {res.stderr}\n{learned}"
+    assert res.stdout.split() == ["hello", "hello"], res.stdout

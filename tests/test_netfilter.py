@@ -20,6 +20,7 @@ from pysb_core.netfilter import (
     plan_filter,
 )
 from pysb_core.netrules import parse_rule
+from pysb_core.policy import PortRange
 
 BRIDGE = FilterTarget.bridge("eth0")
 QEMU_LIKE = FilterTarget(name="guest", uplink="eth0", guest="10.0.2.15", open_loopback=True)
@@ -161,3 +162,29 @@ def test_naming_a_target_does_not_load_the_compiler() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize(
+    "in_rule", ["allow tcp ::1 32768-60999 in", "allow tcp 127.0.0.1 32768-60999 in"]
+)
+def test_an_out_rule_to_a_host_port_is_forwarded_whatever_the_in_rules_say(in_rule: str) -> None:
+    """Issue 27: a learned ``in`` rule on the ephemeral range (urllib3's bind of ``::1``
+    port 0) dropped the forward of ``allow tcp 127.0.0.1 44825 out`` (a host service on an
+    ephemeral port), in both back ends: the learned client got ECONNREFUSED."""
+    rs = rules("allow tcp 127.0.0.1 44825 out", in_rule)
+    compiled = compile_nft(rs, {})
+    assert compiled.host_loopback == [("tcp", (PortRange(44825, 44825),))], compiled.notes
+    dnat = [ln.strip() for ln in compiled.ruleset.splitlines() if "dnat ip to" in ln]
+    assert dnat == ["ip daddr 127.0.0.1 tcp dport { 44825 } dnat ip to 10.0.2.2"]
+    v4, _ = compile_iptables(rs, {})
+    assert "--dports 44825 -j DNAT --to-destination 10.0.2.2" in v4, v4
+
+
+def test_the_ephemeral_range_out_rule_still_reaches_the_programs_own_servers() -> None:
+    """What learning writes for a client of the program's own port-0 server stays inside."""
+    rs = rules("allow tcp 127.0.0.1 32768-60999 in", "allow tcp 127.0.0.1 32768-60999 out")
+    compiled = compile_nft(rs, {})
+    assert compiled.host_loopback == [] and "dnat" not in compiled.ruleset
+    # an IPv6-only server does not make the IPv4 loopback's ephemeral ports its own
+    v6only = rules("allow tcp ::1 32768-60999 in", "allow tcp 127.0.0.1 * out")
+    assert "!=" not in compile_nft(v6only, {}).ruleset

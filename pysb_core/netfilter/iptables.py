@@ -18,7 +18,7 @@ from pysb_core.netfilter.plan import (
     FilterPlan,
     Match,
     is_all_ports,
-    overlaps,
+    keeps_own_servers,
     plan_filter,
 )
 from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
@@ -98,7 +98,7 @@ def _nat_table(plan: FilterPlan) -> list[str]:
     ]
     own = plan.own_ephemeral  # the program's own servers stay in the sandbox
     for protos, ranges in plan.host_loopback:
-        keep = f"! --dport {own[0]}:{own[1]} " if own and overlaps(ranges, own) else ""
+        keep = f"! --dport {own[0]}:{own[1]} " if own and keeps_own_servers(plan, ranges) else ""
         for proto in protos.split(","):
             groups = [""] if is_all_ports(ranges) else _port_groups(ranges)
             lines += [

@@ -31,7 +31,7 @@ from pysb_core.netfilter.plan import (
     Forward,
     Match,
     is_all_ports,
-    overlaps,
+    keeps_own_servers,
     plan_filter,
 )
 from pysb_core.netfilter.target import SLIRP4NETNS, FilterTarget
@@ -124,7 +124,7 @@ def _nat_chains(plan: FilterPlan) -> list[str]:
                 else f"{proto} dport {_ports(ranges)}"
             )
             own = plan.own_ephemeral  # the program's own servers stay in the sandbox
-            if own and overlaps(ranges, own):
+            if own and keeps_own_servers(plan, ranges):
                 m += f" {proto} dport != {own[0]}-{own[1]}"
             nat_out.append(f"ip daddr 127.0.0.1 {m} dnat ip to {target.gateway}")
     nat_pre = [

@@ -106,8 +106,18 @@ def _covers(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
     return any(p.low <= span[0] and span[1] <= p.high for p in ports)
 
 
-def overlaps(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
-    return any(p.low <= span[1] and span[0] <= p.high for p in ports)
+def keeps_own_servers(plan: FilterPlan, ports: Iterable[PortRange]) -> bool:
+    """Whether the host-loopback NAT of ``ports`` (an entry of ``plan.host_loopback``)
+    leaves out the program's own ephemeral range: only for a rule that covers all of it
+    (a wide rule); the ports a rule names one by one are the host's."""
+    own = plan.own_ephemeral
+    return own is not None and _covers(ports, own)
+
+
+def _binds_host_loopback(rule: NetworkRule, pins: Mapping[str, Sequence[str]]) -> bool:
+    """An ``in`` rule under which a server can be bound where 127.0.0.1 reaches it."""
+    local = rule_networks(rule.replace(network=bind_scope(rule.network)), pins)
+    return any(_HOST_LOOPBACK in n for n in local)
 
 
 def _within(ports: Iterable[PortRange], span: tuple[int, int]) -> bool:
@@ -195,9 +205,14 @@ def plan_filter(
     pins = {normalize_host(k): tuple(v) for k, v in pins.items()}
     plan = FilterPlan(target=target)
     # A rule for every port counts too: `allow any 127.0.0.1 * any` lets the program serve
-    # on port 0, and its own clients must reach that server, not the host's loopback.
+    # on port 0, and its own clients must reach that server, not the host's loopback. Only
+    # a server the IPv4 loopback reaches counts: the host's loopback is reached as
+    # 127.0.0.1, and a bind of ::1 port 0 (urllib3's IPv6 probe) serves nobody there.
     serves_ephemeral = any(
-        r.action == "allow" and r.direction in ("in", "any") and _covers(r.ports, ephemeral)
+        r.action == "allow"
+        and r.direction in ("in", "any")
+        and _covers(r.ports, ephemeral)
+        and _binds_host_loopback(r, pins)
         for r in rules
     )
     if serves_ephemeral:
@@ -237,14 +252,18 @@ def _plan_out(
     if rule.action != "allow":
         return
     if any(_HOST_LOOPBACK in n for n in nets):
-        if own_servers and _within(rule.ports, ephemeral):
+        # Exactly the ephemeral range (what learning writes for a client of the program's
+        # own port-0 server): the sandbox's own servers. Any other port, one inside that
+        # range included, is a host service the rule names: it reaches the host whatever
+        # the `in` rules say (issue 27: a host server on an ephemeral port was unreachable).
+        if own_servers and _within(rule.ports, ephemeral) and _covers(rule.ports, ephemeral):
             plan.notes.append(
                 f"{rule.source}: '{rule}' reaches the sandbox's own servers on "
                 "ephemeral ports, not the host's loopback"
             )
         else:
             plan.host_loopback.append((",".join(rule.protocols), rule.ports))
-            if own_servers and overlaps(rule.ports, ephemeral):
+            if own_servers and _covers(rule.ports, ephemeral):
                 plan.notes.append(
                     f"{rule.source}: '{rule}' reaches the host's loopback outside the "
                     f"ephemeral ports {ephemeral[0]}-{ephemeral[1]}, which are the "
