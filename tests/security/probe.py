@@ -180,6 +180,40 @@ def utime(path: str, stamp: int) -> str:
     return "ok"
 
 
+def chown(path: str) -> str:
+    """``chown`` to the caller's own group (no capability needed for a file it owns)."""
+    os.chown(path, -1, os.getgid())
+    return "ok"
+
+
+def copy2(src: str, dst: str) -> str:
+    """``shutil.copy2``: the copy, then its mode and times set (``copystat``)."""
+    import shutil
+
+    shutil.copy2(src, dst)
+    st = os.stat(dst)
+    return f"ok:{oct(st.st_mode & 0o777)}:{int(st.st_mtime)}"
+
+
+def untar(archive: str, dest: str) -> str:
+    """Extract ``archive`` into ``dest`` as a root-run ``tar x`` would: modes, times and
+    (as root) owners set; report each member's mode and mtime."""
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        tar.errorlevel = 2  # a failed chmod/utime/chown is an error, not a debug line
+        if hasattr(tarfile, "fully_trusted_filter"):
+            tar.extractall(dest, filter="fully_trusted")  # keep the archive's modes
+        else:
+            tar.extractall(dest)
+        names = tar.getnames()
+    out = []
+    for name in names:
+        st = os.stat(os.path.join(dest, name))
+        out.append(f"{name}={oct(st.st_mode & 0o777)}@{int(st.st_mtime)}")
+    return "ok:" + ",".join(out)
+
+
 def truncate(path: str, size: int = 0) -> str:
     os.truncate(path, size)
     return "ok"

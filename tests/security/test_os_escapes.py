@@ -178,25 +178,72 @@ def test_writes_outside_expose_rw_fail(provider: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("provider", providers())
 def test_metadata_of_a_file_outside_expose_rw(provider: str, tmp_path: Path) -> None:
-    """chmod/utime outside the exposures. Landlock does not confine metadata (documented in
-    docs/providers.md, "Metadata is not confined"): the calls succeed there, and the file's
-    contents stay out of reach."""
+    """chmod/utime/chown outside the exposures. Landlock does not confine metadata: as root
+    (who owns every system file) the landlock provider makes every mount but the writable
+    exposures read-only (``EROFS``; issue 26 #8: the calls succeeded); a normal user can
+    still change the metadata of files of their own (documented in docs/providers.md,
+    landlock, "Metadata"), and the file's contents stay out of reach."""
     box = bench(provider, tmp_path)
     victim = str(box.victim)
     out = box.run(
         [
             ("chmod", "chmod", {"path": victim, "mode": 0o666}),
             ("utime", "utime", {"path": victim, "stamp": 5}),
+            ("chown", "chown", {"path": victim}),
             ("read", "read", {"path": victim}),
         ]
     )
     assert refused(out["read"])
-    if provider == "landlock":
-        assert out["chmod"] == "ok" and out["utime"] == "ok"  # the documented weakness
+    if provider == "landlock" and os.geteuid() != 0:
+        assert out["chmod"] == "ok" and out["utime"] == "ok"  # the documented residual
         assert oct(box.victim.stat().st_mode & 0o777) == oct(0o666)
     else:
-        assert refused(out["chmod"]) and refused(out["utime"])
+        assert_all_refused(out, ["chmod", "utime", "chown"])
         assert box.victim_intact()
+    if provider == "landlock" and os.geteuid() == 0:
+        assert out["chmod"] == out["utime"] == out["chown"] == "err:EROFS", out.results
+
+
+@pytest.mark.parametrize("provider", providers())
+def test_metadata_inside_expose_rw_still_changes(provider: str, tmp_path: Path) -> None:
+    """What the landlock fix for root (a read-only file system outside the writable
+    exposures) must not break, with the guards off: ``chmod``/``utime``/``chown`` of a file
+    in ``expose-rw``, ``shutil.copy2`` into it, and a tar extraction that sets modes, times
+    and (as root) owners."""
+    import io
+    import tarfile
+
+    box = bench(provider, tmp_path)
+    (box.rw / "mine").write_text("MINE\n")
+    (box.project / "source.txt").write_text("SOURCE\n")
+    os.utime(box.project / "source.txt", (1_200_000_000, 1_200_000_000))
+    os.chmod(box.project / "source.txt", 0o640)
+    with tarfile.open(box.project / "archive.tar", "w") as tar:
+        for name, mode in (("dir", 0o750), ("dir/file", 0o604)):
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime = mode, 1_300_000_000
+            info.uid, info.gid = os.getuid(), os.getgid()
+            if name == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = 5
+                tar.addfile(info, io.BytesIO(b"DATA\n"))
+    (box.rw / "untarred").mkdir()
+    out = box.run(
+        [
+            ("chmod", "chmod", {"path": "rw/mine", "mode": 0o600}),
+            ("utime", "utime", {"path": "rw/mine", "stamp": 1_100_000_000}),
+            ("chown", "chown", {"path": "rw/mine"}),
+            ("copy2", "copy2", {"src": "source.txt", "dst": "rw/copied.txt"}),
+            ("untar", "untar", {"archive": "archive.tar", "dest": "rw/untarred"}),
+        ]
+    )
+    assert out["chmod"] == out["utime"] == out["chown"] == "ok", out.results
+    st = (box.rw / "mine").stat()
+    assert (st.st_mode & 0o777, int(st.st_mtime)) == (0o600, 1_100_000_000)
+    assert out["copy2"] == "ok:0o640:1200000000", out.results
+    assert out["untar"] == "ok:dir=0o750@1300000000,dir/file=0o604@1300000000", out.results
 
 
 # -- the profile file ------------------------------------------------------------------------

@@ -33,3 +33,7 @@ close.restype = ctypes.c_int
 close.argtypes = [ctypes.c_int]
 
 get_errno = ctypes.get_errno
+
+chdir = LIBC.chdir
+chdir.restype = ctypes.c_int
+chdir.argtypes = [ctypes.c_char_p]

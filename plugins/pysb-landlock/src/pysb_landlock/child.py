@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from pysb_core.providerkit import SandboxError, SeccompRules, install_seccomp
 from pysb_landlock import caps as _caps
+from pysb_landlock import rofs
 from pysb_landlock import ruleset as ll
 
 # Bound before the guards patch ``os`` (see _libc.py); none of these raises an audit event.
@@ -59,6 +60,19 @@ def _port_list(ranges: Iterable[Sequence[int]]) -> list[int]:
     return sorted(ports)
 
 
+def _read_only_outside(write: list[str], exact: frozenset[str]) -> None:
+    """As root: every mount read-only but the writable exposures (:mod:`rofs`)."""
+    try:
+        rofs.read_only_outside(write, exact)
+    except OSError as exc:
+        raise LandlockSetupError(
+            f"landlock: as root the sandbox makes every mount outside the writable exposures "
+            f"read-only (Landlock does not confine chmod, chown or utime), and that failed: "
+            f"{exc}. A root without CAP_SYS_ADMIN (a container that dropped it) cannot do "
+            f"it: use the bwrap provider, or run pysb as a normal user"
+        ) from exc
+
+
 def restrict(
     *,
     abi: int,
@@ -88,7 +102,9 @@ def restrict(
     ``udp``), Unix sockets unless ``unix``, SysV IPC unless ``sysv_ipc``, setting extended
     attributes, and what it refuses under every provider (ptrace, TCP Fast Open, io_uring,
     vsock and other socket families, terminal injection). The ``exact`` paths (the
-    profile's exposures, canonical) are opened without following any symbolic link.
+    profile's exposures, canonical) are opened without following any symbolic link. As
+    root every mount but the ``write`` paths' is made read-only first (:mod:`rofs`:
+    Landlock does not confine metadata, and root owns every system file).
     """
     try:
         kernel_abi = ll.abi_version()
@@ -128,6 +144,8 @@ def restrict(
             if bind is not None:
                 for port in _port_list(bind):
                     rs.add_port(port, ll.NET_BIND_TCP)
+            if rofs.needed(list(write)):
+                _read_only_outside(list(write), exact_paths)
             _caps.drop_all_but(frozenset(keep_caps))
             ll.no_new_privs()  # required by both seccomp and landlock_restrict_self
             install_seccomp(

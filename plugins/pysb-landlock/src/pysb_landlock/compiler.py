@@ -210,7 +210,16 @@ class Compiled:
         caps = {1: "dac_override", 2: "dac_read_search", 10: "net_bind_service"}
         kept = ", ".join(caps.get(n, str(n)) for n in self.keep_caps)
         lines.append(f"  capabilities kept (all others dropped): {kept}")
-        lines.append("  not restricted by landlock: chmod, utime, stat (chown needs a dropped cap)")
+        if os.geteuid() == 0 and "/" not in self.write:  # pysb_landlock.rofs
+            lines.append(
+                "  as root: every mount outside the read-write paths read-only "
+                "(chmod, chown, utime refused there: EROFS)"
+            )
+        else:
+            lines.append(
+                "  not restricted by landlock: chmod, utime, stat of your own files "
+                "(chown needs a dropped cap)"
+            )
         lines += [f"  not expressible: {g}" for g in self.gaps]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines

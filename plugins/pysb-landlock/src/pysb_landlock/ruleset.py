@@ -161,7 +161,7 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _open_path(path: str, *, no_symlinks: bool) -> int:
+def open_path(path: str, *, no_symlinks: bool) -> int:
     """An ``O_PATH`` fd for ``path`` (-1 and errno on failure). With ``no_symlinks`` the
     kernel refuses (ELOOP) a path with a symbolic link anywhere in it: the rule is then
     bound to the very directory the profile named, even if a component was swapped for a
@@ -243,7 +243,7 @@ class Ruleset:
         the path does not exist (nothing granted: fail closed). ``no_symlinks``: ``path``
         is canonical (a profile's exposure) and must still be; a symbolic link in it now
         is an error, never followed."""
-        fd = _open_path(path, no_symlinks=no_symlinks)
+        fd = open_path(path, no_symlinks=no_symlinks)
         if fd < 0:
             err = _libc.get_errno()
             if no_symlinks and err == errno.ELOOP:
