@@ -222,7 +222,9 @@ def test_metadata_inside_expose_rw_still_changes(provider: str, tmp_path: Path) 
         for name, mode in (("dir", 0o750), ("dir/file", 0o604)):
             info = tarfile.TarInfo(name)
             info.mode, info.mtime = mode, 1_300_000_000
-            info.uid, info.gid = os.getuid(), os.getgid()
+            # owner 0: root inside the sandbox (as root, or unshare's mapped user) sets it;
+            # a normal user's tarfile does not try (chown to an unmapped uid would fail)
+            info.uid = info.gid = 0
             if name == "dir":
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
