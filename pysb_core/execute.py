@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import sys
 import time
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
@@ -136,6 +137,7 @@ def wait(
     watched = {*FORWARDED, signal.SIGCHLD, *([signal.SIGTSTP] if job is not None else [])}
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     started = getattr(proc, "pysb_program_started", None)
+    tmp_watch = getattr(proc, "pysb_tmp_watch", None)  # limits: tmp (pysb_core.tmpwatch)
     awaiting_start = wall_time is not None and started is not None
     deadline = None
     if wall_time is not None:
@@ -183,6 +185,13 @@ def wait(
                 proc.kill()
                 proc.wait()
                 return 124
+            if tmp_watch is not None:
+                if tmp_watch.exceeded():
+                    sys.stderr.write(f"pysb: {tmp_watch.message()}\n")
+                    proc.kill()
+                    proc.wait()
+                    return int(tmp_watch.EXIT_STATUS)
+                timeout = min(timeout, tmp_watch.INTERVAL)
             info = signal.sigtimedwait(watched, timeout)
             child_changed = info is not None and info.si_signo == signal.SIGCHLD
             if child_changed and on_child is not None:

@@ -534,7 +534,7 @@ class Session:
             script = os.path.realpath(program.path)
             if os.path.isfile(script):
                 exposures.append(Exposure(script, script, False, "<program>", True))
-        from pysb_core.tmpdir import make_private_tmp
+        from pysb_core.tmpdir import make_private_tmp, shm_exposures
 
         tmp = make_private_tmp(self.provider, self.environ, policy.exposures)
         env["TMPDIR"] = tmp.inside
@@ -542,6 +542,9 @@ class Session:
             exposures.append(tmp.exposure)
         # The guard allows the temporary directory in both shapes (pysb_core.tmpdir).
         child_exposures = exposures if tmp.provider_sees_it else [*exposures, tmp.exposure]
+        exposures, shm = shm_exposures(self.provider, exposures)
+        if shm is not None:
+            child_exposures = [*child_exposures, shm]
         plan = LaunchPlan(
             policy=policy,
             python=python,
@@ -556,6 +559,12 @@ class Session:
             popen_kwargs=dict(popen_kwargs or {}),
         )
         plan.add_cleanup(tmp.cleanup())
+        # What the provider's own tmpfs sizes do not bound, pysb's parent watches
+        # (pysb_core.tmpwatch): a host directory, or the provider's unsized mounts.
+        plan.tmp_watch = [tmp.host_dir] if tmp.host_dir is not None else []
+        if getattr(self.provider, "tmp_unbounded", False):
+            own = [tmp.inside] if tmp.host_dir is None else []
+            plan.tmp_watch_inside = own + ([shm.target] if shm is not None else [])
         plan.payload_fd = payload_fd
         child_policy = policy.for_sandbox().replace(exposures=tuple(child_exposures))
         from pysb_core.provider import Capability
@@ -667,6 +676,18 @@ class Session:
                 target=self._read_reports, args=(report_r,), name="pysb-report", daemon=True
             )
             reader.start()
+        if plan.tmp_watch or plan.tmp_watch_inside:
+            from pysb_core.tmpwatch import TmpWatch
+
+            limits = plan.policy.limits
+            source = limits.sources.get("tmp", "the default, docs/profile.md")
+            proc.pysb_tmp_watch = TmpWatch(
+                plan.tmp_watch,
+                limits.tmp_bytes(),
+                source,
+                inside=plan.tmp_watch_inside,
+                pid=proc.pid,
+            )
         with self._lock:
             self._spawned = True
             self._by_pid[proc.pid] = (plan, reader)

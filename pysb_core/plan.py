@@ -85,6 +85,12 @@ class LaunchPlan(Record):
     #: The report channel (denials, learned accesses): the parent reads, the child writes.
     report_read_fd: int | None = None
     report_write_fd: int | None = None
+    #: Host directories whose size pysb's parent watches against ``limits: tmp`` while it
+    #: waits (:mod:`pysb_core.tmpwatch`): the private temporary directory of a provider
+    #: without a tmpfs of its own; and paths inside the sandbox's mount namespace, for a
+    #: provider whose own tmpfs mounts have no size (:attr:`Provider.tmp_unbounded`).
+    tmp_watch: list[str] = field(default_factory=list)
+    tmp_watch_inside: list[str] = field(default_factory=list)
     _sealed: bool = False
 
     def seal(self) -> None:

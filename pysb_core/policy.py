@@ -119,12 +119,27 @@ class Limits(Record):
     cpu_time: int | None = None
     wall_time: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    #: ``limits: tmp``: the size of the private temporary directory (and of a private
+    #: ``/dev/shm``); ``None`` = the default (:meth:`tmp_bytes`). Never unbounded.
+    tmp: int | None = None
 
     def any(self) -> bool:
         return any(
             v is not None
             for v in (self.memory, self.processes, self.open_files, self.cpu_time, self.wall_time)
         )
+
+    def tmp_bytes(self) -> int:
+        """The bound of the private temporary directory (SPEC §4 "temporary files"):
+        ``limits: tmp``, else :data:`DEFAULT_TMP`, or ``memory`` when that is smaller (a
+        tmpfs is memory: it must not let a run hold more than its memory limit)."""
+        if self.tmp is not None:
+            return self.tmp
+        return DEFAULT_TMP if self.memory is None else min(DEFAULT_TMP, self.memory)
+
+
+#: The default ``limits: tmp``: 512 MiB (docs/profile.md).
+DEFAULT_TMP = 512 << 20
 
 
 @record

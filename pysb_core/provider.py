@@ -132,6 +132,16 @@ class Provider(ABC):
     #: private host directory and the provider exposes it like any exposure
     #: (:mod:`pysb_core.tmpdir`).
     private_tmp: ClassVar[str | None] = None
+    #: Where the provider mounts a private, writable tmpfs for POSIX shared memory and
+    #: semaphores (``"/dev/shm"``), bounded like ``private_tmp`` (``limits: tmp``). An
+    #: exposure of the host's ``/dev/shm`` at itself then means this one (one profile
+    #: for multiprocessing on every provider: landlock needs the rule, and grants the
+    #: host's); None: the provider gives none of its own.
+    private_shm: ClassVar[str | None] = None
+    #: The provider's ``private_tmp`` / ``private_shm`` are tmpfs mounts it cannot give a
+    #: size (firejail): pysb's parent watches them against ``limits: tmp`` through
+    #: ``/proc/PID/root`` (:mod:`pysb_core.tmpwatch`; not a boundary).
+    tmp_unbounded: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

@@ -13,7 +13,14 @@ run nor meet another program's. Two shapes, chosen by the provider:
   sandbox's clean-ups run.
 
 Either way the exposure is *implicit*: ``pysb check`` does not list it, and a learning run
-records nothing below it (the profile never holds a rule for it).
+records nothing below it (the profile never holds a rule for it). Its size is bounded by
+``limits: tmp`` (:meth:`pysb_core.policy.Limits.tmp_bytes`): the provider's tmpfs has that
+size; a host directory is watched by pysb's parent (:mod:`pysb_core.tmpwatch`).
+
+A provider with a private ``/dev/shm`` (:attr:`Provider.private_shm`) gets the same
+treatment there: :func:`shm_exposures` takes an exposure of the host's ``/dev/shm`` out of
+what the provider mounts (its own tmpfs is that rule's meaning) and hands the guard an
+implicit one.
 """
 
 from __future__ import annotations
@@ -154,3 +161,21 @@ def _remove_stale(parent: str) -> None:
             import shutil  # removes links, never what they point to
 
             shutil.rmtree(path, ignore_errors=True)
+
+
+#: The ``source`` of the private ``/dev/shm``'s implicit exposure.
+SHM_SOURCE = "<private /dev/shm>"
+
+
+def shm_exposures(
+    provider: Provider, exposures: list[Exposure]
+) -> tuple[list[Exposure], Exposure | None]:
+    """``(what the provider mounts, the guard's implicit exposure or None)`` for a provider
+    with a private ``/dev/shm``: an exposure of that path at itself means the provider's
+    own tmpfs (the rule landlock needs, so that one profile runs everywhere), never a bind
+    of the host's shared one; a renamed exposure onto it is left for the provider to judge."""
+    inside = getattr(provider, "private_shm", None)
+    if not inside:
+        return exposures, None
+    kept = [e for e in exposures if not (e.target == inside and not e.renamed)]
+    return kept, Exposure(inside, inside, True, SHM_SOURCE, True)

@@ -39,7 +39,7 @@ def network_rule_enforced(rule: NetworkRule, caps: frozenset[C]) -> bool:
 
 def limit_text(key: str, value: float) -> str:
     """A limit as a person writes it: ``512M``, ``30s``."""
-    if key == "memory":
+    if key in ("memory", "tmp"):
         for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
             if value % size == 0:
                 return f"{int(value) // size}{unit}"
@@ -71,17 +71,18 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
     for name in sorted(policy.env):
         add("env", f"env: {name}", policy.env_sources.get(name, "<profile>"), C.ENV in caps)
     limits = policy.limits
-    for key in ("memory", "processes", "open_files", "cpu_time", "wall_time"):
+    for key in ("memory", "processes", "open_files", "cpu_time", "wall_time", "tmp"):
         value = getattr(limits, key)
         if value is None:
             continue
         name = key.replace("_", "-")
-        # wall-time is enforced by pysb's own parent process, outside the sandbox.
+        # wall-time is enforced by pysb's own parent process, outside the sandbox; tmp by
+        # the provider's tmpfs size or by pysb's parent watching (pysb_core.tmpwatch).
         add(
             "limits",
             f"limits: {name}: {limit_text(key, value)}",
             limits.sources.get(name, "<profile>"),
-            key == "wall_time" or C.LIMITS in caps,
+            key in ("wall_time", "tmp") or C.LIMITS in caps,
         )
     # imports and api are the Python layer's alone. Their deny-by-default is reported too
     # (with the text the guards use, so the rows merge when they are installed), from

@@ -296,6 +296,7 @@ class _Compiler:
             "open-files": ("open_files", parse_count),
             "cpu-time": ("cpu_time", parse_duration),
             "wall-time": ("wall_time", parse_duration),
+            "tmp": ("tmp", parse_size),
         }
         for key, (attr, parse) in parsers.items():
             item = self.c.scalars.get(f"limits.{key}")
@@ -310,6 +311,13 @@ class _Compiler:
                 value = max(1, int(-(-value // 1)))  # rlimits count whole seconds: round up
             values[attr] = value
             sources[key] = item.loc
+        tmp, memory = values.get("tmp"), values.get("memory")
+        if tmp is not None and memory is not None and tmp > memory:
+            self.err(
+                sources["tmp"],
+                "limits.tmp is larger than limits.memory: the private /tmp is memory "
+                "(a tmpfs) under bwrap, unshare, firejail and qemu, and counts against it",
+            )
         return Limits(**values, sources=sources)
 
 

@@ -53,6 +53,7 @@ BUILTIN_SECTIONS: dict[str, Shape] = {
         "open-files": SCALAR,
         "cpu-time": SCALAR,
         "wall-time": SCALAR,
+        "tmp": SCALAR,
     },
     "providers": PROVIDERS,
 }

@@ -107,10 +107,13 @@ def test_private_tmp_always_and_before_exposures_under_it():
     (bound over it, as the profile asks)."""
     argv = build_argv(plan(E("/tmp/work", rw=True), cwd="/tmp/work"), MERGED).argv
     assert argv.index("/tmp") < argv.index("/tmp/work")
-    assert argv[argv.index("--tmpfs") - 1] == "1777"
+    tmpfs = argv.index("/tmp")
+    assert argv[tmpfs - 5 : tmpfs] == ["--perms", "1777", "--size", str(512 << 20), "--tmpfs"]
+    shm = argv.index("/dev/shm")
+    assert argv[shm - 5 : shm] == ["--perms", "1777", "--size", str(512 << 20), "--tmpfs"]
     argv = build_argv(plan(E("/tmp", rw=True)), MERGED).argv
-    tmpfs = argv.index("--tmpfs")
-    assert argv[tmpfs + 1] == "/tmp"
+    tmpfs = argv.index("/tmp") - 1
+    assert argv[tmpfs] == "--tmpfs"
     assert ("/tmp", "/tmp") in pairs(argv[tmpfs:], "--bind")
 
 

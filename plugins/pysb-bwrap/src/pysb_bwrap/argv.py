@@ -370,14 +370,19 @@ def _system(
         )
     argv += ["--proc", "/proc", "--dev", "/dev"]
     mounts += [("/proc", False), ("/dev", False)]
+    # /dev/shm: a private tmpfs of its own (POSIX semaphores and shared memory,
+    # multiprocessing), bounded like /tmp (``limits: tmp``); bwrap's /dev has an unbounded one.
+    size = str(plan.policy.limits.tmp_bytes())
+    argv += ["--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
     # The kernel's global knobs: a root program is the host's uid 0 inside (bwrap keeps the
     # uid), and /proc/sys files check the uid, not a capability -- kernel.core_pattern would
     # run a program of the sandbox's choosing as root on the host. Read-only, as in runc.
     for knob in PROC_READ_ONLY:
         argv += ["--ro-bind-try", knob, knob]
-    # The program's private temporary directory (pysb_core.tmpdir): always a fresh tmpfs;
-    # exposures below /tmp are bound onto it below.
-    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    # The program's private temporary directory (pysb_core.tmpdir): always a fresh tmpfs
+    # of ``limits: tmp`` bytes (writing past it is ENOSPC); exposures below /tmp are bound
+    # onto it below.
+    argv += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
     mounts.append(("/tmp", False))
     return argv
 

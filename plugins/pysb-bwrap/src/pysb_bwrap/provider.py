@@ -69,6 +69,7 @@ class BwrapProvider(Provider):
     #: bwrap itself and its init (PID 1 of the sandbox) are counted by the pids cgroup.
     own_processes = 2
     private_tmp = "/tmp"  # a tmpfs of its own (pysb_bwrap.argv)
+    private_shm = "/dev/shm"  # a tmpfs of its own, bounded like /tmp (pysb_bwrap.argv)
 
     # -- configuration --------------------------------------------------------------
 

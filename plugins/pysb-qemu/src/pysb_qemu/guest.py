@@ -424,6 +424,8 @@ def build_run_archive(
             ]
         ),
     )
+    # The guest's /tmp and /dev/shm are tmpfs of ``limits: tmp`` bytes (guest_init.sh).
+    w.add_file("pysb/tmp-size", lines([str(plan.policy.limits.tmp_bytes())]))
     w.add_file("pysb/hide", lines([f"{k} {p}" for k, p in layout.hide]))
     w.add_file("pysb/protect", lines(layout.protect))
     w.add_file("pysb/marker", lines([marker]), 0o400)

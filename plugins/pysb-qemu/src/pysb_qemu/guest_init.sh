@@ -48,13 +48,17 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
-mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+# /dev/shm and /tmp are bounded by the profile's `limits: tmp` (pysb/tmp-size, in bytes).
+TMP_SIZE=
+read -r TMP_SIZE < /pysb/tmp-size || fail "no tmp size"
+case "$TMP_SIZE" in ''|*[!0-9]*) fail "bad tmp size" ;; esac
+mount -t tmpfs -o "mode=1777,size=$TMP_SIZE" tmpfs /dev/shm
 # /tmp is the program's private tmpfs (pysb_core.tmpdir). Exposed files the host copied
 # into the archive below /tmp (a script in a project under the host's /tmp) go onto it.
 if [ -n "$(ls -A /tmp)" ]; then
   mkdir -p /pysb/tmp-seed && mount --bind /tmp /pysb/tmp-seed || fail "cannot keep /tmp"
 fi
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o "mode=1777,size=$TMP_SIZE" tmpfs /tmp
 if [ -d /pysb/tmp-seed ]; then
   cp -a /pysb/tmp-seed/. /tmp/ && umount /pysb/tmp-seed || fail "cannot fill /tmp"
   # "cp -a DIR/." also copies DIR's own mode onto /tmp (0755): a normal user's program

@@ -62,6 +62,7 @@ class QemuProvider(Provider):
     install_hint = assets_mod.APT_FIX
     manages_process_limit = True  # a pids cgroup inside the guest
     private_tmp = "/tmp"  # the guest's own tmpfs (guest_init.sh)
+    private_shm = "/dev/shm"  # the guest's own tmpfs, bounded like /tmp (guest_init.sh)
 
     # -- configuration -----------------------------------------------------------------
 

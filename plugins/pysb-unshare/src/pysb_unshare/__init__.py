@@ -116,6 +116,7 @@ class UnshareProvider(Provider):
     #: (``nsinit``), so that pysb's helpers in the namespace are not counted.
     manages_process_limit = True
     private_tmp = "/tmp"  # a tmpfs of its own (pysb_unshare.rootfs)
+    private_shm = "/dev/shm"  # a tmpfs of its own, bounded like /tmp (pysb_unshare.rootfs)
 
     _probe_cache: dict[str, ProviderStatus] = {}
 

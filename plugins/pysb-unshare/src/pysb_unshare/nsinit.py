@@ -276,10 +276,11 @@ def run_ops(root: str, ops: list[list], files_dir: str | None = None) -> None:
                 dst = ensure(root, src, is_dir=False)
                 mount(src, dst, None, MS_BIND)
                 set_readonly(dst, recursive=False, nodev=False)
-        elif kind == "tmpfs":  # ["tmpfs", target, mode]
-            _, target, mode = op
+        elif kind == "tmpfs":  # ["tmpfs", target, mode] or [..., size in bytes]
+            target, mode = op[1], op[2]
+            data = f"mode={mode}" + (f",size={int(op[3])}" if len(op) > 3 else "")
             dst = ensure(root, target, is_dir=True)
-            mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+            mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, data)
         elif kind == "dir":
             ensure(root, op[1], is_dir=True)
         elif kind == "file" and files_dir is not None:  # over the host's file, if any

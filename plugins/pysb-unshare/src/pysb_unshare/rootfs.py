@@ -152,8 +152,9 @@ def build_ops(
         ["symlink", "/proc/self/fd/0", "/dev/stdin"],
         ["symlink", "/proc/self/fd/1", "/dev/stdout"],
         ["symlink", "/proc/self/fd/2", "/dev/stderr"],
-        ["tmpfs", "/dev/shm", "1777"],
-        ["tmpfs", "/tmp", "1777"],
+        # Private and bounded (``limits: tmp``: writing past it is ENOSPC).
+        ["tmpfs", "/dev/shm", "1777", plan.policy.limits.tmp_bytes()],
+        ["tmpfs", "/tmp", "1777", plan.policy.limits.tmp_bytes()],
         ["dir", "/root"],
     ]
     # The /etc binds count as read-only binds already made: the implicit CA exposures

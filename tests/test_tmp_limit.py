@@ -1,0 +1,157 @@
+"""The private temporary directory and /dev/shm are bounded (SPEC §4 "temporary files").
+
+Issue 26 item 6: under bwrap, unshare and firejail the private /tmp was a tmpfs without a
+size (3 GiB written with ``limits: {memory: 256M}``), and under subprocess and landlock
+TMPDIR filled the host's disk. ``limits: tmp`` (default 512M, or ``memory`` when smaller)
+bounds it: a tmpfs of that size where the provider has a mount namespace (``ENOSPC``
+past it), pysb's parent watching the host directory elsewhere (the run ends, status 153).
+
+Issue 28 item 8: one profile using multiprocessing (a Pool, a Semaphore) runs on every
+provider: ``expose-rw: [/dev/shm]`` is the host's shared directory under landlock and
+subprocess, and each provider's own private, bounded /dev/shm under the others (bwrap and
+firejail refused to start with it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pysb_core.errors import ProfileError
+from pysb_core.policy import DEFAULT_TMP, Limits
+from pysb_core.profile import load_policy
+from pysb_core.testing import Project, require_provider
+
+PROVIDERS = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),
+]
+#: Providers whose private /tmp and /dev/shm are tmpfs mounts pysb sizes (the others:
+#: a host directory, or firejail's unsized tmpfs, watched by pysb's parent).
+TMPFS = {"bwrap", "unshare", "qemu"}
+
+#: Writes 1 MiB every 20 ms (a pace the parent's watch sees) into WHERE, up to 40 MiB.
+WRITES = """
+import errno, os, sys, time
+where = sys.argv[1] if len(sys.argv) > 1 else os.environ["TMPDIR"]
+n = 0
+try:
+    with open(os.path.join(where, "big"), "wb") as f:
+        for _ in range(40):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            n += 1
+            time.sleep(0.02)
+    print("wrote", n, flush=True)
+except OSError as exc:
+    print("refused", errno.errorcode.get(exc.errno), "after", n, flush=True)
+"""
+
+
+def _run(project: Project, provider: str, *args: str):  # type: ignore[no-untyped-def]
+    profile = (
+        "version: 1\nimports: [errno, os, sys, time]\nlimits: {tmp: 8M}\n"
+        "files:\n  expose-rw: [/dev/shm]\n"
+    )
+    return _run_program(project, provider, profile, WRITES, *args)
+
+
+def _run_program(project: Project, provider: str, profile: str, program: str, *args: str):  # type: ignore[no-untyped-def]
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(profile)
+    project.file("prog.py", program)
+    return project.run("run", "--provider", provider, "prog.py", *args, timeout=300)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_writing_past_the_tmp_limit_fails(project: Project, provider: str) -> None:
+    r = _run(project, provider)
+    _bounded(r, provider)
+
+
+def _bounded(r: subprocess.CompletedProcess[str], provider: str) -> None:
+    if provider in TMPFS:  # the kernel: ENOSPC at the tmpfs's size
+        assert r.returncode == 0, r.stderr
+        assert "refused ENOSPC after" in r.stdout, r.stdout + r.stderr
+        assert int(r.stdout.split("after")[1]) <= 8, r.stdout
+    else:  # pysb's parent watching: the run ends
+        assert r.returncode == 153, r.stdout + r.stderr
+        assert "tmp limit of 8M reached (.pysb.yaml:3)" in r.stderr, r.stderr
+        assert "wrote" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("provider", PROVIDERS[2:])
+def test_writing_past_the_tmp_limit_in_dev_shm_fails(project: Project, provider: str) -> None:
+    """The providers with a private /dev/shm bound it as /tmp (landlock and subprocess
+    have none: the rule grants the host's)."""
+    r = _run(project, provider, "/dev/shm")
+    _bounded(r, provider)
+
+
+MULTIPROCESSING = """
+import multiprocessing as mp
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    sem = mp.Semaphore(2)
+    with sem:
+        with mp.Pool(2) as pool:
+            print("pool", sum(pool.map(square, range(10))), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        "subprocess",
+        "landlock",
+        "bwrap",
+        "unshare",
+        "firejail",
+        pytest.param("qemu", marks=pytest.mark.slow),
+    ],
+)
+def test_one_multiprocessing_profile_runs_on_every_provider(provider: str) -> None:
+    """(In the home directory: with ``expose-ro: [/]`` unshare hides a project below the
+    host's /tmp under its private one.)"""
+    root = Path(tempfile.mkdtemp(prefix=".pysb-mp-", dir=Path.home()))
+    try:
+        _multiprocessing(Project(root), provider)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _multiprocessing(project: Project, provider: str) -> None:
+    profile = (
+        "version: 1\nimports: '*'\napi:\n  allow: ['*']\n"
+        "files:\n  expose-ro: [/]\n  expose-rw: [/dev/shm]\n"
+    )
+    r = _run_program(project, provider, profile, MULTIPROCESSING)
+    assert r.returncode == 0, r.stderr
+    assert "pool 285" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_default_tmp_limit_and_its_memory_cap(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert Limits().tmp_bytes() == DEFAULT_TMP == 512 << 20
+    assert Limits(memory=64 << 20).tmp_bytes() == 64 << 20
+    assert Limits(memory=4 << 30).tmp_bytes() == DEFAULT_TMP
+    assert Limits(tmp=1 << 30).tmp_bytes() == 1 << 30
+    profile = tmp_path / "p.yaml"
+    profile.write_text("version: 1\nlimits: {tmp: 32M}\n")
+    policy = load_policy(str(profile), cwd=str(tmp_path), environ=dict(os.environ))
+    assert policy.limits.tmp_bytes() == 32 << 20
+    profile.write_text("version: 1\nlimits: {memory: 64M, tmp: 1G}\n")
+    with pytest.raises(ProfileError, match=r"limits\.tmp is larger than limits\.memory"):
+        load_policy(str(profile), cwd=str(tmp_path), environ=dict(os.environ))
