@@ -17,7 +17,8 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	    "pytest>=8" "hypothesis>=6" "ruff>=0.5" "pytest-timeout>=2" "ipython>=8" \
 	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
 	    "mypy>=2.4,<2.5" "import-linter>=2.17,<3" "ray>=2.9" "uv>=0.4" \
-	    "requests>=2.31" "flask>=3.0"  # the learning corpus (benchmarks/learning_corpus.py)
+	    "requests>=2.31" "flask>=3.0" \
+	    "httpx>=0.27" "aiohttp>=3.9"  # the learning corpus; pysb-proxy's clients
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling pytest
 	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse $$($(BIN)/python -c "$$OLDEST_PINS")
@@ -52,6 +53,7 @@ docs: dev
 bench: system-deps dev
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/compat.py
+	$(BIN)/python benchmarks/proxy.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache site

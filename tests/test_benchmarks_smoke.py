@@ -220,3 +220,27 @@ def test_report_renders_figures_targets_and_failures() -> None:
     assert "| calls/s, 8 threads, subprocess | 25,000/s | 25,000/s | ≥ 20,000/s | yes |" in text
     assert "## Errors in this run" in text and "unshare failed: broken" in text
     assert "not available: firejail (no)" in text
+
+
+@pytest.mark.slow
+def test_the_proxy_benchmark_measures_every_path(tmp_path: Path) -> None:
+    """benchmarks/proxy.py runs (loopback servers, the real proxy) and reports each path."""
+    out = tmp_path / "proxy.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "proxy.py"), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert set(figures) == {
+        "http direct",
+        "http via proxy",
+        "https direct",
+        "https tunnelled",
+        "https intercepted",
+    }
+    for row in figures.values():
+        assert row["p50_ms"] > 0 and row["mib_per_s"] > 0

@@ -67,6 +67,7 @@ def urllib_get(proxy: EgressProxy, url: str, *, cafile: str | None = None) -> tu
         with opener.open(url, timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
+        assert exc.msg == exc.headers.get(REFUSAL_HEADER.decode(), "")  # said on the status line
         return exc.code, exc.headers.get(REFUSAL_HEADER.decode(), "")
 
 
@@ -149,6 +150,21 @@ def test_https_tunnel_is_not_decrypted_and_checks_the_server_name(
         proxy.close()
     assert any("is not the CONNECT host" in getattr(d, "reason", "") for d in decided)
     assert len(https_server.requests) == 1
+
+
+def test_a_refused_tunnel_says_why_in_the_clients_own_exception(https_server: EchoServer) -> None:
+    proxy, _ = make_proxy(["allow https://api.example.com"])
+    try:
+        with pytest.raises(requests.exceptions.ProxyError) as raised:
+            requests.get(
+                f"https://localhost:{https_server.port}/x",
+                proxies={"https": proxy_url(proxy)},
+                timeout=10,
+            )
+    finally:
+        proxy.close()
+    assert "pysb: egress refused: CONNECT https://localhost:" in str(raised.value)
+    assert "no egress rule allows it; add to the profile" in str(raised.value)
 
 
 def test_connect_to_a_host_no_rule_names_is_refused(https_server: EchoServer) -> None:
@@ -330,3 +346,68 @@ def test_learning_records_what_passed(http_server: EchoServer) -> None:
     ]
     assert all("token" not in e.target for e in events)  # no query string recorded
     assert learned_rules(events) == [f"allow {base}/v1/* GET"]
+
+
+def test_keep_alive_and_streamed_bodies_both_ways(http_server: EchoServer) -> None:
+    """Two requests on one client connection; a 4 MiB upload arrives whole."""
+    import http.client
+
+    base = f"http://127.0.0.1:{http_server.port}"
+    proxy, _ = make_proxy([f"allow {base}/*"])
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=20)
+        conn.request("GET", f"{base}/one")
+        first = conn.getresponse()
+        assert first.status == 200 and json.loads(first.read())["path"] == "/one"
+        conn.request("POST", f"{base}/two", body=b"x" * (4 << 20))
+        second = conn.getresponse()
+        assert second.status == 200
+        seen = json.loads(second.read())
+        assert seen["path"] == "/two" and seen["body"] == 4 << 20
+        conn.close()
+    finally:
+        proxy.close()
+    assert [r["path"] for r in http_server.requests] == ["/one", "/two"]
+
+
+def test_a_websocket_upgrade_is_relayed() -> None:
+    """``Upgrade: websocket`` crosses the proxy and bytes flow both ways after the 101."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            assert b"upgrade: websocket" in head.lower()
+            conn.sendall(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\n\r\n"
+            )
+            conn.sendall(conn.recv(4096)[::-1])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    proxy, _ = make_proxy([f"allow http://127.0.0.1:{port}/ws"])
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+            s.sendall(
+                f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n".encode()
+            )
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += s.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 101")
+            s.sendall(b"frame-bytes")
+            assert s.recv(4096) == b"setyb-emarf"
+    finally:
+        proxy.close()
+        server.close()
+    thread.join(5)

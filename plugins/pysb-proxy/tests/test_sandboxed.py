@@ -25,6 +25,8 @@ from proxy_servers import EchoServer, LoopbackCA
 from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider, trust_profile
 
 PROVIDERS = ["subprocess", "landlock", "bwrap", "unshare", "firejail"]
+#: qemu (TCG: ~40 s a run here) only where a URL decision is the point.
+URL_PROVIDERS = [*PROVIDERS, "qemu"]
 SECRET_KEY = "sk-live-0123456789abcdef-never-inside"
 
 CLIENT = r"""
@@ -82,7 +84,7 @@ def _profile(project: Project, *lines: str) -> Path:
     return project.profile("\n".join(["version: 1", *lines]) + "\n")
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("provider", URL_PROVIDERS)
 def test_requests_are_judged_by_url_and_nothing_goes_around_the_proxy(
     provider: str, project: Project, http_server: EchoServer
 ) -> None:
@@ -369,3 +371,63 @@ def test_learning_writes_egress_rules_and_no_rule_for_the_proxy(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["200", "200"]
+
+
+CLIENTS = r"""
+import asyncio, json, sys, urllib.error, urllib.request
+import aiohttp, httpx, requests
+url, refused = sys.argv[1], sys.argv[2]
+out = {}
+def urllib_get(u):
+    try:
+        return urllib.request.urlopen(u, timeout=20).status
+    except urllib.error.HTTPError as e:
+        return e.code
+out["urllib"] = [urllib_get(url), urllib_get(refused)]
+out["requests"] = [requests.get(u, timeout=20).status_code for u in (url, refused)]
+with httpx.Client(timeout=20) as c:
+    out["httpx"] = [c.get(url).status_code, c.get(refused).status_code]
+async def main():
+    async with aiohttp.ClientSession(trust_env=True) as s:
+        got = []
+        for u in (url, refused):
+            async with s.get(u) as r:
+                got.append(r.status)
+        return got
+out["aiohttp"] = asyncio.run(main())
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "bwrap"])
+def test_urllib_requests_httpx_and_aiohttp_go_through_the_proxy(
+    provider: str, project: Project, https_server: EchoServer, ca: LoopbackCA
+) -> None:
+    """Each client finds the proxy in the environment and trusts the run's CA: a path
+    rule on an HTTPS host is judged inside TLS for all four."""
+    pytest.importorskip("httpx")
+    pytest.importorskip("aiohttp")
+    if provider != "subprocess":
+        require_provider(provider)
+    origin = f"https://localhost:{https_server.port}"
+    _profile(
+        project,
+        "imports: ['*']",
+        "api: {allow: [threads]}",  # aiohttp resolves names in a thread
+        "egress:",
+        f"  - allow {origin}/v1/* GET",
+    )
+    (project.root / "clients.py").write_text(CLIENTS)
+    result = project.run(
+        "run",
+        "--provider",
+        provider,
+        "clients.py",
+        f"{origin}/v1/ok",
+        f"{origin}/v2/no",
+        env={"SSL_CERT_FILE": str(ca.ca_file)},
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out == {name: [200, 403] for name in ("urllib", "requests", "httpx", "aiohttp")}
+    assert [r["path"] for r in https_server.requests] == ["/v1/ok"] * 4

@@ -53,6 +53,8 @@ HOP_HEADERS = frozenset(
     }
 )
 REFUSAL_HEADER = b"x-pysb-refusal"
+#: A refusal's text on the status line and in its header, at most.
+MAX_REASON = 1024
 
 
 class Decided:
@@ -157,6 +159,7 @@ class EgressProxy:
 
     def _serve(self, client: socket.socket) -> None:
         try:
+            _no_delay(client)
             client.settimeout(IDLE_TIMEOUT)
             _ClientSession(self, client).run()
         except Exception:  # one client's failure never reaches the host application
@@ -226,16 +229,25 @@ class _Stream:
 
 
 def _refusal(status: int, text: str) -> list[Any]:
-    """A response the sandbox can read: the reason in a header and as the body."""
+    """A response the sandbox can read: the reason as the status line's reason phrase
+    (what clients put in their exception: ``HTTP Error 403: pysb: egress refused ...``,
+    ``Tunnel connection failed: 403 pysb: egress refused ...``), a header and the body."""
     body = (text + "\n").encode("utf-8", "replace")
+    line = "".join(c if " " <= c <= "~" else "?" for c in text)[:MAX_REASON].encode("ascii")
     headers = [
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
-        (REFUSAL_HEADER, text.encode("ascii", "replace")[:4000]),
+        (REFUSAL_HEADER, line),
     ]
-    reason = {403: b"Forbidden", 400: b"Bad Request", 502: b"Bad Gateway"}.get(status, b"Error")
-    return [h11.Response(status_code=status, headers=headers, reason=reason), h11.Data(data=body)]
+    return [h11.Response(status_code=status, headers=headers, reason=line), h11.Data(data=body)]
+
+
+def send_refusal(stream: _Stream, status: int, text: str) -> bool:
+    """Answer the request ``stream`` waits on with a refusal; False: close it after."""
+    with contextlib.suppress(h11.LocalProtocolError, OSError):
+        stream.send(*_refusal(status, text), h11.EndOfMessage())
+    return False
 
 
 def refusal_text(request: Request, reason: str) -> str:
@@ -267,8 +279,7 @@ class _ClientSession:
                 return
 
     def _answer(self, status: int, text: str) -> None:
-        with contextlib.suppress(h11.LocalProtocolError, OSError):
-            self.client.send(*_refusal(status, text), h11.EndOfMessage())
+        send_refusal(self.client, status, text)
 
     @staticmethod
     def _next_cycle(stream: _Stream) -> bool:
@@ -374,79 +385,99 @@ def forward(
     method = event.method.decode("ascii", "replace").upper()
     request = Request(scheme, host, port, judged_path, method)
 
-    def answer(status: int, text: str) -> bool:
-        with contextlib.suppress(h11.LocalProtocolError, OSError):
-            client.send(*_refusal(status, text), h11.EndOfMessage())
-        return False
-
     decision = proxy.judge(request)
     if not decision.allowed:
-        return answer(403, refusal_text(request, decision.reason))
+        return send_refusal(client, 403, refusal_text(request, decision.reason))
     try:
         addresses = proxy.addresses(host, port, decision)
     except AddressRefused as exc:
-        return answer(403, refusal_text(request, proxy.refuse_address(request, exc)))
+        return send_refusal(client, 403, refusal_text(request, proxy.refuse_address(request, exc)))
     raw = _open(addresses, port)
     if raw is None:
-        return answer(502, f"pysb: egress: {host}:{port} does not answer")
+        return send_refusal(client, 502, f"pysb: egress: {host}:{port} does not answer")
     try:
         sock = upstream_wrap(raw) if upstream_wrap else raw
     except (OSError, ssl.SSLError) as exc:
         raw.close()
-        return answer(502, f"pysb: egress: TLS with {host}:{port} failed: {exc}")
+        return send_refusal(client, 502, f"pysb: egress: TLS with {host}:{port} failed: {exc}")
     with sock:
-        sock.settimeout(IDLE_TIMEOUT)
-        upstream = _Stream(sock, h11.CLIENT)
-        headers = _request_headers(event.headers, host, port, scheme, proxy.secrets)
-        upstream.send(h11.Request(method=event.method, target=origin, headers=headers))
-        while True:  # the request body, streamed
-            part = client.next_event()
-            if isinstance(part, h11.Data):
-                upstream.send(h11.Data(data=part.data))
-            elif isinstance(part, h11.EndOfMessage):
-                upstream.send(h11.EndOfMessage())
-                break
-            else:
-                return False
-        response = upstream.next_event()
-        while isinstance(response, h11.InformationalResponse):
-            client.send(
-                h11.InformationalResponse(
-                    status_code=response.status_code,
-                    headers=_response_headers(response.headers),
-                    reason=response.reason,
+        try:
+            return _exchange(client, sock, event, scheme, host, port, origin, proxy.secrets)
+        except (OSError, h11.ProtocolError) as exc:
+            # The server went away or spoke no HTTP: a 502 while the client still
+            # waits for its response head, else the client connection closes.
+            if client.h11.our_state is h11.SEND_RESPONSE:
+                return send_refusal(
+                    client, 502, f"pysb: egress: {host}:{port}: {type(exc).__name__}"
                 )
-            )
-            if response.status_code == 101:  # an upgrade (WebSocket): bytes from now on
-                tail_up = upstream.h11.trailing_data[0]
-                tail_client = client.h11.trailing_data[0]
-                if tail_up:
-                    client.sock.sendall(tail_up)
-                if tail_client:
-                    sock.sendall(tail_client)
-                relay(client.sock, sock)
-                return False
-            response = upstream.next_event()
-        if not isinstance(response, h11.Response):
-            return answer(502, f"pysb: egress: {host}:{port} sent no HTTP response")
+            return False
+
+
+def _exchange(
+    client: _Stream,
+    sock: socket.socket,
+    event: Any,
+    scheme: str,
+    host: str,
+    port: int,
+    origin: bytes,
+    secrets: Secrets,
+) -> bool:
+    """Send the request to the server and its response to the client (both streamed)."""
+    method = event.method
+
+    sock.settimeout(IDLE_TIMEOUT)
+    upstream = _Stream(sock, h11.CLIENT)
+    headers = _request_headers(event.headers, host, port, scheme, secrets)
+    upstream.send(h11.Request(method=method, target=origin, headers=headers))
+    while True:  # the request body, streamed
+        part = client.next_event()
+        if isinstance(part, h11.Data):
+            upstream.send(h11.Data(data=part.data))
+        elif isinstance(part, h11.EndOfMessage):
+            upstream.send(h11.EndOfMessage())
+            break
+        else:
+            return False
+    response = upstream.next_event()
+    while isinstance(response, h11.InformationalResponse):
         client.send(
-            h11.Response(
+            h11.InformationalResponse(
                 status_code=response.status_code,
-                headers=_response_headers(response.headers, keep_length=True),
+                headers=_response_headers(response.headers),
                 reason=response.reason,
             )
         )
-        while True:
-            part = upstream.next_event()
-            if isinstance(part, h11.Data):
-                client.send(h11.Data(data=part.data))
-            elif isinstance(part, h11.EndOfMessage):
+        if response.status_code == 101:  # an upgrade (WebSocket): bytes from now on
+            tail_up = upstream.h11.trailing_data[0]
+            tail_client = client.h11.trailing_data[0]
+            if tail_up:
+                client.sock.sendall(tail_up)
+            if tail_client:
+                sock.sendall(tail_client)
+            relay(client.sock, sock)
+            return False
+        response = upstream.next_event()
+    if not isinstance(response, h11.Response):
+        return send_refusal(client, 502, f"pysb: egress: {host}:{port} sent no HTTP response")
+    client.send(
+        h11.Response(
+            status_code=response.status_code,
+            headers=_response_headers(response.headers, keep_length=True),
+            reason=response.reason,
+        )
+    )
+    while True:
+        part = upstream.next_event()
+        if isinstance(part, h11.Data):
+            client.send(h11.Data(data=part.data))
+        elif isinstance(part, h11.EndOfMessage):
+            client.send(h11.EndOfMessage())
+            return True
+        else:
+            with contextlib.suppress(h11.LocalProtocolError, OSError):
                 client.send(h11.EndOfMessage())
-                return True
-            else:
-                with contextlib.suppress(h11.LocalProtocolError, OSError):
-                    client.send(h11.EndOfMessage())
-                return False
+            return False
 
 
 def _request_headers(
@@ -502,8 +533,16 @@ def _open(addresses: list[str], port: int) -> socket.socket | None:
             sock.close()
             continue
         sock.settimeout(IDLE_TIMEOUT)
+        _no_delay(sock)
         return sock
     return None
+
+
+def _no_delay(sock: socket.socket) -> None:
+    """Relay small writes at once: with Nagle's algorithm a proxy's write-write-read
+    (a CONNECT's answer, then a TLS record) waits for the peer's delayed ACK, ~40 ms."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _split_target(target: bytes) -> tuple[str, int]:

@@ -26,7 +26,7 @@ from typing import Any
 import h11
 
 from pysb_proxy.rules import RuleError, is_ip, normal_path
-from pysb_proxy.server import _Stream, forward
+from pysb_proxy.server import _Stream, forward, send_refusal
 
 HANDSHAKE_TIMEOUT = 15.0
 
@@ -181,11 +181,7 @@ class Interceptor:
                 try:
                     judged = normal_path(target)
                 except (RuleError, UnicodeDecodeError):
-                    with contextlib.suppress(Exception):
-                        from pysb_proxy.server import _refusal
-
-                        stream.send(*_refusal(400, f"pysb: egress: {target[:200]!r}"))
-                        stream.send(h11.EndOfMessage())
+                    send_refusal(stream, 400, f"pysb: egress: {target[:200]!r} is refused")
                     return
                 origin = target.encode("ascii", "replace")
                 if not forward(
