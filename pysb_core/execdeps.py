@@ -23,6 +23,16 @@ import subprocess
 
 from pysb_core.paths import is_within
 
+#: What the dynamic loader and the C library read as programs start, and every provider
+#: that confines files gives every sandbox (``pysb_core.sysfiles``, Landlock's system
+#: reads), or whose absence changes nothing (``locale.alias`` only maps alias names; without
+#: ``localtime`` the time zone is UTC): the learning watch does not learn them, by the
+#: name the program used (a read of ``ld.so.cache`` by every executed program would
+#: otherwise expose the whole of ``/etc``).
+STARTUP_FILES = frozenset(
+    {"/etc/ld.so.cache", "/etc/ld.so.preload", "/etc/locale.alias", "/etc/localtime"}
+)
+
 #: ELF program header type of the interpreter path.
 PT_INTERP = 3
 

@@ -40,6 +40,18 @@ FORWARDED = (
     signal.SIGWINCH,
     signal.SIGCONT,
 )
+
+
+def quiet_thread() -> None:
+    """Block, in a helper thread of pysb (a report reader, the learning watch), the signals
+    the main thread forwards to the sandbox: the kernel delivers a process signal to any
+    thread that does not block it, and only the main thread's handlers forward."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
+
+
 _SI_USER = 0  # si_code of a signal sent by kill(); terminal-generated ones are SI_KERNEL
 #: Seconds a sandbox has to end after pysb was asked to end, before it is killed.
 TERM_GRACE = 5.0

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pysb_core.autoprovider import AutoChoice
     from pysb_core.check import RuleReport
     from pysb_core.events import Event
+    from pysb_core.execwatch.supervisor import Watch
     from pysb_core.plugins import LoadedPlugin
     from pysb_core.policy import Policy
     from pysb_core.provider import Provider
@@ -325,7 +326,7 @@ class Session:
         #: How ``auto`` chose the provider (None when the provider was named).
         self.auto_choice: AutoChoice | None = None
         #: Every sandbox started and not yet released: host PID -> (plan, report reader).
-        self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None]] = {}
+        self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None, Watch | None]] = {}
         self._spawned = False
         self._lock = threading.Lock()
         self._finished = False
@@ -660,15 +661,21 @@ class Session:
             if k in ("stdin", "stdout", "stderr", "process_group", "preexec_fn")
         }
         plan = self.plan(program, popen_kwargs=popen_kwargs, **kwargs)
+        watch = self._watch(plan)
         try:
             proc = self.hooks.launch(plan, self.provider)
         except BaseException as exc:
+            if watch is not None:
+                watch.close()
             self._close_plan_fds(plan, parent_ends_only=False)
             self._cleanup(plan)
             if isinstance(exc, Exception) and not isinstance(exc, (SandboxError, OSError)):
                 raise self._failure(exc, "to launch the sandbox") from exc
             raise
         self._close_plan_fds(plan, parent_ends_only=True)
+        if watch is not None:
+            watch.launched()
+            watch.start()
         report_r = plan.report_read_fd
         reader = None
         if report_r is not None:
@@ -690,8 +697,23 @@ class Session:
             )
         with self._lock:
             self._spawned = True
-            self._by_pid[proc.pid] = (plan, reader)
+            self._by_pid[proc.pid] = (plan, reader, watch)
         return proc
+
+    def _watch(self, plan: LaunchPlan) -> Watch | None:
+        """A learning run watches the programs the sandbox executes (pysb_core.execwatch)."""
+        if not self.policy.learn:
+            return None
+        from pysb_core.execwatch.supervisor import prepare
+
+        watch = prepare(plan)
+        if watch is None:
+            _warn(
+                self.stderr,
+                f"learning run: no system-call table for {os.uname().machine}: what the "
+                "programs the program executes read, write or connect to is not learned",
+            )
+        return watch
 
     def release(self, proc: Any) -> None:
         """Run the clean-ups of one sandbox that has exited (a restarted partial-mode worker),
@@ -701,10 +723,18 @@ class Session:
         if entry is not None:
             self._wind_up(*entry)
 
-    def _wind_up(self, plan: LaunchPlan, reader: threading.Thread | None) -> None:
-        """Read the sandbox's last reports, then run its clean-ups."""
+    def _wind_up(
+        self, plan: LaunchPlan, reader: threading.Thread | None, watch: Watch | None
+    ) -> None:
+        """Read the sandbox's last reports (and what its watch learned), then run its
+        clean-ups."""
         if reader is not None:
             reader.join(timeout=5)
+        if watch is not None:
+            for event in watch.events(timeout=5):
+                self.deliver(event)
+            for message in watch.notes:
+                _warn(self.stderr, message)
         self._cleanup(plan)
 
     @staticmethod
@@ -721,13 +751,9 @@ class Session:
         plan.payload_fd = None
 
     def _read_reports(self, fd: int) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            # Signals sent to pysb are the main thread's to forward (pysb_core.execute).
-            import signal
+        from pysb_core.execute import quiet_thread
 
-            from pysb_core.execute import FORWARDED
-
-            signal.pthread_sigmask(signal.SIG_BLOCK, {*FORWARDED, signal.SIGCHLD})
+        quiet_thread()  # signals sent to pysb are the main thread's to forward
         from pysb_core.events import Event, ReportLimits, report_lines
 
         # Bounded: the program can write anything into the channel (pysb_core.events).
@@ -782,8 +808,8 @@ class Session:
             self._finished = True
             remaining = list(self._by_pid.values())
             self._by_pid.clear()
-        for plan, reader in remaining:
-            self._wind_up(plan, reader)
+        for entry in remaining:
+            self._wind_up(*entry)
         if not self.policy.learn:
             return None
         from pysb_core.learning import LearnedProfile

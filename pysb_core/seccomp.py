@@ -70,8 +70,9 @@ def ret_errno(code: int) -> int:
     return _RET_ERRNO | code
 
 
-#: ``struct seccomp_data``: nr, arch, then args[n] (its low 32 bits on little-endian).
-OFF_NR, OFF_ARCH = 0, 4
+#: ``struct seccomp_data``: nr, arch, the instruction pointer, then args[n] (its low 32
+#: bits on little-endian).
+OFF_NR, OFF_ARCH, OFF_IP = 0, 4, 8
 
 
 def off_arg(n: int) -> int:
@@ -156,7 +157,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "setuid": 146, "setresuid": 147, "setresgid": 149,
     },
 }  # fmt: skip
-_SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 _SECCOMP_SET_MODE_FILTER = 1
 _SECCOMP_FILTER_FLAG_TSYNC = 1
 
@@ -447,8 +448,9 @@ def _socket_block(rules: Rules) -> list[tuple[str | int, ...]]:
     return block
 
 
-def _resolve(prog: list[tuple[str | int, ...]]) -> list[tuple[int, int, int, int]]:
-    """Labels to relative jumps: ``(code, jt, jf, k)`` instructions."""
+def resolve(prog: list[tuple[str | int, ...]]) -> list[tuple[int, int, int, int]]:
+    """Labels to relative jumps: ``(code, jt, jf, k)`` instructions (this filter's, and the
+    learning run's watch filter's: :mod:`pysb_core.execwatch.child`)."""
     labels: dict[str, int] = {}
     pos = 0
     for ins in prog:
@@ -489,7 +491,7 @@ def program(
     machine = machine or os.uname().machine
     if machine not in ARCHES:
         return None
-    return _resolve(_native(machine, rules or Rules()))
+    return resolve(_native(machine, rules or Rules()))
 
 
 #: (machine, rules key) -> bytes; a plain dict: no functools in the sandboxed child.
@@ -502,29 +504,29 @@ def filter_bytes(machine: str | None = None, rules: Rules | None = None) -> byte
     key = (machine, *rules.key())
     if key not in _BYTES:
         prog = program(machine, rules)
-        _BYTES[key] = None if prog is None else b"".join(_pack(*ins) for ins in prog)
+        _BYTES[key] = None if prog is None else b"".join(pack(*ins) for ins in prog)
     return _BYTES[key]
 
 
-def _pack(code: int, jt: int, jf: int, k: int) -> bytes:
+def pack(code: int, jt: int, jf: int, k: int) -> bytes:
     """One ``struct sock_filter`` (u16 code, u8 jt, u8 jf, u32 k; native byte order),
     without the struct module (the sandboxed child has not loaded it)."""
     order = sys.byteorder
     return code.to_bytes(2, order) + bytes((jt, jf)) + k.to_bytes(4, order)
 
 
-def run(prog: list[tuple[int, int, int, int]], nr: int, arch: int, *args: int) -> int:
+def run(prog: list[tuple[int, int, int, int]], nr: int, arch: int, *args: int, ip: int = 0) -> int:
     """Interpret ``prog`` for one system call (unit tests): the filter's return value."""
     acc = pc = 0
-    values = [a & 0xFFFFFFFFFFFFFFFF for a in (*args, *[0] * (6 - len(args)))]
+    values = [ip, *(a & 0xFFFFFFFFFFFFFFFF for a in (*args, *[0] * (6 - len(args))))]
     while True:
         code, jt, jf, k = prog[pc]
         pc += 1
         if code == _LD_W_ABS:
             if k in (OFF_NR, OFF_ARCH):
                 acc = nr if k == OFF_NR else arch
-            else:  # an argument's low (little-endian: first) or high 32 bits
-                acc = (values[(k - 16) // 8] >> (32 if (k - 16) % 8 else 0)) & 0xFFFFFFFF
+            else:  # the instruction pointer's or an argument's low (little-endian: first)
+                acc = (values[(k - 8) // 8] >> (32 if k % 8 else 0)) & 0xFFFFFFFF  # or high bits
         elif code == _AND_K:
             acc &= k
         elif code in (_JEQ_K, _JGE_K, _JSET_K):
@@ -549,7 +551,7 @@ def install(rules: Rules | None = None) -> bool:
     fprog = (len(raw) // 8).to_bytes(2, order) + bytes(6) + program_address.to_bytes(8, order)
     fprog_buf, fprog_address = cfuncs.buffer(fprog)
     rc = _syscall(
-        cfuncs.Long(_SYS_SECCOMP[machine]),
+        cfuncs.Long(SYS_SECCOMP[machine]),
         cfuncs.Long(_SECCOMP_SET_MODE_FILTER),
         cfuncs.Long(_SECCOMP_FILTER_FLAG_TSYNC),
         cfuncs.Pointer(fprog_address),
