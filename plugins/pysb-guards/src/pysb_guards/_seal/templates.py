@@ -37,10 +37,19 @@ del _types
 
 #: The globals of every door. No door code reads a global name; the builtins are there for
 #: C functions that default to their caller's builtins (``exec`` of a module's code).
-DOOR_NS: dict[str, Any] = {"__builtins__": vars(builtins)}
+#: ``__tracebackhide__``: the convention of pytest (and IPython, pdb++) for a frame a
+#: traceback leaves out. A reader that takes every entry of a traceback before reading a
+#: frame (pytest builds its list from ``tb_next`` alone) keeps the guards' entries, which
+#: the splice on ``tb_frame`` cannot take back; such readers ask this first, and pass
+#: over the door, whose code they could not read (docs/compat.md, Tracebacks).
+DOOR_NS: dict[str, Any] = {"__builtins__": vars(builtins), "__tracebackhide__": True}
 
 #: The globals of every face (faces read no global name either).
-_FACE_NS: dict[str, Any] = {"__builtins__": builtins, "__name__": "pysb_guards.<face>"}
+_FACE_NS: dict[str, Any] = {
+    "__builtins__": builtins,
+    "__name__": "pysb_guards.<face>",
+    "__tracebackhide__": True,
+}
 
 
 # Templates. They are never called: their code is copied with each placeholder constant
