@@ -93,8 +93,34 @@ def test_reader_reports_end_of_stream(pair):
 
 def test_a_frame_above_the_limit_is_refused_before_any_allocation(pair):
     a, b = pair
-    reader = transport.FrameReader(b.fileno(), max_size=1 << 20)
+    reader = transport.FrameReader(b.fileno(), max_size=transport.child_limits())
     a.sendall(transport.HEADER.pack(1 << 40, 1, transport.RESULT))
+    with pytest.raises(transport.FrameTooLarge):
+        reader.read()
+
+
+@pytest.mark.parametrize(
+    ("kind", "bound"),
+    [
+        (transport.RESULT, transport.MAX_RESULT),
+        (transport.EXCEPTION, transport.MAX_EXCEPTION),
+        (transport.OUT, transport.MAX_OUTPUT),
+        (transport.ERR, transport.MAX_OUTPUT),
+        (transport.READY, transport.MAX_OTHER),
+        (200, transport.MAX_OTHER),  # a kind pysb does not have
+    ],
+)
+def test_each_kind_of_frame_has_its_own_bound(pair, kind, bound):
+    a, b = pair
+    reader = transport.FrameReader(b.fileno(), max_size=transport.child_limits())
+    if bound <= transport.MAX_OUTPUT:  # a frame at the bound passes (sent from a thread)
+        sender = threading.Thread(
+            target=a.sendall, args=(transport.HEADER.pack(bound, 1, kind) + b"x" * bound,)
+        )
+        sender.start()
+        assert len(reader.read()[2]) == bound
+        sender.join()
+    a.sendall(transport.HEADER.pack(bound + 1, 1, kind))
     with pytest.raises(transport.FrameTooLarge):
         reader.read()
 

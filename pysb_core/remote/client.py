@@ -39,9 +39,10 @@ STOPPING, STOPPED = "stopping", "stopped"
 _FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exception)
 
 MAX_DEATHS = 5
-#: The largest answer (or output chunk) a worker may send; above it the worker is killed,
-#: so a hostile worker cannot make the host allocate unbounded memory.
-MAX_FRAME = 1 << 30
+#: The largest frame of each kind a worker may send (transport.child_limits: 256 MiB for a
+#: result, 16 MiB for an exception, 1 MiB for an output chunk); above it the worker is
+#: killed, so a hostile worker cannot make the host allocate unbounded memory.
+MAX_FRAME = transport.child_limits()
 DEATH_WINDOW = 180.0
 
 
@@ -51,7 +52,7 @@ class _Conn:
     __slots__ = ("pid", "proc", "reader", "sock", "started", "started_fd", "writer")
 
     def __init__(
-        self, proc: Any, sock: socket.socket, started_fd: int, max_size: int | None
+        self, proc: Any, sock: socket.socket, started_fd: int, max_size: tuple[int, ...] | None
     ) -> None:
         self.proc = proc
         self.pid = proc.pid
@@ -116,7 +117,7 @@ class Client:
         use_asyncio: bool = False,
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
-        max_frame: int = MAX_FRAME,
+        max_frame: tuple[int, ...] = MAX_FRAME,
         program_modules: list[str] | None = None,
     ) -> None:
         self._launcher = launcher

@@ -36,6 +36,27 @@ RESULT = 14  # payload: pickle(return value)
 EXCEPTION = 15  # payload: pickle(wire description of the exception)
 INIT_FAILED = 16  # payload: like EXCEPTION, for init_fn
 
+#: The largest payload of each kind of frame from the child (issue 26 #3): a bigger one is a
+#: protocol violation, refused before the host allocates anything. The honest worker keeps
+#: within them: it splits output, and answers a result or an exception above the bound
+#: with a short SandboxError instead.
+MAX_RESULT = 256 << 20
+MAX_EXCEPTION = 16 << 20
+MAX_OUTPUT = 1 << 20
+MAX_OTHER = 64 << 10
+#: Characters of output per OUT/ERR frame: at most four bytes each in UTF-8.
+OUTPUT_CHARS = MAX_OUTPUT // 4
+
+
+def child_limits() -> tuple[int, ...]:
+    """The payload bound of each frame kind (0-255) the host accepts from the child."""
+    limits = [MAX_OTHER] * 256
+    limits[RESULT] = MAX_RESULT
+    limits[EXCEPTION] = limits[INIT_FAILED] = MAX_EXCEPTION
+    limits[OUT] = limits[ERR] = MAX_OUTPUT
+    return tuple(limits)
+
+
 _BUFFER_SIZE = 256 * 1024
 _writev = os.writev
 _readv = os.readv
@@ -101,9 +122,9 @@ class FrameReader:
 
     __slots__ = ("_buf", "_end", "_fd", "_max", "_start", "_view")
 
-    def __init__(self, fd: int, max_size: int | None = None) -> None:
+    def __init__(self, fd: int, max_size: tuple[int, ...] | None = None) -> None:
         self._fd = fd
-        self._max = max_size
+        self._max = max_size  # per frame kind (see child_limits), or no bound
         self._buf = bytearray(_BUFFER_SIZE)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -130,8 +151,10 @@ class FrameReader:
         while self._end - self._start < HEADER_SIZE:
             self._fill()
         size, call_id, kind = _unpack(self._buf, self._start)
-        if self._max is not None and size > self._max:
-            raise FrameTooLarge(f"a frame of {size} bytes is above the limit of {self._max}")
+        if self._max is not None and size > self._max[kind]:
+            raise FrameTooLarge(
+                f"a frame of kind {kind} and {size} bytes is above the limit of {self._max[kind]}"
+            )
         start = self._start + HEADER_SIZE
         if size == 0:
             self._start = start
@@ -168,6 +191,7 @@ class FrameReader:
 
 
 _STARTED = struct.Struct("<Q")
+MAX_DRAIN = 2 << 20  # twice the pipe's size (started_pipe)
 _write = os.write
 _read = os.read
 
@@ -191,9 +215,11 @@ class StartedLog:
         _write(self._fd, _STARTED.pack(call_id))
 
     def drain(self) -> list[int]:
-        """Host side: every id written so far (the read end is non-blocking)."""
+        """Host side: the ids written so far (the read end is non-blocking), at most
+        :data:`MAX_DRAIN` bytes of them: what the pipe holds, so that a worker writing
+        without end cannot keep the host reading or growing this buffer."""
         data = bytearray()
-        while True:
+        while len(data) < MAX_DRAIN:
             try:
                 chunk = _read(self._fd, 1 << 16)
             except BlockingIOError:

@@ -113,8 +113,12 @@ class _CallStream(io.TextIOBase):
         return len(s)
 
     def _send(self, cid: int, text: str) -> None:
-        if text:
-            self._writer.send(self._kind, cid, text.encode("utf-8", "surrogatepass"))
+        # one frame per OUTPUT_CHARS characters: the host refuses output frames above
+        # transport.MAX_OUTPUT bytes (a character is at most four bytes in UTF-8)
+        step = transport.OUTPUT_CHARS
+        for start in range(0, len(text), step):
+            chunk = text[start : start + step]
+            self._writer.send(self._kind, cid, chunk.encode("utf-8", "surrogatepass"))
 
     def flush_call(self, cid: int) -> None:
         """Send what the threads of call ``cid`` wrote after their last newline (before
@@ -225,7 +229,7 @@ class _Server:
             if is_async:
                 self._start_async(cid, fn, args, kwargs)
                 return
-            data = _dumps(fn(*args, **kwargs), protocol=5)
+            data = _bounded(_dumps(fn(*args, **kwargs), protocol=5))
         except BaseException as exc:
             _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
@@ -242,6 +246,16 @@ class _Server:
             data = describe_chain(exc, _HERE)
         except BaseException as again:
             data = describe_chain(SandboxError(f"unreportable exception: {again!r}"), _HERE)
+        if len(data) > transport.MAX_EXCEPTION:  # the host would refuse it: say so instead
+            text = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            data = describe_chain(
+                SandboxError(
+                    f"the sandboxed function raised {text}, whose description takes "
+                    f"{len(data)} bytes: above partial mode's bound of "
+                    f"{transport.MAX_EXCEPTION >> 20} MiB for an exception"
+                ),
+                _HERE,
+            )
         self.writer.send(kind, cid, data)
 
     # -- finding the function --------------------------------------------------------
@@ -260,7 +274,7 @@ class _Server:
 
     def _start_async(self, cid: int, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
         if self.loop is None:
-            data = _dumps(_drive_without_loop(fn(*args, **kwargs)), protocol=5)
+            data = _bounded(_dumps(_drive_without_loop(fn(*args, **kwargs)), protocol=5))
             self.writer.send(transport.RESULT, cid, data)
             return
         ctx = contextvars.copy_context()  # carries _current = cid into the task
@@ -273,7 +287,7 @@ class _Server:
 
     async def _run_async(self, cid: int, fn: Any, args: Any, kwargs: Any) -> None:
         try:
-            data = _dumps(await fn(*args, **kwargs), protocol=5)
+            data = _bounded(_dumps(await fn(*args, **kwargs), protocol=5))
         except BaseException as exc:
             _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
@@ -299,6 +313,17 @@ class _Server:
                 asyncio.run_coroutine_threadsafe(result, self.loop).result()
             else:
                 _drive_without_loop(result)
+
+
+def _bounded(data: bytes) -> bytes:
+    """A result the host accepts (transport.MAX_RESULT), else a SandboxError saying so."""
+    if len(data) > transport.MAX_RESULT:
+        raise SandboxError(
+            f"the sandboxed function returned {len(data)} bytes of pickle: above partial "
+            f"mode's bound of {transport.MAX_RESULT >> 20} MiB for a result; return less, or "
+            "write it to a file in an exposure"
+        )
+    return data
 
 
 def _flush_call(cid: int) -> None:
