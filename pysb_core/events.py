@@ -43,6 +43,10 @@ class Event(Record):
         then checks further)."""
         import json
 
+        if isinstance(line, (bytes, bytearray)):
+            # UTF-8 only: json.loads would guess UTF-16/32 from the bytes and import that
+            # codec -- an import chosen by the sandbox (UnicodeDecodeError is a ValueError).
+            line = bytes(line).decode("utf-8")
         obj = json.loads(line)
         if type(obj) is not dict:
             raise ValueError("an event is a JSON object")
