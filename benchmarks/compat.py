@@ -350,8 +350,8 @@ def available(provider: str) -> str | None:
     """None when ``provider`` can run here, else why not."""
     if provider == "subprocess":
         return None
-    from pysb_core.drivers import load_provider_class
     from pysb_core.errors import ProviderUnavailableError
+    from pysb_core.launch.drivers import load_provider_class
 
     try:
         status = load_provider_class(provider)({}).probe()

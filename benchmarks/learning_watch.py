@@ -1,5 +1,5 @@
 """What the learning watch costs: a program that executes many short commands, learned with
-and without the watch (pysb_core.execwatch), and run as plain Python (docs/learning.md).
+and without the watch (pysb_core.launch.execwatch), and run as plain Python (docs/learning.md).
 
     python benchmarks/learning_watch.py [--runs 3] [--count 100]
 
@@ -33,7 +33,7 @@ print(f"{a:.4f} {b:.4f}")
 
 #: Run pysb's CLI with the watch off (prepare() says "no table"), for the comparison.
 NO_WATCH = (
-    "import sys; import pysb_core.execwatch.supervisor as s; s.prepare = lambda plan: None; "
+    "import sys; import pysb_core.launch.execwatch.supervisor as s; s.prepare = lambda plan: None; "
     "from pysb_core.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 

@@ -53,7 +53,7 @@ _EXPORTS: dict[str, str] = {
     "Recorder": "pysb_core.events:Recorder",
     "CheckReport": "pysb_core.check:CheckReport",
     # profiles
-    "check_profile": "pysb_core.profilecheck:check_profile",
+    "check_profile": "pysb_core.launch.profilecheck:check_profile",
 }
 
 __all__ = [
@@ -124,8 +124,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from pysb_core.events import Event, Recorder
     from pysb_core.exitcodes import ExitCode
+    from pysb_core.launch.profilecheck import check_profile
     from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy
-    from pysb_core.profilecheck import check_profile
     from pysb_core.provider import Capability, Provider, ProviderStatus
     from pysb_core.remote import is_in_sandbox, run, sandbox, sandboxes

@@ -67,12 +67,12 @@ _EXPORTS: dict[str, str] = {
     "NetworkRule": "pysb_core.policy:NetworkRule",
     "ApiRule": "pysb_core.policy:ApiRule",
     "Limits": "pysb_core.policy:Limits",
-    "implicit_exposures": "pysb_core.pyenv:implicit_exposures",
-    "is_within": "pysb_core.paths:is_within",
-    "netmatch": "pysb_core.netmatch:",
-    "find_executable": "pysb_core.execdeps:find_executable",
-    "needed_files": "pysb_core.execdeps:needed_files",
-    "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
+    "implicit_exposures": "pysb_core.launch.pyenv:implicit_exposures",
+    "is_within": "pysb_core.linux.paths:is_within",
+    "netmatch": "pysb_core.policy.netmatch:",
+    "find_executable": "pysb_core.linux.execdeps:find_executable",
+    "needed_files": "pysb_core.linux.execdeps:needed_files",
+    "ephemeral_ports": "pysb_core.policy.netmatch:ephemeral_ports",
     # reporting
     "Recorder": "pysb_core.events:Recorder",
     "Event": "pysb_core.events:Event",
@@ -94,8 +94,8 @@ _EXPORTS: dict[str, str] = {
     "CheckReport": "pysb_core.check:CheckReport",
     "Capability": "pysb_core.provider:Capability",
     "Provider": "pysb_core.provider:Provider",
-    "LearnedProfile": "pysb_core.learning:LearnedProfile",
-    "HostService": "pysb_core.hostservice:HostService",
+    "LearnedProfile": "pysb_core.profile.learning:LearnedProfile",
+    "HostService": "pysb_core.policy.hostservice:HostService",
     # records
     "Record": "pysb_core._startup.records:Record",
     "record": "pysb_core._startup.records:record",
@@ -151,7 +151,6 @@ __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
-    from pysb_core import netmatch as netmatch
     from pysb_core._startup.markers import hookimpl
     from pysb_core._startup.records import Record, asdict, field, mutable_record, record
     from pysb_core.check import CheckReport
@@ -166,13 +165,14 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
         WriteDeniedError,
     )
     from pysb_core.events import Event, Recorder, reporter_functions
-    from pysb_core.execdeps import find_executable, needed_files
-    from pysb_core.hostservice import HostService
-    from pysb_core.learning import LearnedProfile
-    from pysb_core.netmatch import ephemeral_ports
-    from pysb_core.paths import is_within
+    from pysb_core.launch.pyenv import implicit_exposures
+    from pysb_core.linux.execdeps import find_executable, needed_files
+    from pysb_core.linux.paths import is_within
     from pysb_core.plan import ChildSetup, LaunchPlan
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy
+    from pysb_core.policy import netmatch as netmatch
+    from pysb_core.policy.hostservice import HostService
+    from pysb_core.policy.netmatch import ephemeral_ports
+    from pysb_core.profile.learning import LearnedProfile
     from pysb_core.profile.schema import Located, ProfileSchema
     from pysb_core.provider import Capability, Provider
-    from pysb_core.pyenv import implicit_exposures

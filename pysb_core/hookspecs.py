@@ -38,10 +38,10 @@ if TYPE_CHECKING:
 
     from pysb_core.check import CheckReport
     from pysb_core.events import Event
-    from pysb_core.hostservice import HostService
-    from pysb_core.learning import LearnedProfile
     from pysb_core.plan import LaunchPlan
     from pysb_core.policy import Policy
+    from pysb_core.policy.hostservice import HostService
+    from pysb_core.profile.learning import LearnedProfile
     from pysb_core.profile.schema import ProfileSchema
     from pysb_core.provider import Provider
 
@@ -145,7 +145,7 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
     :param provider: the provider the run would use; None when ``pysb check`` could not
         load it (then only the Python layer can be credited). Under the provider ``auto``
         the hook is first called once per candidate, before ``pysb_configure`` and into a
-        report of its own, to choose one (:mod:`pysb_core.autoprovider`); then once more,
+        report of its own, to choose one (:mod:`pysb_core.launch.autoprovider`); then once more,
         as usual, for the one chosen.
     :param report: the report being built.
 

@@ -69,7 +69,7 @@ class LaunchPlan(Record):
     child_setups: list[ChildSetup] = field(default_factory=list)
     interactive: bool = False
     #: The sandbox's process group takes the foreground of pysb's controlling terminal
-    #: (job control: pysb_core.jobcontrol); a provider may keep the program in the
+    #: (job control: pysb_core.launch.jobcontrol); a provider may keep the program in the
     #: terminal's session then instead of giving it a session of its own.
     terminal: bool = False
     notes: list[str] = field(default_factory=list)
@@ -86,7 +86,7 @@ class LaunchPlan(Record):
     report_read_fd: int | None = None
     report_write_fd: int | None = None
     #: Host directories whose size pysb's parent watches against ``limits: tmp`` while it
-    #: waits (:mod:`pysb_core.tmpwatch`): the private temporary directory of a provider
+    #: waits (:mod:`pysb_core.launch.tmpwatch`): the private temporary directory of a provider
     #: without a tmpfs of its own; and paths inside the sandbox's mount namespace, for a
     #: provider whose own tmpfs mounts have no size (:attr:`Provider.tmp_unbounded`).
     tmp_watch: list[str] = field(default_factory=list)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from typing import Any, ClassVar
 
     from pysb_core.errors import SandboxError
-    from pysb_core.pidlimit import PidsCgroup
+    from pysb_core.linux.pidlimit import PidsCgroup
     from pysb_core.plan import LaunchPlan, LaunchSpec, PreExecStep
 
 
@@ -130,7 +130,7 @@ class Provider(ABC):
     #: Where the provider mounts a fresh, empty, writable tmpfs of its own (``"/tmp"``
     #: under a mount namespace), given to the program as ``TMPDIR``; None: pysb makes a
     #: private host directory and the provider exposes it like any exposure
-    #: (:mod:`pysb_core.tmpdir`).
+    #: (:mod:`pysb_core.launch.tmpdir`).
     private_tmp: ClassVar[str | None] = None
     #: Where the provider mounts a private, writable tmpfs for POSIX shared memory and
     #: semaphores (``"/dev/shm"``), bounded like ``private_tmp`` (``limits: tmp``). An
@@ -140,7 +140,7 @@ class Provider(ABC):
     private_shm: ClassVar[str | None] = None
     #: The provider's ``private_tmp`` / ``private_shm`` are tmpfs mounts it cannot give a
     #: size (firejail): pysb's parent watches them against ``limits: tmp`` through
-    #: ``/proc/PID/root`` (:mod:`pysb_core.tmpwatch`; not a boundary).
+    #: ``/proc/PID/root`` (:mod:`pysb_core.launch.tmpwatch`; not a boundary).
     tmp_unbounded: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -179,18 +179,18 @@ class Provider(ABC):
     def pids_cgroup(self, plan: LaunchPlan) -> PidsCgroup | None:
         """The pids cgroup that enforces ``limits: processes`` for a root pysb, or ``None``.
 
-        The one place pysb makes one (:mod:`pysb_core.pidlimit`): sized ``processes +
+        The one place pysb makes one (:mod:`pysb_core.linux.pidlimit`): sized ``processes +
         own_processes``, removed with the plan's cleanups; ``None`` when the limit is unset
         or ``RLIMIT_NPROC`` does the job (pysb is not root). Raises :class:`SandboxError`
         when the limit is needed and cannot be enforced. The base :meth:`launch` calls it
         and joins the cgroup first thing after ``fork``; a provider that sets
         ``manages_process_limit`` calls it itself and has the program join it
-        (:attr:`~pysb_core.pidlimit.PidsCgroup.procs`).
+        (:attr:`~pysb_core.linux.pidlimit.PidsCgroup.procs`).
         """
         processes = plan.policy.limits.processes
         if processes is None:
             return None
-        from pysb_core import pidlimit  # (only a run with a process limit needs it)
+        from pysb_core.linux import pidlimit  # (only a run with a process limit needs it)
 
         if not pidlimit.needed(processes):
             return None

@@ -93,51 +93,51 @@ _EXPORTS: dict[str, str] = {
     "SandboxError": "pysb_core.errors:SandboxError",
     "ProviderUnavailableError": "pysb_core.errors:ProviderUnavailableError",
     # paths
-    "is_within": "pysb_core.paths:is_within",
+    "is_within": "pysb_core.linux.paths:is_within",
     # probing the machine
-    "which": "pysb_core.probecache:which",
-    "cached_probe": "pysb_core.probecache:cached_probe",
+    "which": "pysb_core.launch.probecache:which",
+    "cached_probe": "pysb_core.launch.probecache:cached_probe",
     # exposures by descriptor
-    "open_dir_nofollow": "pysb_core.nofollow:open_dir_nofollow",
+    "open_dir_nofollow": "pysb_core.linux.nofollow:open_dir_nofollow",
     # system files
-    "ALWAYS_HIDDEN": "pysb_core.sysfiles:ALWAYS_HIDDEN",
-    "ETC_BASE": "pysb_core.sysfiles:ETC_BASE",
-    "ETC_HOSTS": "pysb_core.sysfiles:ETC_HOSTS",
-    "ETC_NETWORK": "pysb_core.sysfiles:ETC_NETWORK",
-    "ETC_RESOLV": "pysb_core.sysfiles:ETC_RESOLV",
-    "hosts_file_text": "pysb_core.sysfiles:hosts_file_text",
+    "ALWAYS_HIDDEN": "pysb_core.linux.sysfiles:ALWAYS_HIDDEN",
+    "ETC_BASE": "pysb_core.linux.sysfiles:ETC_BASE",
+    "ETC_HOSTS": "pysb_core.linux.sysfiles:ETC_HOSTS",
+    "ETC_NETWORK": "pysb_core.linux.sysfiles:ETC_NETWORK",
+    "ETC_RESOLV": "pysb_core.linux.sysfiles:ETC_RESOLV",
+    "hosts_file_text": "pysb_core.linux.sysfiles:hosts_file_text",
     # processes
-    "adopt_wrapper": "pysb_core.wrapper_process:adopt",
-    "WrapperProcess": "pysb_core.wrapper_process:WrapperProcess",
-    "watch_wrapper_setup": "pysb_core.wrapper_process:watch_setup",
-    "ProgramStart": "pysb_core.execute:ProgramStart",
-    "PidsCgroup": "pysb_core.pidlimit:PidsCgroup",
-    "find_pids_controller": "pysb_core.pidlimit:find_controller",
-    "pids_limit_problem": "pysb_core.pidlimit:problem",
+    "adopt_wrapper": "pysb_core.launch.wrapper_process:adopt",
+    "WrapperProcess": "pysb_core.launch.wrapper_process:WrapperProcess",
+    "watch_wrapper_setup": "pysb_core.launch.wrapper_process:watch_setup",
+    "ProgramStart": "pysb_core.launch.execute:ProgramStart",
+    "PidsCgroup": "pysb_core.linux.pidlimit:PidsCgroup",
+    "find_pids_controller": "pysb_core.linux.pidlimit:find_controller",
+    "pids_limit_problem": "pysb_core.linux.pidlimit:problem",
     "PreExecStep": "pysb_core.plan:PreExecStep",
     "set_pre_exec": "pysb_core.provider:set_pre_exec",
     # seccomp
-    "SeccompRules": "pysb_core.seccomp:Rules",
-    "seccomp_covers": "pysb_core.seccomp:covers",
-    "seccomp_filter_bytes": "pysb_core.seccomp:filter_bytes",
-    "install_seccomp": "pysb_core.seccomp:install",
-    "seccomp_child_setup": "pysb_core.seccomp:child_setup",
-    "seccomp_describe": "pysb_core.seccomp:describe",
+    "SeccompRules": "pysb_core.linux.seccomp:Rules",
+    "seccomp_covers": "pysb_core.linux.seccomp:covers",
+    "seccomp_filter_bytes": "pysb_core.linux.seccomp:filter_bytes",
+    "install_seccomp": "pysb_core.linux.seccomp:install",
+    "seccomp_child_setup": "pysb_core.linux.seccomp:child_setup",
+    "seccomp_describe": "pysb_core.linux.seccomp:describe",
     # network layer
-    "NetnsNetwork": "pysb_core.netns.session:NetnsNetwork",
-    "ephemeral_ports": "pysb_core.netmatch:ephemeral_ports",
+    "NetnsNetwork": "pysb_core.net.netns.session:NetnsNetwork",
+    "ephemeral_ports": "pysb_core.policy.netmatch:ephemeral_ports",
     # the network-rule compiler
-    "FilterTarget": "pysb_core.netfilter.target:FilterTarget",
-    "CompiledNetwork": "pysb_core.netfilter.nft:CompiledNetwork",
-    "compile_nft": "pysb_core.netfilter.nft:compile_nft",
-    "compile_iptables": "pysb_core.netfilter.iptables:compile_iptables",
-    "rule_networks": "pysb_core.netrules:rule_networks",
+    "FilterTarget": "pysb_core.net.netfilter.target:FilterTarget",
+    "CompiledNetwork": "pysb_core.net.netfilter.nft:CompiledNetwork",
+    "compile_nft": "pysb_core.net.netfilter.nft:compile_nft",
+    "compile_iptables": "pysb_core.net.netfilter.iptables:compile_iptables",
+    "rule_networks": "pysb_core.policy.netrules:rule_networks",
     # C calls
-    "c_function": "pysb_core.cfuncs:function",
-    "CInt": "pysb_core.cfuncs:Int",
-    "CLong": "pysb_core.cfuncs:Long",
-    "CPointer": "pysb_core.cfuncs:Pointer",
-    "c_errno": "pysb_core.cfuncs:get_errno",
+    "c_function": "pysb_core.linux.cfuncs:function",
+    "CInt": "pysb_core.linux.cfuncs:Int",
+    "CLong": "pysb_core.linux.cfuncs:Long",
+    "CPointer": "pysb_core.linux.cfuncs:Pointer",
+    "c_errno": "pysb_core.linux.cfuncs:get_errno",
     # records
     "Record": "pysb_core._startup.records:Record",
     "record": "pysb_core._startup.records:record",
@@ -215,42 +215,30 @@ __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, __all__)
 if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core._startup.markers import hookimpl
     from pysb_core._startup.records import Record, asdict, field, mutable_record, record
-    from pysb_core.cfuncs import Int as CInt
-    from pysb_core.cfuncs import Long as CLong
-    from pysb_core.cfuncs import Pointer as CPointer
-    from pysb_core.cfuncs import function as c_function
-    from pysb_core.cfuncs import get_errno as c_errno
     from pysb_core.check import CheckReport
     from pysb_core.errors import ProviderUnavailableError, SandboxError
-    from pysb_core.execute import ProgramStart
-    from pysb_core.netfilter.iptables import compile_iptables
-    from pysb_core.netfilter.nft import CompiledNetwork, compile_nft
-    from pysb_core.netfilter.target import FilterTarget
-    from pysb_core.netmatch import ephemeral_ports
-    from pysb_core.netns.session import NetnsNetwork
-    from pysb_core.netrules import rule_networks
-    from pysb_core.nofollow import open_dir_nofollow
-    from pysb_core.paths import is_within
-    from pysb_core.pidlimit import PidsCgroup
-    from pysb_core.pidlimit import find_controller as find_pids_controller
-    from pysb_core.pidlimit import problem as pids_limit_problem
-    from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec, PreExecStep
-    from pysb_core.policy import Exposure, Limits, NetworkRule, Policy
-    from pysb_core.probecache import cached_probe, which
-    from pysb_core.provider import (
-        Capability,
-        Provider,
-        ProviderStatus,
-        set_pre_exec,
-        unknown_option,
-    )
-    from pysb_core.seccomp import Rules as SeccompRules
-    from pysb_core.seccomp import child_setup as seccomp_child_setup
-    from pysb_core.seccomp import covers as seccomp_covers
-    from pysb_core.seccomp import describe as seccomp_describe
-    from pysb_core.seccomp import filter_bytes as seccomp_filter_bytes
-    from pysb_core.seccomp import install as install_seccomp
-    from pysb_core.sysfiles import (
+    from pysb_core.launch.execute import ProgramStart
+    from pysb_core.launch.probecache import cached_probe, which
+    from pysb_core.launch.wrapper_process import WrapperProcess
+    from pysb_core.launch.wrapper_process import adopt as adopt_wrapper
+    from pysb_core.launch.wrapper_process import watch_setup as watch_wrapper_setup
+    from pysb_core.linux.cfuncs import Int as CInt
+    from pysb_core.linux.cfuncs import Long as CLong
+    from pysb_core.linux.cfuncs import Pointer as CPointer
+    from pysb_core.linux.cfuncs import function as c_function
+    from pysb_core.linux.cfuncs import get_errno as c_errno
+    from pysb_core.linux.nofollow import open_dir_nofollow
+    from pysb_core.linux.paths import is_within
+    from pysb_core.linux.pidlimit import PidsCgroup
+    from pysb_core.linux.pidlimit import find_controller as find_pids_controller
+    from pysb_core.linux.pidlimit import problem as pids_limit_problem
+    from pysb_core.linux.seccomp import Rules as SeccompRules
+    from pysb_core.linux.seccomp import child_setup as seccomp_child_setup
+    from pysb_core.linux.seccomp import covers as seccomp_covers
+    from pysb_core.linux.seccomp import describe as seccomp_describe
+    from pysb_core.linux.seccomp import filter_bytes as seccomp_filter_bytes
+    from pysb_core.linux.seccomp import install as install_seccomp
+    from pysb_core.linux.sysfiles import (
         ALWAYS_HIDDEN,
         ETC_BASE,
         ETC_HOSTS,
@@ -258,6 +246,18 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
         ETC_RESOLV,
         hosts_file_text,
     )
-    from pysb_core.wrapper_process import WrapperProcess
-    from pysb_core.wrapper_process import adopt as adopt_wrapper
-    from pysb_core.wrapper_process import watch_setup as watch_wrapper_setup
+    from pysb_core.net.netfilter.iptables import compile_iptables
+    from pysb_core.net.netfilter.nft import CompiledNetwork, compile_nft
+    from pysb_core.net.netfilter.target import FilterTarget
+    from pysb_core.net.netns.session import NetnsNetwork
+    from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec, PreExecStep
+    from pysb_core.policy import Exposure, Limits, NetworkRule, Policy
+    from pysb_core.policy.netmatch import ephemeral_ports
+    from pysb_core.policy.netrules import rule_networks
+    from pysb_core.provider import (
+        Capability,
+        Provider,
+        ProviderStatus,
+        set_pre_exec,
+        unknown_option,
+    )

@@ -70,7 +70,7 @@ def requirements_table(providers: list[dict[str, Any]], declared: dict[str, set[
     """One row per provider: from ``pysb providers --json`` (name, package, what this
     machine gets), the provider classes' ``capabilities`` (``declared``: what it filters
     where its mechanism is fully available) and the catalog (what the machine needs)."""
-    from pysb_core.cli.catalog import FIRST_PARTY
+    from pysb_core.launch.catalog import FIRST_PARTY
 
     needs = {p.provider: p.needs for p in FIRST_PARTY if p.provider}
     root = {p.provider: p.root for p in FIRST_PARTY if p.provider}
@@ -79,7 +79,7 @@ def requirements_table(providers: list[dict[str, Any]], declared: dict[str, set[
         "",
         "Generated when the site is built, from `pysb providers --json`, the provider "
         "classes' `capabilities` and pysb's catalog of first-party packages "
-        "(`pysb_core/cli/catalog.py`). *root*: when pysb must run as root for the "
+        "(`pysb_core/launch/catalog.py`). *root*: when pysb must run as root for the "
         "provider to enforce everything it can (only firejail's network rules). The last "
         "column is what "
         "the machine that built this site got: `pysb providers` tells what yours gets.",

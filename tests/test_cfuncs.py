@@ -1,4 +1,4 @@
-"""pysb_core.cfuncs: libc calls without the ctypes package."""
+"""pysb_core.linux.cfuncs: libc calls without the ctypes package."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from pysb_core import cfuncs
+from pysb_core.linux import cfuncs
 
 SYS_GETPID = {"x86_64": 39, "aarch64": 172}.get(os.uname().machine)
 
@@ -38,6 +38,6 @@ def test_buffer_is_a_copy_at_its_address() -> None:
 
 
 def test_it_does_not_import_ctypes() -> None:
-    code = "import sys; from pysb_core import cfuncs; print('ctypes' in sys.modules)"
+    code = "import sys; from pysb_core.linux import cfuncs; print('ctypes' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

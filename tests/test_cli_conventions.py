@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pysb_core.cli import catalog
 from pysb_core.cli.commands import cli
-from pysb_core.drivers import load_provider_class, provider_names
+from pysb_core.launch import catalog
+from pysb_core.launch.drivers import load_provider_class, provider_names
 from pysb_core.testing import BASE_ENV, pysb_command, run_pysb, trust_profile
 
 VERSION = version("pysb-core")

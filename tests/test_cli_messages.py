@@ -152,7 +152,7 @@ def test_a_set_up_failure_inside_the_sandbox_is_an_error_line(tmp_path: Path) ->
     import subprocess
 
     from pysb_core.guardkit import hookimpl
-    from pysb_core.pipeline import Program, Session
+    from pysb_core.launch.pipeline import Program, Session
     from pysb_core.plan import ChildSetup
 
     class FailingSetup:

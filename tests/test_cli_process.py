@@ -14,7 +14,7 @@ DECIDE = """
 import atexit, sys, threading, types
 from pysb_core.builtin.subprocess_provider import SubprocessProvider
 from pysb_core.cli.run import quick_exit_safe
-from pysb_core.plugins import LoadedPlugin
+from pysb_core.launch.plugins import LoadedPlugin
 from pysb_core.provider import Provider, ProviderStatus
 
 OWN = [

@@ -63,7 +63,7 @@ def test_environment_is_only_the_whitelist(project: Project) -> None:
     r = project.run("run", "-c", "import os; print(sorted(os.environ))", env=host_env)
     assert r.returncode == 0, r.stderr
     # LC_CTYPE may be set by the interpreter itself (PEP 538 locale coercion), never the host.
-    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.launch.tmpdir).
     assert set(eval(r.stdout)) - {"LC_CTYPE"} == {"GREETING", "TERM", "TMPDIR"}
     # The kernel's view, read without the Python layer: nothing else was ever there.
     project.profile("env:\n  GREETING: hello\n  TERM: ${TERM}\n", name="env-only.yaml")
@@ -325,14 +325,14 @@ def test_many_import_roots_do_not_lengthen_the_command_line(tmp_path) -> None:
     argument over 4 KiB): a host with a long ``sys.path`` still starts sandboxes."""
     import os
 
-    from pysb_core.pipeline import Program, Session
+    from pysb_core.launch.pipeline import Program, Session
 
     extra = []
     for i in range(200):
         d = tmp_path / f"root-with-a-long-name-{i:03}"
         d.mkdir()
         extra.append(str(d))
-    from pysb_core.pyenv import python_paths
+    from pysb_core.launch.pyenv import python_paths
 
     saved = sys.path[:]
     sys.path.extend(extra)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.autoprovider import ORDER
+from pysb_core.launch.autoprovider import ORDER
 from pysb_core.testing import LoopbackServer, Project, note_provider
 
 #: What a learned profile of a program that runs /bin/cat and a child python looks like.

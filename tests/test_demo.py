@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core import trust
+from pysb_core.profile import trust
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "run_demo.py"
 

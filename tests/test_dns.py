@@ -24,7 +24,7 @@ import pytest
 from pysb_core import hookspecs
 from pysb_core._startup.markers import hookimpl
 from pysb_core.builtin import dns as builtin_dns
-from pysb_core.netrules import parse_rule, pin_hosts
+from pysb_core.policy.netrules import parse_rule, pin_hosts
 
 ROOT = Path(__file__).resolve().parents[1]
 

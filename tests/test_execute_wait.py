@@ -1,4 +1,4 @@
-"""pysb_core.execute.wait with real child processes: where wall-time starts counting (the
+"""pysb_core.launch.execute.wait with real child processes: where wall-time starts counting (the
 providers' side, and requests to end, are in tests/security/test_run_end.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import time
 
-from pysb_core.execute import ProgramStart, wait
+from pysb_core.launch.execute import ProgramStart, wait
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

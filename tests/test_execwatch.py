@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core import seccomp as sc
-from pysb_core.execwatch import calls, child, remote
+from pysb_core.launch.execwatch import calls, child, remote
+from pysb_core.linux import seccomp as sc
 from pysb_core.testing import pysb_command
 
 NOTIFY, ALLOW = child.RET_USER_NOTIF, sc.RET_ALLOW
@@ -221,7 +221,7 @@ def test_hostile_children_cannot_break_the_watch_or_widen_the_profile(tmp_path: 
 
 def test_the_records_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from pysb_core.events import Event
-    from pysb_core.execwatch import supervisor
+    from pysb_core.launch.execwatch import supervisor
 
     monkeypatch.setattr(supervisor, "MAX_RECORDS", 3)
     a, b = socket.socketpair()

@@ -143,7 +143,7 @@ def test_the_loaded_libpython_is_exposed_wherever_it_lives() -> None:
     """A relocated build loads libpython from beside it, not from the LIBDIR it was
     configured with (a copied pyenv build, python-build-standalone under uv): pysb exposes
     the file the kernel mapped."""
-    from pysb_core.pyenv import mapped_libpython, python_paths
+    from pysb_core.launch.pyenv import mapped_libpython, python_paths
 
     mapped = mapped_libpython()
     if not mapped:  # Debian's python3 has libpython linked into its binary

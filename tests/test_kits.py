@@ -165,14 +165,14 @@ _paths = st.lists(_component, max_size=4).map(lambda parts: "/" + "/".join(parts
 def test_is_within_answers_as_pathlib_does(path: str, root: str, slash: bool) -> None:
     from pathlib import PurePosixPath
 
-    from pysb_core.paths import is_within
+    from pysb_core.linux.paths import is_within
 
     spelled = root + "/" if slash and root != "/" else root
     assert is_within(path, spelled) == PurePosixPath(path).is_relative_to(root)
 
 
 def test_is_within_is_component_wise() -> None:
-    from pysb_core.paths import is_within
+    from pysb_core.linux.paths import is_within
 
     assert is_within("/a/b/c", "/a/b") and is_within("/a/b", "/a/b/")
     assert not is_within("/a/bc", "/a/b") and not is_within("/a", "/a/b")

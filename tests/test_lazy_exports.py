@@ -18,10 +18,10 @@ def test_a_name_is_imported_on_first_read_and_kept(monkeypatch: pytest.MonkeyPat
     public = ["is_within", "paths"]
     module.__getattr__, module.__dir__ = lazy_exports(  # type: ignore[attr-defined]
         module.__name__,
-        {"is_within": "pysb_core.paths:is_within", "paths": "pysb_core.paths:"},
+        {"is_within": "pysb_core.linux.paths:is_within", "paths": "pysb_core.linux.paths:"},
         public,
     )
-    from pysb_core import paths
+    from pysb_core.linux import paths
 
     assert "is_within" not in vars(module)
     assert module.is_within is paths.is_within

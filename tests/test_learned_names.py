@@ -26,8 +26,8 @@ from pysb_guards.imports import hooks as imports_hooks
 from pysb_guards.network import hooks as network_hooks
 
 from pysb_core.events import Event
-from pysb_core.learning import LearnedProfile
 from pysb_core.profile import load_policy
+from pysb_core.profile.learning import LearnedProfile
 from pysb_core.profile.writer import merge_learned
 from pysb_core.testing import Project
 

@@ -1,4 +1,4 @@
-"""Learning sees what executed programs do (pysb_core.execwatch, docs/learning.md).
+"""Learning sees what executed programs do (pysb_core.launch.execwatch, docs/learning.md).
 
 A Python program that runs ``/bin/ls -1 .``, ``cat data/somefile``, ``sh -c 'echo x >
 out/f'`` and a child ``python`` that reads a file and connects to a loopback server touches
@@ -90,7 +90,7 @@ def _child_sys_path() -> set[str]:
         check=True,
         cwd="/",
     ).stdout
-    from pysb_core.execdeps import needed_files
+    from pysb_core.linux.execdeps import needed_files
 
     starting = {os.path.dirname(p) for p in needed_files(sys.executable)}
     return {p for p in out.splitlines() if p} | starting

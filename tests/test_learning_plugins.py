@@ -12,7 +12,7 @@ import pytest
 from pysb_core.errors import SandboxError
 from pysb_core.events import Event
 from pysb_core.guardkit import hookimpl
-from pysb_core.pipeline import Session
+from pysb_core.launch.pipeline import Session
 from pysb_core.profile import load_policy
 from pysb_core.profile.schema import SCALAR, ProfileSchema
 

@@ -412,11 +412,10 @@ def test_every_compiler_reads_a_learned_ephemeral_range_as_the_programs_own() ->
     from pysb_landlock.compiler import compile_plan
     from pysb_qemu import netfilter
 
-    from pysb_core import netmatch
-    from pysb_core.netfilter import compile_nft
-    from pysb_core.netrules import parse_rule
+    from pysb_core.net.netfilter import compile_nft
     from pysb_core.plan import LaunchPlan
-    from pysb_core.policy import Policy
+    from pysb_core.policy import Policy, netmatch
+    from pysb_core.policy.netrules import parse_rule
 
     rules = tuple(parse_rule(r, source=f"p.yaml:{i}") for i, r in enumerate(LEARNED_EPHEMERAL))
     span = (32768, 60999)
@@ -472,7 +471,7 @@ def test_what_a_child_program_needs_is_learned(project: Project, provider: str) 
 
 
 def test_needed_files_reads_pt_interp_and_the_loaders_list() -> None:
-    from pysb_core import execdeps
+    from pysb_core.linux import execdeps
 
     ls = execdeps.find_executable("ls", "/nonexistent:/usr/bin:/bin", "/")
     assert ls is not None

@@ -234,9 +234,9 @@ def test_every_compiler_keeps_the_ephemeral_range_inside_under_a_wide_loopback_r
     namespace and the qemu guest targets)."""
     from pysb_qemu.netfilter import GUEST_NETWORK
 
-    from pysb_core.netfilter import compile_iptables, compile_nft
-    from pysb_core.netfilter.target import SLIRP4NETNS
-    from pysb_core.netrules import parse_rule
+    from pysb_core.net.netfilter import compile_iptables, compile_nft
+    from pysb_core.net.netfilter.target import SLIRP4NETNS
+    from pysb_core.policy.netrules import parse_rule
 
     rules = (parse_rule("allow tcp,udp 127.0.0.1 * any", source="p.yaml:3"),)
     for target in (SLIRP4NETNS, GUEST_NETWORK):

@@ -1,4 +1,4 @@
-"""Unit tests of the one network-rule compiler (pysb_core.netfilter): the decisions that
+"""Unit tests of the one network-rule compiler (pysb_core.net.netfilter): the decisions that
 depend on the target, and the bugs fixed when the compilers became one. The kernel's view
 is in test_netfilter_differential.py and test_netfilter_before_after.py."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pysb_core.netfilter import (
+from pysb_core.net.netfilter import (
     SLIRP4NETNS,
     FilterTarget,
     Forward,
@@ -19,8 +19,8 @@ from pysb_core.netfilter import (
     compile_nft,
     plan_filter,
 )
-from pysb_core.netrules import parse_rule
 from pysb_core.policy import PortRange
+from pysb_core.policy.netrules import parse_rule
 
 BRIDGE = FilterTarget.bridge("eth0")
 QEMU_LIKE = FilterTarget(name="guest", uplink="eth0", guest="10.0.2.15", open_loopback=True)
@@ -157,7 +157,7 @@ def test_naming_a_target_does_not_load_the_compiler() -> None:
     compiler (``ipaddress``, ``netrules``) loads only when a filtered run compiles."""
     code = (
         "import sys; from pysb_core.providerkit import FilterTarget; FilterTarget.bridge(); "
-        "print(sorted({'ipaddress', 'pysb_core.netrules', 'pysb_core.netfilter.plan'} "
+        "print(sorted({'ipaddress', 'pysb_core.policy.netrules', 'pysb_core.net.netfilter.plan'} "
         "& set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

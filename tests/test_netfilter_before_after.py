@@ -1,5 +1,5 @@
 """qemu's and firejail's packet filters did not change in effect when they moved to the one
-network-rule compiler (:mod:`pysb_core.netfilter`).
+network-rule compiler (:mod:`pysb_core.net.netfilter`).
 
 tests/data/netfilter_before_one_compiler.json holds random rule sets (seeded) with the
 rulesets the providers' own compilers wrote for them before (``pysb_qemu.netfilter.ruleset``,
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.netfilter import compile_iptables, compile_nft
-from pysb_core.netrules import NetworkMatcher, parse_rule
+from pysb_core.net.netfilter import compile_iptables, compile_nft
+from pysb_core.policy.netrules import NetworkMatcher, parse_rule
 from pysb_core.testing.netfilter import Load, probe, require_tools
 
 BEFORE = json.loads((Path(__file__).parent / "data/netfilter_before_one_compiler.json").read_text())

@@ -1,6 +1,6 @@
-"""Differential test of the one network-rule compiler (:mod:`pysb_core.netfilter`), for every
+"""Differential test of the one network-rule compiler (:mod:`pysb_core.net.netfilter`), for every
 back end and every provider's target: the kernel, running the compiled rules, decides every
-probe exactly as pysb's reference matcher (``pysb_core.netrules.NetworkMatcher``) does.
+probe exactly as pysb's reference matcher (``pysb_core.policy.netrules.NetworkMatcher``) does.
 
 Back ends: nftables and iptables for the namespace providers (unshare, bwrap: slirp4netns
 or pasta in front), nftables for the qemu guest (QEMU's slirp), iptables for firejail's
@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pysb_core.netfilter import SLIRP4NETNS, FilterTarget, compile_iptables, compile_nft
-from pysb_core.netrules import NetworkMatcher, parse_rule
+from pysb_core.net.netfilter import SLIRP4NETNS, FilterTarget, compile_iptables, compile_nft
+from pysb_core.policy.netrules import NetworkMatcher, parse_rule
 from pysb_core.testing.netfilter import SANDBOX_ADDRESSES, Load, probe, require_tools
 
 ADDRESSES = ["192.0.2.7", "192.0.2.9", "192.0.2.130", "198.51.100.5", "198.51.100.200"]
@@ -64,7 +64,7 @@ def _back_ends() -> dict[str, tuple[Compile, str]]:
     from pysb_firejail.network import bridge_network
     from pysb_qemu.netfilter import GUEST_NETWORK
 
-    from pysb_core.netns.usernet import Pasta
+    from pysb_core.net.netns.usernet import Pasta
 
     return {
         "slirp4netns-nft": (nft_loads(SLIRP4NETNS), "nft"),

@@ -1,5 +1,5 @@
-"""Differential tests: the sandbox's matcher (:mod:`pysb_core.netmatch`, no ``ipaddress``)
-answers exactly as the reference :class:`pysb_core.netrules.NetworkMatcher` does.
+"""Differential tests: the sandbox's matcher (:mod:`pysb_core.policy.netmatch`, no ``ipaddress``)
+answers exactly as the reference :class:`pysb_core.policy.netrules.NetworkMatcher` does.
 
 Random rule sets (IPv4/IPv6 CIDRs and addresses, IPv4-mapped and IPv4-embedding IPv6 forms,
 host names with pins, ports, protocols, directions, allow/deny mixes) are parsed by the real
@@ -18,9 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pysb_core import netmatch, netrules
-from pysb_core.netrules import NetworkMatcher, parse_rule
-from pysb_core.policy import NetworkRule, PortRange
+from pysb_core.policy import NetworkRule, PortRange, netmatch, netrules
+from pysb_core.policy.netrules import NetworkMatcher, parse_rule
 from pysb_core.testing import Project
 
 # A few small neighbourhoods, so that random rules and random addresses often meet.
@@ -284,9 +283,10 @@ def test_the_sandbox_matcher_imports_no_ipaddress() -> None:
     pysb_core package and pysb_core.policy, which the sandbox has loaded anyway)."""
     code = (
         "import sys; import pysb_core, pysb_core.policy; before = set(sys.modules); "
-        "from pysb_core import netmatch; from pysb_core.netrules import parse_rule as p; "
+        "from pysb_core.policy import netmatch; from pysb_core.policy.netrules import parse_rule "
+        "as p; "
         "rules = [p('allow tcp 10.0.0.0/8 * out'), p('deny tcp a.test 80 any')]; "
-        "sys.modules.pop('ipaddress'); sys.modules.pop('pysb_core.netrules'); "
+        "sys.modules.pop('ipaddress'); sys.modules.pop('pysb_core.policy.netrules'); "
         "before = set(sys.modules); "
         "m = netmatch.Matcher(rules, {'a.test': ['::ffff:1.2.3.4']}); "
         "m.check('tcp', '127.1', 1, 'out'); m.check_host('tcp', 'a.test', 80, 'out'); "
@@ -297,10 +297,10 @@ def test_the_sandbox_matcher_imports_no_ipaddress() -> None:
     assert out.stdout.strip() == "[]"
     code = (
         "import sys; import pysb_core, pysb_core.policy; before = set(sys.modules); "
-        "from pysb_core import netmatch; print(sorted(set(sys.modules) - before))"
+        "from pysb_core.policy import netmatch; print(sorted(set(sys.modules) - before))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['_socket', 'pysb_core.netmatch']"  # _socket: built in
+    assert out.stdout.strip() == "['_socket', 'pysb_core.policy.netmatch']"  # _socket: built in
 
 
 def test_a_sandboxed_run_decides_without_ipaddress(project: Project) -> None:
@@ -329,5 +329,5 @@ def test_a_sandboxed_run_decides_without_ipaddress(project: Project) -> None:
         assert line.startswith("NetworkDeniedError network connect to 127.0.0.5:9"), line
         assert "network rule 'deny tcp 127.0.0.5 * out'" in line, line
     imported = {line.split("'")[1] for line in r.stderr.splitlines() if line.startswith("import '")}
-    assert "pysb_core.netmatch" in imported and "socket" in imported
-    assert not {"ipaddress", "pysb_core.netrules"} & imported
+    assert "pysb_core.policy.netmatch" in imported and "socket" in imported
+    assert not {"ipaddress", "pysb_core.policy.netrules"} & imported

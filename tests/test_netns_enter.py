@@ -1,4 +1,4 @@
-"""pysb_core.netns.enter on the real kernel, as whoever runs the tests (root, or a normal
+"""pysb_core.net.netns.enter on the real kernel, as whoever runs the tests (root, or a normal
 user in CI's second pass): the owner of a network namespace is found even when the process
 has moved on to a nested user namespace (what an unprivileged bwrap does), and a program
 started through ``entering()`` gets ``CAP_NET_ADMIN`` there (nsenter gave a normal user
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.netns.enter import SandboxNamespaces
+from pysb_core.net.netns.enter import SandboxNamespaces
 
 
 def _tool(name: str) -> str:

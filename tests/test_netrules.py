@@ -1,4 +1,4 @@
-"""Network rule grammar and decisions (pysb_core.netrules), including property tests that
+"""Network rule grammar and decisions (pysb_core.policy.netrules), including property tests that
 compare the matcher with a deliberately naive reference evaluator written here.
 
 Pure computation: nothing here opens a socket. Addresses are drawn from 127.0.0.0/8, the
@@ -13,8 +13,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pysb_core.netmatch import ephemeral_ports
-from pysb_core.netrules import (
+from pysb_core.policy import NetworkRule, Policy, PortRange
+from pysb_core.policy.netmatch import ephemeral_ports
+from pysb_core.policy.netrules import (
     NetworkMatcher,
     canonical_ip,
     hosts_file_text,
@@ -23,7 +24,6 @@ from pysb_core.netrules import (
     parse_rule,
     pin_hosts,
 )
-from pysb_core.policy import NetworkRule, Policy, PortRange
 
 # ---------------------------------------------------------------------------------------
 # Grammar

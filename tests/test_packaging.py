@@ -171,7 +171,7 @@ def test_third_party_provider_installs_and_runs(core_only_env: Path, tmp_path: P
 def test_core_alone_names_the_first_party_packages_it_lacks(
     core_only_env: Path, tmp_path: Path
 ) -> None:
-    from pysb_core.cli.catalog import FIRST_PARTY
+    from pysb_core.launch.catalog import FIRST_PARTY
 
     r = _run(core_only_env, "providers", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -341,7 +341,7 @@ def _fresh_env(where: Path, python: str, dists: Path, *requirements: str, online
 
 def _works(env_dir: Path, tmp_path: Path) -> None:
     """The installed pysb lists every provider and enforces a profile under two of them."""
-    from pysb_core.cli.catalog import FIRST_PARTY
+    from pysb_core.launch.catalog import FIRST_PARTY
 
     r = _run(env_dir, "providers", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -17,7 +17,7 @@ AGENT = Path(__file__).resolve().parents[1] / "examples" / "llm_tool" / "agent.p
 
 def _guards_installed() -> bool:
     try:
-        from pysb_core.plugins import get_plugin_manager
+        from pysb_core.launch.plugins import get_plugin_manager
 
         _, plugins = get_plugin_manager()
     except Exception:

@@ -26,7 +26,7 @@ from pysb_core.testing.partial import write_module
 
 def _guards_or_skip() -> None:
     try:
-        from pysb_core.plugins import get_plugin_manager
+        from pysb_core.launch.plugins import get_plugin_manager
 
         _, plugins = get_plugin_manager()
     except Exception as exc:

@@ -104,12 +104,12 @@ def test_a_built_in_plugin_imports_only_the_plugin_api(path: Path) -> None:
 def test_the_scan_catches_each_way_of_reaching_an_internal(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "import pysb_core.seccomp\n"
+        "import pysb_core.linux.seccomp\n"
         "from pysb_core._startup.records import record\n"
-        "from pysb_core import cfuncs\n"
+        "from pysb_core.linux import cfuncs\n"
         "from pysb_core.providerkit import nosuch\n"
-        "import importlib\nimportlib.import_module('pysb_core.netns')\n"
-        "import pysb_core\npysb_core.pipeline\n"
+        "import importlib\nimportlib.import_module('pysb_core.net.netns')\n"
+        "import pysb_core\npysb_core.launch\n"
         "from pysb_core.providerkit import Provider\nfrom pysb_core import hookimpl\n"
         "pysb_core.__file__\n"
     )
@@ -120,12 +120,12 @@ def test_the_scan_catches_each_way_of_reaching_an_internal(tmp_path: Path) -> No
     finally:
         ROOT = saved
     assert [f.split(": ", 1)[1] for f in found] == [
-        "import pysb_core.seccomp",
+        "import pysb_core.linux.seccomp",
         "from pysb_core._startup.records import record",
-        "from pysb_core import cfuncs",
+        "from pysb_core.linux import cfuncs",
         "from pysb_core.providerkit import nosuch",
-        "import_module('pysb_core.netns')",
-        "pysb_core.pipeline",
+        "import_module('pysb_core.net.netns')",
+        "pysb_core.launch",
     ]
 
 

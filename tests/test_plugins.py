@@ -9,7 +9,7 @@ import pytest
 
 from pysb_core import hookimpl, hookspecs
 from pysb_core.check import CheckReport
-from pysb_core.plugins import BUILTIN_PLUGINS, Hooks, get_plugin_manager
+from pysb_core.launch.plugins import BUILTIN_PLUGINS, Hooks, get_plugin_manager
 from pysb_core.policy import Exposure, Limits, Policy
 from pysb_core.provider import Capability, Provider
 
@@ -52,7 +52,7 @@ class _PortOnly(Provider):
 
 
 def test_os_layer_report_follows_capabilities() -> None:
-    from pysb_core.netrules import parse_rule
+    from pysb_core.policy.netrules import parse_rule
 
     policy = Policy(
         exposures=(

@@ -1,6 +1,6 @@
 """Launch mechanics of the provider base: the pre-exec steps, run in order between fork
 and exec, and the one pids cgroup of a root pysb with ``limits: processes``
-(pysb_core.provider, pysb_core.pidlimit). Real processes under the subprocess provider."""
+(pysb_core.provider, pysb_core.linux.pidlimit). Real processes under the subprocess provider."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core import pidlimit
 from pysb_core.builtin.subprocess_provider import SubprocessProvider
 from pysb_core.errors import SandboxError
+from pysb_core.linux import pidlimit
 from pysb_core.plan import LaunchPlan, PreExecStep
 from pysb_core.policy import Limits
 from pysb_core.provider import set_pre_exec
@@ -139,7 +139,7 @@ def test_every_provider_runs_the_plans_steps_before_its_host_process(
     """The steps run in the provider's host process (a wrapper, unshare's init, qemu's
     supervisor) between fork and exec, in order, whether the provider starts it through
     the base ``launch`` or its own."""
-    from pysb_core.drivers import load_provider
+    from pysb_core.launch.drivers import load_provider
     from pysb_core.testing import require_provider
 
     require_provider(name)

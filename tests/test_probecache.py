@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.probecache import cached_probe
+from pysb_core.launch.probecache import cached_probe
 from pysb_core.provider import ProviderStatus
 
 
@@ -51,7 +51,7 @@ def test_failure_is_never_cached(binary: Path) -> None:
 
 def test_success_is_kept_per_boot(binary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reboot can change what a probe found (boot parameters, sysctls): probe again."""
-    import pysb_core.probecache as pc
+    import pysb_core.launch.probecache as pc
 
     calls = []
 
@@ -93,7 +93,7 @@ def test_a_damaged_cache_file_means_probing_again(binary: Path) -> None:
 def test_which_finds_programs_like_shutil(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    from pysb_core.probecache import which
+    from pysb_core.launch.probecache import which
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

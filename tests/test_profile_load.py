@@ -278,7 +278,7 @@ def test_anchors_and_merge_keys(tmp_path: Path, env) -> None:
 
 
 def test_full_spec_example(tmp_path: Path, env) -> None:
-    pytest.importorskip("pysb_core.netrules")
+    pytest.importorskip("pysb_core.policy.netrules")
     for d in ("out", "data"):
         (tmp_path / d).mkdir()
     write(
@@ -339,7 +339,7 @@ providers:
 
 
 def test_bad_network_rule_is_located(tmp_path: Path, env) -> None:
-    pytest.importorskip("pysb_core.netrules")
+    pytest.importorskip("pysb_core.policy.netrules")
     write(tmp_path / ".pysb.yaml", "network:\n  - allow tcp example.com 443 out\n  - allow tcp\n")
     errors = errors_of(tmp_path, env)
     assert len(errors) == 1

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from pysb_core.errors import SandboxError
-from pysb_core.learning import LearnedProfile
 from pysb_core.profile import load_policy
+from pysb_core.profile.learning import LearnedProfile
 from pysb_core.profile.writer import merge_learned, scalar_text
 
 HAND_WRITTEN = """\
@@ -114,7 +114,7 @@ def test_relearning_adds_nothing(cwd: Path) -> None:
 
 
 def test_result_reloads_with_the_loader(cwd: Path) -> None:
-    pytest.importorskip("pysb_core.netrules")
+    pytest.importorskip("pysb_core.policy.netrules")
     target = cwd / ".pysb.yaml"
     target.write_text(HAND_WRITTEN)
     merge_learned(str(target), learned(cwd))

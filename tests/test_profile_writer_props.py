@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pysb_core.learning import LearnedProfile
+from pysb_core.profile.learning import LearnedProfile
 from pysb_core.profile.writer import merge_learned
 
 NAMES = ["json", "os", "re", "yaml", "numpy", "ctypes", "http", "email"]

@@ -1,4 +1,4 @@
-"""pysb_core.seccomp: every decision of the shared filter, run through its BPF interpreter.
+"""pysb_core.linux.seccomp: every decision of the shared filter, run through its BPF interpreter.
 
 What the filter does to real programs under each provider is tested in
 tests/security/test_os_syscalls.py and the providers' own test_seccomp.py / test_seccomp_child.py.
@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from pysb_core import seccomp as sc
+from pysb_core.linux import seccomp as sc
 
 X86_64, I386, AARCH64, ARM = 0xC000003E, 0x40000003, 0xC00000B7, 0x40000028
 ALLOW = sc.RET_ALLOW

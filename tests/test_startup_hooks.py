@@ -22,7 +22,7 @@ from pysb_core import hookimpl, hookspecs
 from pysb_core._startup.hooks import LightPluginManager, _specs
 from pysb_core._startup.markers import HookspecMarker
 from pysb_core.childhooks import pluggy_manager
-from pysb_core.plugins import Hooks, get_plugin_manager
+from pysb_core.launch.plugins import Hooks, get_plugin_manager
 
 
 def _pluggy() -> pluggy.PluginManager:

@@ -27,7 +27,7 @@ NEVER_ON_THE_HOST = {
     *(f"pysb_guards.{family}.{part}" for family in FAMILIES for part in ("guard", "engine")),
     "pysb_guards.registry",
     "pysb_guards._seal",
-    "pysb_core.netrules",
+    "pysb_core.policy.netrules",
     "socket",
     "ipaddress",
     # other commands' dependencies, and what a warm profile cache makes unnecessary
@@ -49,7 +49,7 @@ print(json.dumps({"status": status, "modules": modules}))
 
 PLAN = """
 import json
-from pysb_core.pipeline import Program, Session
+from pysb_core.launch.pipeline import Program, Session
 session = Session.create()
 plan = session.plan(Program("code", argv=["-c"], code="pass"))
 print(json.dumps(plan.payload["guards"]))

@@ -22,8 +22,8 @@ from pysb_core._startup import entrypoints
 from pysb_core._startup.hooks import LightPluginManager
 from pysb_core._startup.records import FrozenInstanceError, Record, field, record
 from pysb_core.check import CheckReport
-from pysb_core.plugins import get_plugin_manager
-from pysb_core.profilecheck import check_profile
+from pysb_core.launch.plugins import get_plugin_manager
+from pysb_core.launch.profilecheck import check_profile
 
 GUARDS = {"files", "imports", "network", "api", "env"}
 GROUPS = ("pysb.providers", "pysb.guards", "pysb.plugins", "console_scripts")

@@ -1,4 +1,4 @@
-"""The trust store of discovered profiles (pysb_core.trust) and ``pysb trust``."""
+"""The trust store of discovered profiles (pysb_core.profile.trust) and ``pysb trust``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core import trust
 from pysb_core.errors import ProfileError, UntrustedProfileError
-from pysb_core.profile import load_policy
+from pysb_core.profile import load_policy, trust
 from pysb_core.testing import BASE_ENV, run_pysb
 
 

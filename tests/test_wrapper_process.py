@@ -1,4 +1,4 @@
-"""pysb_core.wrapper_process with a real three-level tree shaped like bwrap's
+"""pysb_core.launch.wrapper_process with a real three-level tree shaped like bwrap's
 (wrapper -> the sandbox's PID 1 -> program), all of them this test's own descendants."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from pysb_core.proctree import children, running
-from pysb_core.wrapper_process import adopt
+from pysb_core.launch.wrapper_process import adopt
+from pysb_core.linux.proctree import children, running
 
 #: The wrapper forks "PID 1", which forks the program. With ``wedge``, the program exits at
 #: once and PID 1 stops itself without reaping it (what a ptrace-stopped init did): the

@@ -3,8 +3,8 @@
 pluggy (with ``inspect``, ``ast``, ``dis``, ``tokenize`` and ``typing``) costs about 6 ms
 to import, a fifth of what ``pysb run`` may spend before the sandbox starts, while a run
 only needs pluggy's plain 1:N calls. :class:`LightPluginManager` has the part of
-``pluggy.PluginManager`` that :func:`pysb_core.plugins.get_plugin_manager` and
-:class:`pysb_core.plugins.Hooks` use, with pluggy's semantics, for plugins that need
+``pluggy.PluginManager`` that :func:`pysb_core.launch.plugins.get_plugin_manager` and
+:class:`pysb_core.launch.plugins.Hooks` use, with pluggy's semantics, for plugins that need
 nothing more:
 
 - modules (``ModuleType`` itself) and instances of ordinary classes;

@@ -77,7 +77,7 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
             continue
         name = key.replace("_", "-")
         # wall-time is enforced by pysb's own parent process, outside the sandbox; tmp by
-        # the provider's tmpfs size or by pysb's parent watching (pysb_core.tmpwatch).
+        # the provider's tmpfs size or by pysb's parent watching (pysb_core.launch.tmpwatch).
         add(
             "limits",
             f"limits: {name}: {limit_text(key, value)}",

@@ -19,7 +19,7 @@ KEYCTL_JOIN_SESSION_KEYRING = 1
 def leave_session_keyring() -> None:
     """Join a new anonymous session keyring; EPERM/ENOSYS (keyctl filtered out by the
     provider's own seccomp policy, or no keys support) leave nothing to read anyway."""
-    from pysb_core import cfuncs  # not ctypes: ~1 ms less in every sandboxed start
+    from pysb_core.linux import cfuncs  # not ctypes: ~1 ms less in every sandboxed start
 
     nr = _KEYCTL.get(os.uname().machine)
     if nr is None:

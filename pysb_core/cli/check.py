@@ -15,7 +15,7 @@ from pysb_core.errors import ExitCode, ProfileError, SandboxError
 
 
 def _provider_notes(policy: Any) -> list[str]:
-    from pysb_core.drivers import first_party_distribution, provider_names
+    from pysb_core.launch.drivers import first_party_distribution, provider_names
 
     installed = set(provider_names())
     notes = []
@@ -48,8 +48,8 @@ def run_check(
 ) -> int:
     """Check the profile; ``verbosity`` -1 prints only errors and the verdict, 1 adds
     each rule's guard family."""
-    from pysb_core.autoprovider import ORDER
-    from pysb_core.pipeline import Program, Session, unenforced_messages
+    from pysb_core.launch.autoprovider import ORDER
+    from pysb_core.launch.pipeline import Program, Session, unenforced_messages
     from pysb_core.profile.discovery import ProfileNotFoundError
 
     errors: list[str] = []
@@ -92,7 +92,7 @@ def run_check(
         errors.extend(unenforced_messages(report.unenforced(), report))
         notes = [*report.notes, *_provider_notes(policy)]
         if session.discovered:
-            from pysb_core.trust import untrusted_reason
+            from pysb_core.profile.trust import untrusted_reason
 
             why = untrusted_reason(policy, session.environ)
             trusted = why is None if policy.profile_path else None

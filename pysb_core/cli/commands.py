@@ -116,7 +116,7 @@ def check(
 def providers(as_json: bool, verbose: bool, quiet: bool) -> None:
     """List installed providers, whether they run here, and what they enforce;
     then the first-party provider packages that are not installed."""
-    from pysb_core.drivers import describe_providers
+    from pysb_core.launch.drivers import describe_providers
 
     verbosity = level(verbose, quiet)
     infos = describe_providers()
@@ -165,7 +165,7 @@ def providers(as_json: bool, verbose: bool, quiet: bool) -> None:
 
 def _not_installed() -> None:
     """What ``pip install`` of each missing first-party package would add."""
-    from pysb_core.cli.catalog import installed_distributions, missing_first_party
+    from pysb_core.launch.catalog import installed_distributions, missing_first_party
 
     missing = missing_first_party(installed_distributions())
     if not missing:

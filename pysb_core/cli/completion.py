@@ -27,7 +27,7 @@ _PATH_OPTIONS = {
 def provider_items(incomplete: str) -> list[CompletionItem]:
     """Installed provider names starting with ``incomplete`` (entry-point metadata only:
     nothing is imported, so completion stays fast)."""
-    from pysb_core.drivers import provider_names
+    from pysb_core.launch.drivers import provider_names
 
     return [CompletionItem(n) for n in provider_names() if n.startswith(incomplete)]
 

@@ -21,7 +21,7 @@ IMPLICIT_ENV = ("TERM", "${TERM}")
 
 def _api_checker() -> Callable[[str], str | None]:
     """``target -> None`` when pysb's api guard knows it, else why it does not."""
-    from pysb_core.plugins import Hooks, get_plugin_manager
+    from pysb_core.launch.plugins import Hooks, get_plugin_manager
     from pysb_core.profile import ProfileSchema
 
     schema = ProfileSchema()
@@ -42,7 +42,7 @@ def _api_checker() -> Callable[[str], str | None]:
 def _landlock_default() -> str:
     """What pysandboxes writes for ``@DEFAULT_OS_SANDBOX@`` on this machine: landlock when
     the kernel supports it, else subprocess (asked of pysb's landlock provider)."""
-    from pysb_core.drivers import load_provider_class, provider_names
+    from pysb_core.launch.drivers import load_provider_class, provider_names
 
     if "landlock" not in provider_names():
         return "subprocess"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pysb_core.drivers import provider_names
-from pysb_core.plugins import get_plugin_manager
+from pysb_core.launch.drivers import provider_names
+from pysb_core.launch.plugins import get_plugin_manager
 
 HOOK_PREFIX = "pysb_"
 
@@ -29,7 +29,7 @@ def _hooks_of(obj: Any) -> list[str]:
 def list_plugins() -> list[dict[str, Any]]:
     from importlib.metadata import entry_points
 
-    from pysb_core.plugins import Hooks
+    from pysb_core.launch.plugins import Hooks
 
     pm, loaded = get_plugin_manager()
     children = Hooks(pm).guard_children()

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from pysb_core.paths import is_within
+from pysb_core.linux.paths import is_within
 from pysb_core.profile.variables import VariableError, expand
 
 #: Keys that take one value: given twice in the files, pysandboxes refuses the file.
@@ -300,7 +300,7 @@ def _net(line: Line, out: Converted) -> None:
         return
     rule = f"{action.lower()} {proto} {network} {ports} {way}"
     if "${" not in rule:
-        from pysb_core.netrules import parse_rule
+        from pysb_core.policy.netrules import parse_rule
 
         try:
             parse_rule(rule, line.where)

@@ -93,7 +93,7 @@ def _cli_rules(args: RunArgs):
 
 
 def _program(args: RunArgs, session) -> tuple[object, bool]:
-    from pysb_core.pipeline import Program
+    from pysb_core.launch.pipeline import Program
 
     if args.mode == "code":
         return Program("code", argv=["-c", *args.args], code=args.target), False
@@ -157,7 +157,7 @@ def run_main(argv: list[str]) -> int:
     learn = args.get("learn")
     if args.get("debug") or os.environ.get("PYSB_DEBUG"):
         _debug.append(True)
-    from pysb_core.pipeline import Session
+    from pysb_core.launch.pipeline import Session
     from pysb_core.profile.discovery import ProfileNotFoundError
 
     try:
@@ -196,7 +196,7 @@ def _provider_problem(args: RunArgs) -> list[str]:
     name = args.get("provider") or os.environ.get("PYSB_PROVIDER")
     if not name:
         return []
-    from pysb_core.drivers import provider_names, unknown_provider
+    from pysb_core.launch.drivers import provider_names, unknown_provider
 
     installed = provider_names()
     return [] if name in installed else [str(unknown_provider(name, installed))]
@@ -286,12 +286,12 @@ def process_main(argv: list[str]) -> NoReturn:
 
 def _stdio_relay(session):
     """Under a provider that confines files, file-backed standard streams become pipes
-    (a file descriptor would reopen its file through /proc/self/fd: pysb_core.stdio);
+    (a file descriptor would reopen its file through /proc/self/fd: pysb_core.launch.stdio);
     None under one that does not."""
     from pysb_core.provider import Capability
 
     if Capability.FILES in session.provider.enforced():
-        from pysb_core.stdio import StdioRelay
+        from pysb_core.launch.stdio import StdioRelay
 
         return StdioRelay()
     return None
@@ -299,11 +299,11 @@ def _stdio_relay(session):
 
 def _before_exec(terminal):
     """What the sandbox's first process runs before its exec, in the process group of its
-    own that it always has (pysb_core.jobcontrol): a SIGKILL of pysb's group no longer
+    own that it always has (pysb_core.launch.jobcontrol): a SIGKILL of pysb's group no longer
     reaches it, so it dies with pysb (``PR_SET_PDEATHSIG``; a set-uid wrapper drops it at
     exec and has its own ``--die-with-parent``); on a terminal whose foreground pysb
     holds, it takes that foreground."""
-    from pysb_core.cfuncs import Long, function
+    from pysb_core.linux.cfuncs import Long, function
 
     prctl = function("prctl")
     parent = os.getpid()
@@ -320,9 +320,9 @@ def _before_exec(terminal):
 
 
 def _run(session, args: RunArgs) -> int:
-    from pysb_core import proctree
-    from pysb_core.execute import held_signals, wait
-    from pysb_core.jobcontrol import Job, Terminal
+    from pysb_core.launch.execute import held_signals, wait
+    from pysb_core.launch.jobcontrol import Job, Terminal
+    from pysb_core.linux import proctree
 
     program, interactive = _program(args, session)
     policy = session.policy
@@ -364,13 +364,13 @@ def _run(session, args: RunArgs) -> int:
             job_terminal = terminal
             if terminal is not None and getattr(proc, "pysb_own_session", False):
                 # The program is in a session of its own: pysb keeps the terminal and
-                # forwards what it sends (pysb_core.jobcontrol).
+                # forwards what it sends (pysb_core.launch.jobcontrol).
                 terminal.take_back()
                 job_terminal = None
             elif terminal is not None and terminal.foreground:
                 terminal.given = proc.pid  # taken by the child before its exec
             # The sandbox is in a group of its own: any signal pysb gets is pysb's to
-            # forward, a Ctrl-C included (pysb_core.execute).
+            # forward, a Ctrl-C included (pysb_core.launch.execute).
             proc.pysb_own_session = True
             known.update(proctree.children(os.getpid()))  # the sandbox and pysb's helpers
             if relay is not None:

@@ -1,6 +1,6 @@
 """``pysb trust``: record, list and revoke the user's trust in discovered profiles.
 
-The model and the store are :mod:`pysb_core.trust`'s; this module only talks to the user.
+The model and the store are :mod:`pysb_core.profile.trust`'s; this module only talks to the user.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def run_trust(
     profile: str | None, *, list_: bool = False, revoke: bool = False, verbosity: int = 0
 ) -> int:
     """``--quiet`` (verbosity < 0): nothing on success; ``--verbose``: each file's digest."""
-    from pysb_core import trust
+    from pysb_core.profile import trust
 
     environ = dict(os.environ)
     cwd = os.getcwd()

@@ -14,7 +14,7 @@ One job per module:
 The pipeline calls :func:`choose_profile` (:mod:`.discovery`) then :func:`load_policy`;
 plugins see only
 :class:`~pysb_core.profile.schema.ProfileSchema` (``pysb_add_profile_keys``) and
-:class:`~pysb_core.learning.LearnedProfile` (``pysb_learned``).
+:class:`~pysb_core.profile.learning.LearnedProfile` (``pysb_learned``).
 """
 
 from __future__ import annotations

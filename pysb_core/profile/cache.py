@@ -9,7 +9,7 @@ edited twice within the same mtime tick). Variables are expanded after the cache
 cache never holds host environment values.
 
 The directory is never writable inside a sandbox (it is protected like the profile files:
-:mod:`pysb_core.statedir`), and an entry is read only when it and its directory belong to
+:mod:`pysb_core.linux.statedir`), and an entry is read only when it and its directory belong to
 this user and nobody else can write them.
 
 Every failure here (unwritable home, corrupt entry, foreign marshal version) silently
@@ -21,7 +21,7 @@ from __future__ import annotations
 import marshal
 import os
 
-from pysb_core.statedir import state_dir, trusted
+from pysb_core.linux.statedir import state_dir, trusted
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ FORMAT = 1
 
 
 def cache_dir(environ: Mapping[str, str]) -> str | None:
-    """The cache directory, in pysb's state directory (:mod:`pysb_core.statedir`)."""
+    """The cache directory, in pysb's state directory (:mod:`pysb_core.linux.statedir`)."""
     base = state_dir(environ)
     return None if base is None else os.path.join(base, "profiles")
 
@@ -58,7 +58,7 @@ def load(directory: str | None, path: str, st: os.stat_result, data: bytes) -> A
         return None
     try:
         with open(_entry(directory, path), "rb") as f:
-            # Only an entry this user alone could have written (pysb_core.statedir).
+            # Only an entry this user alone could have written (pysb_core.linux.statedir).
             if not (trusted(directory) and trusted("", os.fstat(f.fileno()))):
                 return None
             record = marshal.load(f)

@@ -14,7 +14,7 @@ import os
 import stat
 
 from pysb_core.errors import ProfileError
-from pysb_core.paths import is_within
+from pysb_core.linux.paths import is_within
 from pysb_core.policy import AUTO, ApiRule, Exposure, IgnoreRule, Limits, NetworkRule, Policy
 from pysb_core.profile.loader import expand_user, load_files
 from pysb_core.profile.merge import NAMED_SCALARS, Item, merge_files
@@ -160,9 +160,11 @@ class _Compiler:
         if not items:
             return ()
         try:
-            from pysb_core.netrules import parse_rule
+            from pysb_core.policy.netrules import parse_rule
         except ImportError:
-            self.err(items[0].loc, "network: rules cannot be checked (pysb_core.netrules missing)")
+            self.err(
+                items[0].loc, "network: rules cannot be checked (pysb_core.policy.netrules missing)"
+            )
             return ()
         rules: list[NetworkRule] = []
         for item in items:

@@ -40,7 +40,7 @@ DIGEST_ALGO = "blake2b-256"
 
 
 def digest(data: bytes) -> str:
-    """The digest of a profile file's bytes, as :mod:`pysb_core.trust` records and compares
+    """The digest of a profile file's bytes, as :mod:`pysb_core.profile.trust` records and compares
     it (:attr:`ProfileFile.digest`)."""
     return f"{DIGEST_ALGO}:{blake2b(data, digest_size=32).hexdigest()}"
 
@@ -51,7 +51,7 @@ _MAP_TAG = "tag:yaml.org,2002:map"
 
 class ProfileFile:
     """One file read for a profile: its canonical path, display name, node tree, and the
-    digest of the bytes that were parsed (what :mod:`pysb_core.trust` compares)."""
+    digest of the bytes that were parsed (what :mod:`pysb_core.profile.trust` compares)."""
 
     __slots__ = ("digest", "directory", "display", "path", "tree")
 

@@ -9,7 +9,7 @@ empty string.
 ``$${`` is a literal ``${`` (the one escape; a ``$`` anywhere else is itself): what a
 learning run writes is data, and a recorded name holding ``${`` must read back as itself,
 never as a variable (issue 26: a directory named ``${X:-..}`` was learned as
-``./${X:-..}`` and read as ``./..``). :func:`pysb_core.learning.literal` spells any
+``./${X:-..}`` and read as ``./..``). :func:`pysb_core.profile.learning.literal` spells any
 text so (there, not here: the profile package reads the learning module).
 """
 

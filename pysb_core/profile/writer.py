@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pysb_core.errors import ProfileError, SandboxError
-from pysb_core.learning import IMPORT_GROUPS, LearnedProfile, LearnedRule
-from pysb_core.paths import is_within
+from pysb_core.linux.paths import is_within
+from pysb_core.profile.learning import IMPORT_GROUPS, LearnedProfile, LearnedRule
 from pysb_core.profile.loader import display_path
 from pysb_core.profile.schema import BUILTIN_SECTIONS, SCALAR
 
@@ -623,7 +623,8 @@ def merge_learned(
     the text merge does not handle), it is left untouched and the learned rules are written
     to ``FILE.learned.yaml``; the summary says so. Raises :class:`SandboxError` when the
     file cannot be read or written. ``on_write(path, data)`` is called with the exact bytes
-    once ``path`` itself has been written (the pipeline trusts them: :mod:`pysb_core.trust`).
+    once ``path`` itself has been written (the pipeline trusts them:
+    :mod:`pysb_core.profile.trust`).
     """
     path = os.path.abspath(path)
     display = display_path(path, os.getcwd())

@@ -1,6 +1,6 @@
 """Starting partial-mode workers through the pipeline (profile, guards, provider).
 
-One :class:`pysb_core.pipeline.Session` per ``sandboxes()``: the profile is loaded and
+One :class:`pysb_core.launch.pipeline.Session` per ``sandboxes()``: the profile is loaded and
 checked once (fail closed, before any worker starts); every worker -- the first and each
 restart -- is a ``Session.spawn`` of the "entry" program; ``finish`` writes learned rules
 and runs the provider's clean-ups when the sandbox stops.
@@ -19,7 +19,7 @@ class SessionLauncher:
     """Adapter between :class:`~pysb_core.remote.client.Client` and the pipeline."""
 
     def __init__(self, **session_kwargs: Any) -> None:
-        from pysb_core.pipeline import Session
+        from pysb_core.launch.pipeline import Session
 
         # the caller's current stderr (warnings, the learning summary), not the one of import time
         session_kwargs.setdefault("stderr", sys.stderr)
@@ -27,7 +27,7 @@ class SessionLauncher:
         self.provider = self.session.policy.provider
 
     def spawn(self, args: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:
-        from pysb_core.pipeline import Program
+        from pysb_core.launch.pipeline import Program
 
         program = Program(
             mode="entry", entry=ENTRY, args=args, argv=[sys.argv[0] if sys.argv else ""]

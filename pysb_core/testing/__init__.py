@@ -72,8 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def trust_profile(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> None:
     """Trust the profile at ``path`` as ``pysb trust`` would, in the store the tests' pysb
     uses: a profile the test wrote stands for one a person wrote and trusted. A discovered
-    profile that is not trusted is refused (exit 125; :mod:`pysb_core.trust`)."""
-    from pysb_core.trust import trust_profile as trust
+    profile that is not trusted is refused (exit 125; :mod:`pysb_core.profile.trust`)."""
+    from pysb_core.profile.trust import trust_profile as trust
 
     path = os.fspath(path)
     trust(path, cwd=os.path.dirname(os.path.abspath(path)), environ={**BASE_ENV, **(env or {})})
@@ -118,8 +118,8 @@ def required_providers() -> set[str]:
 
 def require_provider(name: str) -> None:
     """Skip (or fail, when required) unless provider ``name`` can run here."""
-    from pysb_core.drivers import load_provider_class
     from pysb_core.errors import ProviderUnavailableError
+    from pysb_core.launch.drivers import load_provider_class
 
     note_provider(name)
     try:

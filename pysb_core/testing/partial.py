@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
-from pysb_core.proctree import descendants
+from pysb_core.linux.proctree import descendants
 
 
 def write_module(directory: Path, source: str, prefix: str = "sbmod") -> ModuleType:

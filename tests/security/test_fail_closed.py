@@ -177,7 +177,7 @@ def test_unknown_provider_in_a_learning_run_without_profile(project: Project) ->
 
 
 def test_install_hint_only_for_first_party_provider_names() -> None:
-    from pysb_core.drivers import unknown_provider
+    from pysb_core.launch.drivers import unknown_provider
 
     qemu = unknown_provider("qemu", ["subprocess", "bwrap"])
     assert qemu.fix == "pip install pysb-qemu"

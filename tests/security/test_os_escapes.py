@@ -335,7 +335,7 @@ def test_read_only_stdin_cannot_be_reopened_for_writing(provider: str, tmp_path:
     finally:
         os.close(fd)
     assert out["control-read-stdin"] == "ok:ORIGINAL\n"  # the loan itself works
-    # pysb hands a file-backed stdin over as a pipe (pysb_core.stdio): reopening fd 0 may
+    # pysb hands a file-backed stdin over as a pipe (pysb_core.launch.stdio): reopening fd 0 may
     # succeed, but it reopens the pipe, never the host file. The file is what must not change.
     for attempt in ("reopen-rdwr", "reopen-append"):
         assert refused(out[attempt]) or out[attempt] == "ok", out[attempt]
@@ -359,7 +359,7 @@ def test_write_only_stderr_cannot_be_reopened_for_reading(provider: str, tmp_pat
     finally:
         os.close(fd)
     assert out["control-append"] == "ok" and box.secret.read_text().endswith("LOGGED\n")
-    # A file-backed stderr reaches the program as a pipe (pysb_core.stdio): a reopen opens
+    # A file-backed stderr reaches the program as a pipe (pysb_core.launch.stdio): a reopen opens
     # the pipe at most, never the log (test_file_backed_stdio_reaches_the_program_as_pipes).
     assert refused(out["reopen-read"]) or out["reopen-read"] == "ok", out["reopen-read"]
     assert box.token not in out.proc.stdout

@@ -1,7 +1,7 @@
 """System calls that reach past a provider's namespaces or Landlock ruleset (issue 22).
 
 Every test runs the real probe (``probe.py``) under the real provider with
-``--no-python-guards``: only the kernel and pysb's seccomp filter (:mod:`pysb_core.seccomp`)
+``--no-python-guards``: only the kernel and pysb's seccomp filter (:mod:`pysb_core.linux.seccomp`)
 can refuse. Each run has a control in it, so a refusal is the filter's, not a broken probe.
 Nothing here connects to a vsock peer or sends to any address but 127.0.0.1.
 """

@@ -275,7 +275,7 @@ def test_corpus_programs_compile() -> None:
 def test_mount_renamed_policy_names_everything_as_seen_inside() -> None:
     """Under a provider whose mounts rename, the child's policy has no renamed exposure
     left, and a profile file below a renamed exposure is protected under its new name."""
-    from pysb_core.pipeline import renamed_by_mounts
+    from pysb_core.launch.pipeline import renamed_by_mounts
     from pysb_core.policy import Exposure, Policy
 
     policy = Policy(

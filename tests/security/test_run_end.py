@@ -70,7 +70,7 @@ time.sleep(60)
 def test_sigterm_ends_a_sandbox_that_ignores_it(provider: str, tmp_path: Path) -> None:
     """pysb forwards SIGTERM; a program that ignores it (or a wedged sandbox) is killed
     after the grace period, so pysb never hangs on a request to end."""
-    from pysb_core.execute import TERM_GRACE
+    from pysb_core.launch.execute import TERM_GRACE
 
     proc = _start(provider, _project(tmp_path, IGNORES_SIGTERM, files=provider != "subprocess"))
     try:

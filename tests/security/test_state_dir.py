@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core import probecache
+from pysb_core.launch import probecache
 from pysb_core.profile import cache as profile_cache
 from pysb_core.provider import ProviderStatus
 from pysb_core.testing import Project, require_provider

@@ -102,7 +102,7 @@ def test_exposures_shallowest_first_rw_and_rename():
 
 
 def test_private_tmp_always_and_before_exposures_under_it():
-    """/tmp is the program's private temporary directory (pysb_core.tmpdir): a fresh tmpfs
+    """/tmp is the program's private temporary directory (pysb_core.launch.tmpdir): a fresh tmpfs
     even when exposures live below it (bound onto it), or when /tmp itself is exposed
     (bound over it, as the profile asks)."""
     argv = build_argv(plan(E("/tmp/work", rw=True), cwd="/tmp/work"), MERGED).argv

@@ -64,7 +64,7 @@ def test_environment_is_the_whitelist(project):
     root, _ = project
     code = "import subprocess; subprocess.run(['/usr/bin/env'])"  # not via sh: it adds PWD
     res = run_pysb(*RUN, "-c", code, cwd=root, env={"PYSB_HOST_ONLY": "leak"})
-    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.launch.tmpdir).
     assert sorted(res.stdout.splitlines()) == ["FOO=bar", "LANG=C.UTF-8", "TMPDIR=/tmp"], res.stderr
 
 

@@ -256,12 +256,12 @@ def test_unexposed_cwd_exists_empty(run_plan, mkplan, workdir):
 @pytest.mark.parametrize("with_network", [False, True])
 def test_no_capabilities_no_nested_userns(run_plan, mkplan, mkrule, with_network):
     """Also with a filtered network: the filter loader finds the user namespace owning the
-    network namespace itself (pysb_core.netns.enter), so bwrap's --disable-userns stays."""
+    network namespace itself (pysb_core.net.netns.enter), so bwrap's --disable-userns stays."""
     if with_network:
         from pysb_bwrap import netlayer
 
         if not netlayer.layer_usable():
-            pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
+            pytest.skip("pysb_core.net.netns or its helpers (slirp4netns/pasta, nft) are missing")
     script = "grep CapEff /proc/self/status; unshare -U true && echo NESTED"
     network = (mkrule(port=9),) if with_network else ()
     res = run_plan(mkplan(["/bin/sh", "-c", script], network=network))
@@ -281,7 +281,7 @@ def test_allowed_host_loopback_port_is_reachable_others_not(run_plan, mkplan, mk
     from pysb_bwrap import netlayer
 
     if not netlayer.layer_usable():
-        pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
+        pytest.skip("pysb_core.net.netns or its helpers (slirp4netns/pasta, nft) are missing")
     allowed, other = _server(), _server()
     pa, po = allowed.getsockname()[1], other.getsockname()[1]
     code = (
@@ -398,7 +398,7 @@ def test_bwraps_own_failure_is_the_first_error_with_network(mkplan, mkrule, bwra
     from pysb_bwrap import netlayer
 
     if not netlayer.layer_usable():
-        pytest.skip("pysb_core.netns or its helpers (slirp4netns/pasta, nft) are missing")
+        pytest.skip("pysb_core.net.netns or its helpers (slirp4netns/pasta, nft) are missing")
     gone = "/nonexistent/pysb-vanished-exposure"
     # implicit: bwrap binds it by path and fails itself (a profile's exposure is opened by
     # pysb first, and a vanished one is refused before bwrap starts)

@@ -15,7 +15,7 @@ from pysb_bwrap.netsession import Resources
 from pysb_bwrap.provider import _binds_fds, _exposure_fds
 
 from pysb_core.errors import SandboxError
-from pysb_core.nofollow import open_dir_nofollow
+from pysb_core.linux.nofollow import open_dir_nofollow
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure, Policy
 from pysb_core.testing import BASE_ENV, pysb_command, require_provider

@@ -109,7 +109,7 @@ def test_environment_is_exactly_the_whitelist(project: Project) -> None:
     seen = dict(line.split("=", 1) for line in res.stdout.splitlines())
     # firejail's own additions (container, PROMPT_COMMAND, FIREJAIL_QUIET...) are gone and
     # the values it overrides (SHELL) are the profile's again.
-    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.launch.tmpdir).
     assert seen.pop("TMPDIR") == "/tmp"
     assert seen == {"LANG": "C.UTF-8", "GREETING": "hello", "SHELL": "/bin/zsh"}
 

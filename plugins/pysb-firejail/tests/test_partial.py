@@ -87,7 +87,7 @@ def test_worker_sees_only_the_profiles_files_and_environment(box, tmp_path: Path
             mod.fail()
     assert (project / "out" / "x.txt").read_text() == "written"
     assert not (project / "y.txt").exists()
-    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.launch.tmpdir).
     assert env.pop("TMPDIR") == "/tmp"
     assert env == {"GREETING": "hi"}
     assert [ln for ln in native.splitlines() if not ln.startswith("TMPDIR=")] == ["GREETING=hi"]

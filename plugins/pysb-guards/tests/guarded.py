@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pysb_core.events import Event
-from pysb_core.netrules import parse_rule
 from pysb_core.policy import ApiRule, Exposure, IgnoreRule, Policy
+from pysb_core.policy.netrules import parse_rule
 
 ROOT = Path(__file__).resolve().parents[3]
 GUARDS_SRC = ROOT / "plugins" / "pysb-guards" / "src"
@@ -34,7 +34,7 @@ STUB = (
 def implicit(python: str = sys.executable) -> list[Exposure]:
     """The read-only exposures the pipeline adds (interpreter, stdlib, pysb itself)."""
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        from pysb_core.pyenv import implicit_exposures
+        from pysb_core.launch.pyenv import implicit_exposures
 
         out = list(implicit_exposures(python))
     else:  # another interpreter: ask it where it lives

@@ -11,7 +11,7 @@ from pysb_guards.files import hooks as files
 from pysb_guards.imports import hooks as imports
 
 from pysb_core.events import Event
-from pysb_core.learning import LearnedProfile
+from pysb_core.profile.learning import LearnedProfile
 
 PROGRAM = """
 import os, json, csv, ctypes

@@ -26,9 +26,9 @@ from pysb_guards.network import hooks as network_hooks
 from pysb_core.builtin import dns as builtin_dns
 from pysb_core.check import CheckReport
 from pysb_core.events import Event
-from pysb_core.learning import LearnedProfile
-from pysb_core.netrules import NetworkMatcher, parse_rule, pin_hosts
 from pysb_core.policy import Exposure, Policy
+from pysb_core.policy.netrules import NetworkMatcher, parse_rule, pin_hosts
+from pysb_core.profile.learning import LearnedProfile
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -24,8 +24,8 @@ spec = json.loads(sys.argv[1])
 del sys.argv[1]
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure, Policy
-from pysb_core.pyenv import implicit_exposures
-from pysb_core.netrules import parse_rule
+from pysb_core.launch.pyenv import implicit_exposures
+from pysb_core.policy.netrules import parse_rule
 from pysb_landlock import LandlockProvider
 import pysb_landlock.child as child
 exposures = [Exposure(p, p, False, "<test>") for p in spec["ro"]]

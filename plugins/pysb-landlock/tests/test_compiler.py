@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from pysb_landlock import LandlockProvider, compiler, ruleset
 from pysb_landlock.compiler import WILDCARD_BIND, compile_plan, merge, subtract
 
-from pysb_core.netrules import parse_rule
 from pysb_core.plan import LaunchPlan, LaunchSpec
 from pysb_core.policy import Exposure, IgnoreRule, Policy
+from pysb_core.policy.netrules import parse_rule
 from pysb_core.provider import Capability as C
 
 
@@ -126,7 +126,7 @@ def test_a_rule_on_the_wildcard_address_binds_every_local_address():
 
 
 def test_the_wildcard_means_what_the_guard_and_the_filters_say() -> None:
-    from pysb_core.netmatch import bind_scope
+    from pysb_core.policy.netmatch import bind_scope
 
     for network, scope in WILDCARD_BIND.items():
         assert bind_scope(network) == scope

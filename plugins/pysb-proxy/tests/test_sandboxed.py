@@ -310,8 +310,8 @@ def test_the_sandbox_policy_never_holds_the_secrets(tmp_path: Path) -> None:
     """The host-only section is stripped from what crosses into the sandbox."""
     code = r"""
 import json, sys
-from pysb_core.pipeline import Session
-from pysb_core.pipeline import Program
+from pysb_core.launch.pipeline import Session
+from pysb_core.launch.pipeline import Program
 s = Session.create(profile=sys.argv[1], provider="subprocess", environ={"K": "v-secret-1234"})
 plan = s.plan(Program(mode="code", code="pass"))
 print(json.dumps(plan.payload["policy"]))

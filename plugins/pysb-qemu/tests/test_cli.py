@@ -81,7 +81,7 @@ def test_env_is_the_whitelist_and_no_network(project) -> None:
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[-1] == "lo"
-    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.tmpdir).
+    # TMPDIR: the private temporary directory every sandbox gets (pysb_core.launch.tmpdir).
     assert sorted(lines[:-1]) == ["FOO=bar", "LANG=C.UTF-8", "TMPDIR=/tmp"]
 
 

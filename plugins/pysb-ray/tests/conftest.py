@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         ) from exc
     ray = None  # the cluster tests skip themselves (importorskip)
 
-from pysb_core.proctree import descendants, running
+from pysb_core.linux.proctree import descendants, running
 from pysb_core.testing import require_provider
 
 MB = 1024 * 1024

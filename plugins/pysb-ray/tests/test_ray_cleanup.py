@@ -13,7 +13,7 @@ from typing import Any
 import pysb_ray
 import pytest
 
-from pysb_core.proctree import descendants
+from pysb_core.linux.proctree import descendants
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (PYSB_REQUIRE_RAY=1: a failure)")
 pytestmark = pytest.mark.slow

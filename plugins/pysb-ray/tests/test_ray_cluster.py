@@ -24,7 +24,7 @@ from pysb_core import (
     SandboxTimeoutError,
     sandbox_denials,
 )
-from pysb_core.proctree import descendants, running
+from pysb_core.linux.proctree import descendants, running
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (PYSB_REQUIRE_RAY=1: a failure)")
 pytestmark = pytest.mark.slow

@@ -105,7 +105,7 @@ def test_host_name_pinned_in_hosts_file(servers, tmp_path, monkeypatch):
     hosts.write_text("127.0.0.1 pinned.pysb.test\n127.0.0.1 other.pysb.test\n")
     monkeypatch.setenv("PYSB_HOSTS_FILE", str(hosts))
     from pysb_core.builtin import dns
-    from pysb_core.netrules import parse_rule, pin_hosts
+    from pysb_core.policy.netrules import parse_rule, pin_hosts
 
     rule = parse_rule(f"allow tcp pinned.pysb.test {a.port} out")
     pins, _, errors = pin_hosts([rule], dns.resolve(["pinned.pysb.test"]))
@@ -186,7 +186,7 @@ def test_inbound_rule_forwards_host_port():
 
 def test_filter_failure_fails_closed(tmp_path, monkeypatch):
     """If the ruleset cannot be loaded, the program never runs and nothing is left."""
-    from pysb_core.netfilter import nft
+    from pysb_core.net.netfilter import nft
 
     real = nft.compile_nft
 
@@ -195,7 +195,7 @@ def test_filter_failure_fails_closed(tmp_path, monkeypatch):
         c.ruleset = c.ruleset.replace("policy drop", "policy nonsense")
         return c
 
-    monkeypatch.setattr("pysb_core.netfilter.nft.compile_nft", broken)
+    monkeypatch.setattr("pysb_core.net.netfilter.nft.compile_nft", broken)
     marker = tmp_path / "ran"
     plan = sh(f"touch {marker}", rules=["allow tcp 127.0.0.1 9 out"], rw=[str(tmp_path)])
     with pytest.raises(SandboxError, match="network filter could not be loaded"):
@@ -206,7 +206,7 @@ def test_filter_failure_fails_closed(tmp_path, monkeypatch):
 def test_missing_helper_is_unavailable(monkeypatch):
     """No slirp4netns/pasta: network rules are refused with the install command."""
     from pysb_core.errors import ProviderUnavailableError
-    from pysb_core.netns import usernet
+    from pysb_core.net.netns import usernet
 
     monkeypatch.setattr(usernet.Slirp4netns, "binary", classmethod(lambda cls: None))
     monkeypatch.setattr(usernet.Pasta, "binary", classmethod(lambda cls: None))
@@ -231,7 +231,7 @@ def test_each_helper_filters_and_forwards(helper, servers):
     """Both user-mode helpers: host loopback only on allowed ports, inbound forward works."""
     from pysb_unshare import UnshareProvider
 
-    from pysb_core.netns.usernet import choose_helper
+    from pysb_core.net.netns.usernet import choose_helper
 
     try:
         choose_helper(helper)
@@ -329,7 +329,7 @@ def test_udp_rule_by_port():
 def test_describe_names_the_fix_when_helpers_are_missing(monkeypatch):
     from pysb_unshare import UnshareProvider
 
-    from pysb_core.netns import usernet
+    from pysb_core.net.netns import usernet
 
     monkeypatch.setattr(usernet.Slirp4netns, "binary", classmethod(lambda cls: None))
     monkeypatch.setattr(usernet.Pasta, "binary", classmethod(lambda cls: None))
@@ -343,7 +343,7 @@ def test_iptables_fallback_without_nft(servers, monkeypatch):
     """No ``nft`` on the host: the same filter is loaded with iptables-restore."""
     import shutil as _shutil
 
-    from pysb_core.netns import session
+    from pysb_core.net.netns import session
 
     if not (
         _shutil.which("iptables-restore", path="/usr/sbin:/sbin")

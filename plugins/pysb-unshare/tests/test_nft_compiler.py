@@ -1,4 +1,4 @@
-"""The nftables back end of pysb_core.netfilter (pure), and that nft accepts what it writes."""
+"""The nftables back end of pysb_core.net.netfilter (pure), and that nft accepts what it writes."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
-from pysb_core.netfilter import SLIRP4NETNS, Forward, compile_nft
-from pysb_core.netns import NetnsNetwork
-from pysb_core.netns.usernet import Pasta
-from pysb_core.netrules import parse_rule
+from pysb_core.net.netfilter import SLIRP4NETNS, Forward, compile_nft
+from pysb_core.net.netns import NetnsNetwork
+from pysb_core.net.netns.usernet import Pasta
+from pysb_core.policy.netrules import parse_rule
 
 
 def rules(*texts: str):
@@ -157,7 +157,7 @@ def test_nft_accepts_the_ruleset(texts):
 @pytest.mark.parametrize("texts", CASES)
 def test_iptables_restore_accepts_the_fallback(texts):
     """The iptables fallback parses too (``--test``: nothing is loaded)."""
-    from pysb_core.netfilter import compile_iptables
+    from pysb_core.net.netfilter import compile_iptables
 
     tools = [
         shutil.which(t, path="/usr/sbin:/sbin") for t in ("iptables-restore", "ip6tables-restore")
@@ -177,7 +177,7 @@ def test_iptables_restore_accepts_the_fallback(texts):
 
 
 def test_iptables_judges_the_original_destination():
-    from pysb_core.netfilter import compile_iptables
+    from pysb_core.net.netfilter import compile_iptables
 
     v4, _ = compile_iptables(rules("allow tcp 127.0.0.1 8000 out", "deny tcp * 22 out"), {})
     want = "-m conntrack --ctorigdst 127.0.0.1/32 -p tcp -m multiport --dports 8000 -j ACCEPT"

@@ -257,7 +257,7 @@ def test_sigkill_of_pysb_leaves_nothing_behind(tmp_path, helper):
     user-mode helper all go away (lifeline pipe EOF), and the forwarded port closes."""
     import socket
 
-    from pysb_core.netns.usernet import choose_helper
+    from pysb_core.net.netns.usernet import choose_helper
 
     try:
         choose_helper(helper)
@@ -335,7 +335,7 @@ PTY_LAUNCHER = textwrap.dedent(
     sys.path[:0] = {paths!r}
     from unshare_helpers import py
     from pysb_unshare import UnshareProvider
-    from pysb_core.execute import wait
+    from pysb_core.launch.execute import wait
     import signal
     # Like pysb: a terminal's Ctrl-C is the program's, also while the launch completes.
     signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})

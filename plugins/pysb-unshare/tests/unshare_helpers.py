@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from pysb_core.netrules import parse_rule
+from pysb_core.launch.pyenv import implicit_exposures
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure, IgnoreRule, Policy
-from pysb_core.pyenv import implicit_exposures
+from pysb_core.policy.netrules import parse_rule
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ and network namespaces. Capabilities are dropped and the sandbox dies with pysb.
 docs/providers.md#bwrap for the exact view and the residual weaknesses.
 
 The class is exported lazily: :mod:`pysb_bwrap.child` runs inside the sandboxed
-interpreter, and importing it must not pull in the provider (subprocess, pysb_core.netns).
+interpreter, and importing it must not pull in the provider (subprocess, pysb_core.net.netns).
 """
 
 from __future__ import annotations

@@ -211,7 +211,7 @@ def build_argv(
     :func:`etc_copies`) to fds holding their content: each becomes a read-only file of the
     sandbox's root instead of a bind mount (bwrap reads the whole mount table for every
     bind; a copy costs no mount). ``exposure_fds`` maps exposure paths to descriptors
-    opened without following links (:func:`pysb_core.nofollow.open_dir_nofollow`): those
+    opened without following links (:func:`pysb_core.linux.nofollow.open_dir_nofollow`): those
     are bound with ``--bind-fd`` / ``--ro-bind-fd``, so the mount is of the very directory
     the profile named, whatever happened to its path since.
     """
@@ -295,7 +295,7 @@ def _isolation(
         # setsid(): no controlling terminal, so no TIOCSTI injection into the user's shell.
         argv.append("--new-session")
     if seccomp_fd is not None:
-        # pysb_core.seccomp (ptrace, vsock, TIOCSTI...); also sets PR_SET_NO_NEW_PRIVS.
+        # pysb_core.linux.seccomp (ptrace, vsock, TIOCSTI...); also sets PR_SET_NO_NEW_PRIVS.
         argv += ["--seccomp", str(seccomp_fd)]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
@@ -379,7 +379,7 @@ def _system(
     # run a program of the sandbox's choosing as root on the host. Read-only, as in runc.
     for knob in PROC_READ_ONLY:
         argv += ["--ro-bind-try", knob, knob]
-    # The program's private temporary directory (pysb_core.tmpdir): always a fresh tmpfs
+    # The program's private temporary directory (pysb_core.launch.tmpdir): always a fresh tmpfs
     # of ``limits: tmp`` bytes (writing past it is ENOSPC); exposures below /tmp are bound
     # onto it below.
     argv += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp"]

@@ -1,4 +1,4 @@
-"""The link to the shared egress-filtering layer (:class:`pysb_core.netns.NetnsNetwork`).
+"""The link to the shared egress-filtering layer (:class:`pysb_core.net.netns.NetnsNetwork`).
 
 Without a network allow rule the sandbox has its own network namespace with loopback
 only, which bwrap alone provides and which needs nothing from here. An allow rule needs a

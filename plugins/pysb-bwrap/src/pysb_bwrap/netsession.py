@@ -1,7 +1,7 @@
 """Launch-time plumbing for a bwrap sandbox whose network rules allow traffic.
 
 bwrap creates the namespaces, reports the sandbox's PID on ``--info-fd`` and then waits on
-``--block-fd`` before it executes the program. In that window ``pysb_core.netns`` loads
+``--block-fd`` before it executes the program. In that window ``pysb_core.net.netns`` loads
 the packet filter into the namespace and attaches the user-mode network; only then is the
 program released. Any failure raises, and :meth:`Provider.launch` kills the sandbox,
 which never ran the program (fail closed).
@@ -110,7 +110,7 @@ class Resources(Record):
 class NetworkLaunch(Record):
     """The pipes bwrap shares with pysb, and the network to attach when it reports in."""
 
-    net: Any  # pysb_core.netns.NetnsNetwork
+    net: Any  # pysb_core.net.netns.NetnsNetwork
     res: Resources
     info_r: int
     info_w: int

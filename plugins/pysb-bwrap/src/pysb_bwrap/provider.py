@@ -60,7 +60,7 @@ BASE_CAPABILITIES = frozenset(
 
 
 class BwrapProvider(Provider):
-    """Bubblewrap namespaces; network allow rules through ``pysb_core.netns`` when present."""
+    """Bubblewrap namespaces; network allow rules through ``pysb_core.net.netns`` when present."""
 
     name = "bwrap"
     description = "bubblewrap: private mount, user, pid, ipc, uts, cgroup and network namespaces"
@@ -223,7 +223,8 @@ class BwrapProvider(Provider):
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         """Like :meth:`Provider.launch`, with two bwrap specifics: the returned process
-        routes ``send_signal``/``terminate`` to the program (:mod:`pysb_core.wrapper_process`), and
+        routes ``send_signal``/``terminate`` to the program
+        (:mod:`pysb_core.launch.wrapper_process`), and
         in a run that shares the terminal bwrap ignores SIGINT and SIGQUIT (see
         :mod:`pysb_bwrap.child`)."""
         if shares_terminal(plan):
@@ -232,7 +233,7 @@ class BwrapProvider(Provider):
             # The program is in a session of its own (--new-session); bwrap goes into a
             # process group of its own too, so the terminal's Ctrl-C does not kill bwrap
             # (and with it, the program) but reaches pysb, which forwards it to the
-            # program (proc.pysb_own_session, pysb_core.execute).
+            # program (proc.pysb_own_session, pysb_core.launch.execute).
             popen_kwargs.setdefault("process_group", 0)
         return super().launch(plan, **popen_kwargs)
 

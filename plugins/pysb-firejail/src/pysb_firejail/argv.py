@@ -155,7 +155,7 @@ def build_argv(
     or no option at all with ``own_netns`` (the caller starts firejail in a new network
     namespace of its own, :mod:`pysb_firejail.netns`). ``--restrict-namespaces`` is left
     out only when the plan carries the provider's child set-up with ``namespaces`` (it
-    loads the same refusals itself: :func:`pysb_core.seccomp.install`).
+    loads the same refusals itself: :func:`pysb_core.linux.seccomp.install`).
     """
     if not plan.argv or not posixpath.isabs(plan.argv[0]):
         raise SandboxError(

@@ -9,7 +9,7 @@ Two things firejail does that a plain ``python`` start would not:
   or pass it on (``os.environ`` edits call ``setenv``/``unsetenv``: native code and child
   processes agree);
 - it keeps the program in the caller's session, where ``ioctl(TIOCSTI)`` could type into
-  the user's shell: pysb's own seccomp filter (:mod:`pysb_core.seccomp`: terminal
+  the user's shell: pysb's own seccomp filter (:mod:`pysb_core.linux.seccomp`: terminal
   injection, ptrace, vsock and other socket families, TCP Fast Open, io_uring) is loaded
   here (``tty_filter``), together with the refusal of new namespaces (``namespaces``) that
   firejail's ``--restrict-namespaces`` would otherwise add at the cost of two helper
@@ -150,7 +150,7 @@ def setup(
 ) -> None:
     """Say that firejail's set-up is done (a byte on ``started_fd``, which the host reads
     to tell firejail's own failure from the program's exit 1); make ``os.environ``
-    exactly ``env``; load pysb's seccomp filter (:mod:`pysb_core.seccomp`), with the
+    exactly ``env``; load pysb's seccomp filter (:mod:`pysb_core.linux.seccomp`), with the
     namespace refusals if asked (the command then has no ``--restrict-namespaces``:
     failing to load them fails the start), take the terminal's foreground if asked, and
     start the reaper if asked (the command then has no ``--deterministic-shutdown``)."""

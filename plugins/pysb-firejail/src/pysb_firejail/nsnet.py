@@ -4,7 +4,7 @@ The profile's rules mean the same on every provider (SPEC §4): ``allow tcp 127.
 out`` reaches the host's own service on port P, ``in`` lets the host reach a server bound
 inside. firejail's own network (``--net=BRIDGE`` + ``--netfilter``) cannot give that: a
 bridged namespace never reaches the host's loopback. So, when no bridge is configured,
-pysb builds the network itself with the shared layer (:mod:`pysb_core.netns`) and firejail
+pysb builds the network itself with the shared layer (:mod:`pysb_core.net.netns`) and firejail
 runs in it:
 
 1. a process of pysb's own (``sleep``) is started in a new network namespace with ``lo``
@@ -70,7 +70,7 @@ class NamespaceNetwork:
     """The filtered network namespace of one launch, held open until :meth:`close`."""
 
     def __init__(self, net: Any) -> None:
-        self.net = net  # pysb_core.netns.NetnsNetwork
+        self.net = net  # pysb_core.net.netns.NetnsNetwork
         self.net_fd: int | None = None
         self.directory: str | None = None
         self.options: list[str] = []

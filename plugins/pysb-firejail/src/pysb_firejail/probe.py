@@ -5,7 +5,7 @@
 time). It checks what can be checked without one: the binary is there, a non-root pysb can
 use it (it must be set-uid root), pysb is not already inside a firejail sandbox (firejail
 refuses to nest), and it runs and is recent enough (``firejail --version``, 2-3 ms: a
-success is remembered across runs by :mod:`pysb_core.probecache`, keyed by the binary's
+success is remembered across runs by :mod:`pysb_core.launch.probecache`, keyed by the binary's
 size and mtime, the kernel and the user). A failure that only building a sandbox reveals
 (a container without ``CAP_SYS_ADMIN``) surfaces at launch, as firejail's own error message
 on stderr.

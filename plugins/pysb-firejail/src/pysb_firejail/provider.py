@@ -71,9 +71,10 @@ class FirejailProvider(Provider):
     own_processes = 2
     private_tmp = "/tmp"  # firejail's own tmpfs (pysb_firejail.argv)
     #: firejail's private /dev (``--private-dev``) holds a /dev/shm of its own: an exposure of
-    #: the host's means that one (pysb_core.tmpdir.shm_exposures). Unbounded (docs/providers.md).
+    #: the host's means that one (pysb_core.launch.tmpdir.shm_exposures). Unbounded
+    # (docs/providers.md).
     private_shm = "/dev/shm"
-    tmp_unbounded = True  # firejail has no size option: watched (pysb_core.tmpwatch)
+    tmp_unbounded = True  # firejail has no size option: watched (pysb_core.launch.tmpwatch)
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

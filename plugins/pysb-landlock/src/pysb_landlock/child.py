@@ -98,7 +98,7 @@ def restrict(
     operation unrestricted (a rule allowed every port). ``scope`` confines signals and
     abstract Unix sockets to the sandbox (ABI >= 6). Every capability but ``keep_caps``
     is dropped first (see caps.py: root's capabilities would go around Landlock), and a
-    seccomp filter (:mod:`pysb_core.seccomp`) refuses non-TCP IP sockets (UDP too unless
+    seccomp filter (:mod:`pysb_core.linux.seccomp`) refuses non-TCP IP sockets (UDP too unless
     ``udp``), Unix sockets unless ``unix``, SysV IPC unless ``sysv_ipc``, setting extended
     attributes, and what it refuses under every provider (ptrace, TCP Fast Open, io_uring,
     vsock and other socket families, terminal injection). The ``exact`` paths (the

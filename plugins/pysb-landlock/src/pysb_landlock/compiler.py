@@ -227,7 +227,7 @@ class Compiled:
 
 #: What the wildcard a server binds stands for in an ``in`` rule: every local address
 #: (SPEC §4), as the guard's matcher and the packet filters decide
-#: (``pysb_core.netmatch.bind_scope``; tests/test_compiler.py holds the two equal).
+#: (``pysb_core.policy.netmatch.bind_scope``; tests/test_compiler.py holds the two equal).
 WILDCARD_BIND = {"0.0.0.0": "0.0.0.0/0", "::": "*"}
 
 
@@ -264,7 +264,7 @@ def _with_port_zero(ports: Ranges | None, rules: Iterable[NetworkRule]) -> Range
     """Landlock checks a bind to port 0 as port 0, though the kernel then picks a port of the
     ephemeral range: allowed when an ``in`` rule allows that whole range (what learning
     writes for it), unless a deny for every host names port 0 -- as the guard decides
-    (:func:`pysb_core.netmatch.compile_matcher`)."""
+    (:func:`pysb_core.policy.netmatch.compile_matcher`)."""
     if ports is None or any(low <= 0 for low, _ in ports):
         return ports
     from pysb_core.providerkit import ephemeral_ports

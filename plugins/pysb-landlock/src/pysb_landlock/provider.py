@@ -67,7 +67,7 @@ class LandlockProvider(Provider):
     def _abi(self) -> int | None:
         """The kernel's ABI (asked once per provider instance, i.e. once per run).
 
-        A success is remembered for this kernel and boot (:mod:`pysb_core.probecache`):
+        A success is remembered for this kernel and boot (:mod:`pysb_core.launch.probecache`):
         asking needs ``ctypes`` (~1.5 ms of imports) in the parent. A stale answer cannot
         weaken the sandbox: the child asks the kernel again and refuses to start when its
         ABI is lower than the one compiled for.

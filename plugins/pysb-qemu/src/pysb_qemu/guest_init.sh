@@ -53,7 +53,7 @@ TMP_SIZE=
 read -r TMP_SIZE < /pysb/tmp-size || fail "no tmp size"
 case "$TMP_SIZE" in ''|*[!0-9]*) fail "bad tmp size" ;; esac
 mount -t tmpfs -o "mode=1777,size=$TMP_SIZE" tmpfs /dev/shm
-# /tmp is the program's private tmpfs (pysb_core.tmpdir). Exposed files the host copied
+# /tmp is the program's private tmpfs (pysb_core.launch.tmpdir). Exposed files the host copied
 # into the archive below /tmp (a script in a project under the host's /tmp) go onto it.
 if [ -n "$(ls -A /tmp)" ]; then
   mkdir -p /pysb/tmp-seed && mount --bind /tmp /pysb/tmp-seed || fail "cannot keep /tmp"

@@ -4,7 +4,7 @@ binds, and a kernel-filtered user-mode network.
 ``unshare --user --map-root-user --mount --net --ipc --uts --cgroup --pid`` execs
 :mod:`pysb_unshare.nsinit` (standalone, run with ``-I -S``), which builds the root, becomes
 the PID namespace's init and starts the program with no capabilities (see its docstring).
-Network rules are enforced by :class:`pysb_core.netns.NetnsNetwork` (nftables inside the
+Network rules are enforced by :class:`pysb_core.net.netns.NetnsNetwork` (nftables inside the
 namespace + slirp4netns/pasta), loaded before the program is released.
 """
 
@@ -380,7 +380,7 @@ class UnshareProvider(Provider):
         plan.add_cleanup(cleanup)
         # The program is in a session of its own (nsinit: no TIOCSTI into the user's
         # shell), so it can never be in the terminal's foreground group: pysb keeps the
-        # terminal and forwards a Ctrl-C (pysb_core.execute, pysb_core.jobcontrol).
+        # terminal and forwards a Ctrl-C (pysb_core.launch.execute, pysb_core.launch.jobcontrol).
         proc.pysb_own_session = True  # type: ignore[attr-defined]
         return proc
 

@@ -166,7 +166,7 @@ def set_readonly(
 
 
 def _inside(root: str, path: str) -> bool:
-    # pysb_core.paths.is_within's rule, restated: this module imports nothing of pysb.
+    # pysb_core.linux.paths.is_within's rule, restated: this module imports nothing of pysb.
     return path == root or path.startswith(root + "/")
 
 

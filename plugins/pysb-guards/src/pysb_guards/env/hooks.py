@@ -53,7 +53,7 @@ def pysb_learned(records: Sequence[Event], profile: Any) -> None:
         profile.add("env", None, (name, "${" + name + "}"))
 
 
-#: Set by pysb for every sandbox (the private temporary directory, :mod:`pysb_core.tmpdir`):
+#: Set by pysb for every sandbox (the private temporary directory, :mod:`pysb_core.launch.tmpdir`):
 #: never a rule.
 NEVER_LEARNED = frozenset({"TMPDIR"})
 

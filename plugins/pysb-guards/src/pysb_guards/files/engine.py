@@ -374,7 +374,7 @@ def _f_learn(canon, write, kind):
 
 def _f_make_exec_learner(event):
     """A learning run's handler of an exec audit event: the program to run, recorded so that
-    the parent learns what starting it needs (``pysb_core.execdeps``). Only exact
+    the parent learns what starting it needs (``pysb_core.linux.execdeps``). Only exact
     str/bytes are read: nothing of the program's runs here."""
 
     def handler(args):

@@ -161,7 +161,7 @@ def _bytecode_source(path: str) -> str | None:
 
 def _exec_directories(name: str, data: dict) -> list[str]:
     """The directories holding what starting the executed program ``name`` needs: the
-    binary, its ``#!`` or ELF interpreter and its shared libraries (``pysb_core.execdeps``,
+    binary, its ``#!`` or ELF interpreter and its shared libraries (``pysb_core.linux.execdeps``,
     resolved on ``PATH`` as the learning run had it)."""
     import os
 

@@ -1,7 +1,7 @@
 """The network guard's engine: the judges of sockets and resolvers, and the backstop.
 
 These functions never run with this module's globals: :func:`pysb_guards.network.guard.install`
-re-creates every ``_n_*`` function (with :mod:`pysb_core.netmatch`'s) in one private
+re-creates every ``_n_*`` function (with :mod:`pysb_core.policy.netmatch`'s) in one private
 namespace holding the compiled rules (``_seal.seal_group``); the names in capitals are the
 values given there. The faces' judges are closures made in those sealed frames.
 """

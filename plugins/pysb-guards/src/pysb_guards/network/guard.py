@@ -18,8 +18,8 @@ built-in types (``str`` and ``int`` subclasses, ``__index__`` ports, path-likes)
 judge sees them, so that no judge ever runs the program's code. The judges accept exact types
 only; whatever else reaches them (a door called directly) is refused with ``TypeError``.
 
-Decisions come from :mod:`pysb_core.netmatch`'s functions (re-created here with private
-globals), which answer exactly as :class:`pysb_core.netrules.NetworkMatcher`, the code the OS
+Decisions come from :mod:`pysb_core.policy.netmatch`'s functions (re-created here with private
+globals), which answer exactly as :class:`pysb_core.policy.netrules.NetworkMatcher`, the code the OS
 providers compile from (a differential test holds them together). ``AF_UNIX`` paths need a
 read-write exposure; abstract Unix sockets and families the rules cannot express (raw,
 netlink, packet...) are refused.
@@ -159,7 +159,7 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
 
 def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict[str, Any]:
     """The guard's engine: the ``_n_*`` functions of :mod:`pysb_guards.network.engine` and
-    :mod:`pysb_core.netmatch`'s, re-created with private globals holding the compiled rules
+    :mod:`pysb_core.policy.netmatch`'s, re-created with private globals holding the compiled rules
     and everything they call, bound now, before the program runs (``_seal.seal_group``)."""
     import _operator
     import posix

@@ -2,7 +2,8 @@
 
 This module is the ``network`` entry point of the ``pysb.guards`` group. It is imported by
 every ``pysb run`` on the host, so it stays light (no ``socket``, no ``ipaddress``, no
-:mod:`pysb_core.netrules`): the guard itself lives in :mod:`pysb_guards.network.guard`, which only
+:mod:`pysb_core.policy.netrules`): the guard itself lives in :mod:`pysb_guards.network.guard`, which
+only
 the sandboxed interpreter imports (``PYSB_CHILD_MODULE``).
 """
 

@@ -1,0 +1,152 @@
+"""What the sandboxed interpreter itself needs to read: the implicit exposures.
+
+SPEC §4: nothing is readable but the interpreter and its standard library, the installed
+packages it needs, CA certificates and what the profile exposes. The interpreter is found
+by walking ``sys.executable``'s symlink chain link by link (uv and pyenv venvs point
+through several links), and every spelling on the chain is kept so that rules cover both
+the link and its target.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import sysconfig
+
+from pysb_core.linux.paths import is_within
+from pysb_core.policy import Exposure
+
+CA_DIRS = (
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/ca-certificates",
+    "/usr/share/ca-certificates",
+    "/usr/share/pki",
+)
+
+
+def interpreter_chain(executable: str) -> list[str]:
+    """Every path on the symlink chain from ``executable`` to the real binary, in order."""
+    chain: list[str] = []
+    path = os.path.abspath(executable)
+    for _ in range(40):  # as the kernel does, refuse absurd chains
+        chain.append(path)
+        if not os.path.islink(path):
+            break
+        target = os.readlink(path)
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return chain
+
+
+def _existing(paths: list[str]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        if p and os.path.exists(p):
+            real = os.path.realpath(p)
+            if real not in out:
+                out.append(real)
+    return out
+
+
+@functools.cache
+def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(files, directories)`` the interpreter needs, as canonical paths.
+
+    Files: the links and binary of the chain, ``pyvenv.cfg``, a shared ``libpython``.
+    Directories: the standard library (with ``lib-dynload``), the site-packages of the
+    environment, and sys.path entries added by ``.pth`` files (editable installs).
+    """
+    files = _existing([*interpreter_chain(executable), os.path.join(sys.prefix, "pyvenv.cfg")])
+    # Links themselves (not only their targets) must stay reachable by name.
+    files += [p for p in interpreter_chain(executable) if p not in files]
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
+    if ldlib.endswith(".so") or ".so." in ldlib:
+        files += [p for p in _existing([os.path.join(libdir, ldlib), *mapped_libpython()])
+                  if p not in files]  # fmt: skip
+    paths = sysconfig.get_paths()
+    dirs = _existing(
+        [
+            paths.get("stdlib", ""),
+            paths.get("platstdlib", ""),
+            os.path.join(paths.get("platstdlib", ""), "lib-dynload"),
+            paths.get("purelib", ""),
+            paths.get("platlib", ""),
+        ]
+    )
+    for real in import_roots():
+        if any(is_within(real, d) for d in dirs):
+            continue
+        dirs.extend(p for p in _importable_parts(real) if p not in dirs)
+    # pysb_core itself (the bootstrap, the partial-mode worker, the public API that sandboxed
+    # modules import), even when the working directory is a development checkout of it.
+    core = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    if not any(is_within(core, d) for d in dirs):
+        dirs.append(core)
+    return tuple(files), tuple(dirs)
+
+
+def mapped_libpython() -> list[str]:
+    """The shared ``libpython`` this process runs, as the kernel mapped it.
+
+    ``LIBDIR`` is where the build was *configured* to live: a relocated build (a copy of a
+    pyenv build with its RUNPATH set to ``$ORIGIN/../lib``, python-build-standalone's
+    builds that uv installs) loads it from elsewhere, and the sandbox must show that file.
+    """
+    out: list[str] = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if os.path.basename(path).startswith("libpython") and path not in out:
+                    out.append(path)
+    except OSError:
+        pass
+    return out
+
+
+def import_roots() -> list[str]:
+    """This interpreter's ``sys.path`` directories, canonical, without the working directory
+    and the launching script's: where the sandboxed interpreter (the same one) must find
+    pysb and the plugins even when they come from ``PYTHONPATH``, which it does not inherit.
+
+    Exposure directories are not import roots: a package directory such as
+    ``.../pysb_core`` on ``sys.path`` would make its modules importable under bare names.
+    """
+    script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
+    cwd = os.path.realpath(os.getcwd())
+    roots: list[str] = []
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        real = os.path.realpath(entry)
+        if real not in (cwd, script_dir) and real not in roots:
+            roots.append(real)
+    return roots
+
+
+def _importable_parts(entry: str) -> list[str]:
+    """What of a sys.path entry outside site-packages the interpreter needs to read.
+
+    An editable install of a project whose packages sit at its root (pysb-core itself, in a
+    development checkout) puts the whole project directory on sys.path; exposing it would
+    expose the project's tests, secrets and VCS data too. Such a root (it holds a
+    ``pyproject.toml`` or ``setup.py``) contributes only its top-level packages.
+    """
+    if not any(os.path.exists(os.path.join(entry, f)) for f in ("pyproject.toml", "setup.py")):
+        return [entry]
+    parts = []
+    for name in sorted(os.listdir(entry)):
+        full = os.path.join(entry, name)
+        if name.isidentifier() and os.path.isfile(os.path.join(full, "__init__.py")):
+            parts.append(full)
+    return parts
+
+
+def implicit_exposures(executable: str = sys.executable) -> list[Exposure]:
+    """Read-only exposures every sandboxed run gets (labelled ``<python>`` / ``<ca>``)."""
+    files, dirs = python_paths(executable)
+    out = [Exposure(p, p, False, "<python>", True) for p in (*files, *dirs)]
+    out += [Exposure(p, p, False, "<ca-certificates>", True) for p in _existing(list(CA_DIRS))]
+    return out
