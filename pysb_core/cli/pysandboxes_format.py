@@ -12,6 +12,9 @@ Variables are kept as written (pysb expands the same ``${NAME}`` and ``${NAME:-d
 forms at run time); only include paths are expanded, at conversion time, to read them.
 """
 
+# Over 400 lines on purpose: one foreign format (pysandboxes 0.7.0), read and converted in
+# one place so that nothing else knows it.
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,10 @@ layer. ``Session.spawn`` builds the launch plan and starts the sandboxed interpr
 Complete mode (``pysb run``) and partial mode (``sandboxes()``) both go through here.
 """
 
+# Over 400 lines on purpose: the session is one sequence (create, spawn, wait, learn) whose
+# steps share the session's state; its parts with a job of their own are already modules of
+# launch/.
+
 from __future__ import annotations
 
 import os

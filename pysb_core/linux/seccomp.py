@@ -38,6 +38,9 @@ Only little-endian x86_64 and aarch64 are covered; elsewhere :func:`program` is 
 Only built-in modules are used: the sandboxed interpreter loads this before user code.
 """
 
+# Over 400 lines on purpose: one BPF program (the rules, their assembly and its
+# installation) that every provider loads; the parts mean nothing apart.
+
 from __future__ import annotations
 
 import errno

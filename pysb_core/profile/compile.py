@@ -7,6 +7,9 @@ child environment is computed (nothing from the host but what ``env`` names), an
 and raised together as one :class:`ProfileError`.
 """
 
+# Over 400 lines on purpose: one pass from the merged view to the Policy, a section after
+# another, sharing the error collector and the lock.
+
 from __future__ import annotations
 
 import errno

@@ -17,6 +17,9 @@ and the rules go to ``FILE.learned.yaml`` instead (said so in the summary). Writ
 atomic (temp file + rename) and the previous version is kept as ``FILE.bak``.
 """
 
+# Over 400 lines on purpose: one job (merge learned rules into a file while keeping what a
+# person wrote: comments, order, spelling), whose helpers serve only it.
+
 from __future__ import annotations
 
 import datetime

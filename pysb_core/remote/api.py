@@ -6,6 +6,9 @@ sandboxed interpreter (or under ``pysb run``) ``@sandbox`` calls the function di
 ``sandboxes()`` starts nothing.
 """
 
+# Over 400 lines on purpose: the public partial-mode API (``@sandbox``, ``sandboxes()``,
+# ``run()``) and their shared options, in the module users read.
+
 from __future__ import annotations
 
 import functools

@@ -12,6 +12,9 @@ pending call is sent to the restarted worker, in order. The fifth death within 1
 fails the sandbox closed; the host is never touched.
 """
 
+# Over 400 lines on purpose: one worker's life cycle (start, calls, crash and restart, stop)
+# over one socket; the transport, the unpickler and the exceptions are modules of their own.
+
 from __future__ import annotations
 
 import itertools

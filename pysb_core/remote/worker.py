@@ -14,6 +14,9 @@ OUT/ERR frames tagged with its call id (a context variable says which call a thr
 task is serving), before its RESULT, so the caller sees them in order and unmixed.
 """
 
+# Over 400 lines on purpose: the sandboxed side of partial mode is one serve loop and the
+# calls it runs, imported in the sandbox as one module.
+
 from __future__ import annotations
 
 import _pickle  # the C module: `pickle` would import functools, re, enum... (~5-20 ms)

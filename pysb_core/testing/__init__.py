@@ -16,6 +16,10 @@ not available here is a skip -- unless its name is in ``PYSB_REQUIRE_PROVIDERS``
 it), where it is a failure, so a run cannot silently skip the OS layer.
 """
 
+# Over 400 lines on purpose: the pytest plugin's fixtures for plugin authors are the one
+# module pytest loads; partial.py, netfilter.py and interpreters.py hold the parts with a
+# job of their own.
+
 from __future__ import annotations
 
 import atexit
