@@ -442,7 +442,14 @@ class Session:
             else:
                 # Provider options were validated by the provider with the profile.
                 options = policy.provider_options.get(policy.provider) or {}
-                provider_id.append(_provider_id(load_provider_class(policy.provider)))
+                provider_cls = load_provider_class(policy.provider)
+                provider_id.append(_provider_id(provider_cls))
+                if not options:
+                    # The loader checks only options a profile gives: a check that fails
+                    # on none is a broken provider, refused here (fail closed, its name).
+                    problems = provider_cls.validate_options({})
+                    if problems:
+                        raise ProfileError([f"providers: {policy.provider}: {p}" for p in problems])
                 prov = load_provider(policy.provider, options)
             hooks.register(prov, name=f"provider:{prov.name}")
 
