@@ -13,7 +13,6 @@ import socket
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,25 +32,6 @@ def make_proxy(lines: list[str], **kwargs: object) -> tuple[EgressProxy, list[ob
     proxy = EgressProxy(rules, report=decided.append, **kwargs)  # type: ignore[arg-type]
     proxy.acquire()
     return proxy, decided
-
-
-@pytest.fixture
-def ca(tmp_path: Path) -> LoopbackCA:
-    return LoopbackCA(tmp_path / "ca")
-
-
-@pytest.fixture
-def http_server() -> Iterator[EchoServer]:
-    server = EchoServer(watch="Authorization")
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def https_server(ca: LoopbackCA) -> Iterator[EchoServer]:
-    server = EchoServer(tls=ca.server_context(), watch="Authorization")
-    yield server
-    server.close()
 
 
 def urllib_get(proxy: EgressProxy, url: str, *, cafile: str | None = None) -> tuple[int, str]:

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,25 +58,6 @@ if len(sys.argv) > 2:
     open(sys.argv[2], "w").close()  # "I am waiting": the host searches my memory now
     time.sleep(30)
 """
-
-
-@pytest.fixture
-def ca(tmp_path: Path) -> LoopbackCA:
-    return LoopbackCA(tmp_path / "ca")
-
-
-@pytest.fixture
-def http_server() -> Iterator[EchoServer]:
-    server = EchoServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def https_server(ca: LoopbackCA) -> Iterator[EchoServer]:
-    server = EchoServer(tls=ca.server_context(), watch="Authorization")
-    yield server
-    server.close()
 
 
 def _profile(project: Project, *lines: str) -> Path:
