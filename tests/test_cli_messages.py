@@ -130,6 +130,12 @@ def test_events_hold_no_read_of_pysbs_own(tmp_path: Path) -> None:
     assert "ip_local_port_range" not in events, events
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the filter walked the stack inside the files judge, which let a signal handler "
+    "run under a guard frame (tests/security: signal-handler-under-a-judge); withdrawn until "
+    "it can be made without Python code in the judge's path (e.g. on the parent's side)",
+)
 def test_events_hold_no_scan_of_the_import_system(tmp_path: Path) -> None:
     """A program that does nothing, in a project whose profile exposes only ./data: the
     import system's stat and listing of the unexposed sys.path entries (the script's

@@ -231,12 +231,7 @@ def _f_deny(exc_type, message, canon, rule, detail, err):
     if (canon, detail) not in seen:  # one event per path and kind, not one per probe
         if len(seen) < 10000:
             seen.add((canon, detail))
-        # The import system's scan of sys.path (a stat and a listing of each entry, for
-        # pysb's own imports as for the program's) is refused, and the finder moves on;
-        # it is no access of the program's, so --events does not record it (a learning
-        # run does not learn it either: _f_learn).
-        if not ((detail == "stat" or detail == "list") and _f_by_import_system()):
-            RECORDER.deny("files", canon, detail, rule)
+        RECORDER.deny("files", canon, detail, rule)
     return REFUSE(DEFER(FILE_ERROR, exc_type, message, canon, rule, err))
 
 
