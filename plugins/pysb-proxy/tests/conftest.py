@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from proxy_servers import EchoServer, LoopbackCA
+def _load_servers() -> object:
+    """Load proxy_servers.py as ``proxy_servers`` without adding this directory to
+    ``sys.path``: pysb exposes the test process's ``sys.path`` entries to the sandbox
+    (its import roots), and qemu's microvm has room for only so many shares."""
+    path = Path(__file__).with_name("proxy_servers.py")
+    spec = importlib.util.spec_from_file_location("proxy_servers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["proxy_servers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_servers = _load_servers()
+EchoServer = _servers.EchoServer  # type: ignore[attr-defined]
+LoopbackCA = _servers.LoopbackCA  # type: ignore[attr-defined]
 
 
 @pytest.fixture
