@@ -29,7 +29,15 @@ from typing import Any
 import h11
 
 from pysb_proxy.addresses import AddressRefused, Resolver, checked_addresses, resolve_host
-from pysb_proxy.rules import Decision, EgressRules, Request, RuleError, normal_path, normalize_host
+from pysb_proxy.rules import (
+    Decision,
+    EgressRules,
+    Request,
+    RuleError,
+    is_ip,
+    normal_path,
+    normalize_host,
+)
 from pysb_proxy.sni import NoServerName, read_server_name
 
 #: A request or response head (request line and headers) is at most this many bytes.
@@ -243,6 +251,16 @@ def _refusal(status: int, text: str) -> list[Any]:
     return [h11.Response(status_code=status, headers=headers, reason=line), h11.Data(data=body)]
 
 
+def next_cycle(stream: _Stream) -> bool:
+    """Ready ``stream`` for the client's next request (keep-alive), when both sides are
+    done with this one; False when the connection must close instead."""
+    conn = stream.h11
+    if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+        conn.start_next_cycle()
+        return True
+    return False
+
+
 def send_refusal(stream: _Stream, status: int, text: str) -> bool:
     """Answer the request ``stream`` waits on with a refusal; False: close it after."""
     with contextlib.suppress(h11.LocalProtocolError, OSError):
@@ -275,19 +293,11 @@ class _ClientSession:
                 return
             if not self._forward_absolute(event):
                 return
-            if not self._next_cycle(self.client):
+            if not next_cycle(self.client):
                 return
 
     def _answer(self, status: int, text: str) -> None:
         send_refusal(self.client, status, text)
-
-    @staticmethod
-    def _next_cycle(stream: _Stream) -> bool:
-        conn = stream.h11
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()
-            return True
-        return False
 
     # -- CONNECT --
 
@@ -463,7 +473,7 @@ def _exchange(
     client.send(
         h11.Response(
             status_code=response.status_code,
-            headers=_response_headers(response.headers, keep_length=True),
+            headers=_response_headers(response.headers),
             reason=response.reason,
         )
     )
@@ -513,7 +523,7 @@ def _upgrade_of(headers: Any) -> bytes | None:
     return None
 
 
-def _response_headers(headers: Any, keep_length: bool = False) -> list[tuple[bytes, bytes]]:
+def _response_headers(headers: Any) -> list[tuple[bytes, bytes]]:
     upgrade = _upgrade_of(headers)
     out = [(name, value) for name, value in headers if name not in HOP_HEADERS]
     if upgrade is not None:
@@ -572,8 +582,6 @@ def _split_authority(authority: str, default: int | None) -> tuple[str, int]:
 
 def _same_name(name: str | None, host: str) -> bool:
     if name is None:  # no server name: only a client connecting to an address sends none
-        from pysb_proxy.rules import is_ip
-
         return is_ip(host)
     try:
         return normalize_host(name) == host

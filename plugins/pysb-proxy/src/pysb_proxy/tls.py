@@ -26,7 +26,7 @@ from typing import Any
 import h11
 
 from pysb_proxy.rules import RuleError, is_ip, normal_path
-from pysb_proxy.server import _Stream, forward, send_refusal
+from pysb_proxy.server import _Stream, forward, next_cycle, send_refusal
 
 HANDSHAKE_TIMEOUT = 15.0
 
@@ -188,10 +188,7 @@ class Interceptor:
                     proxy, stream, event, "https", host, port, judged, origin, upstream_wrap=wrap
                 ):
                     return
-                conn = stream.h11
-                if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-                    conn.start_next_cycle()
-                else:
+                if not next_cycle(stream):
                     return
         finally:
             with contextlib.suppress(OSError):
