@@ -126,7 +126,7 @@ class QemuProvider(Provider):
         except ProviderUnavailableError as exc:
             return [f"qemu: unavailable: {exc.reason}"]
         try:
-            layout = guest.plan_layout(plan)
+            layout = guest.plan_layout(plan, vm.max_shares(plan.policy.allows_network()))
         except SandboxError as exc:
             return [f"qemu: cannot start: {exc}"]
         lines = [
@@ -176,7 +176,7 @@ class QemuProvider(Provider):
             )
         accel = vm.choose_accel(self._accel_option())
         assets = assets_mod.ensure_assets(progress=progress)
-        layout = guest.plan_layout(plan)
+        layout = guest.plan_layout(plan, vm.max_shares(plan.policy.allows_network()))
         spec = vm.VmSpec(
             assets,
             accel,
