@@ -320,9 +320,11 @@ def _snapshot_tree(layout: GuestLayout, root: str, hidden: list[str]) -> None:
         elif stat.S_ISLNK(st.st_mode):
             layout.symlinks[_check_path(path)] = os.readlink(path)
         elif stat.S_ISREG(st.st_mode):
-            with open(path, "rb") as f:
+            # Not following a link swapped in since the walk: only what was seen is read.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
                 mode = 0o555 if st.st_mode & 0o111 else 0o444
-                layout.files[_check_path(path)] = (f.read(), mode)
+                layout.files[_check_path(path)] = (f.read(st.st_size + 1)[: st.st_size], mode)
 
 
 def _snapshot_file(layout: GuestLayout, host: str, guest: str, writable: bool) -> None:
