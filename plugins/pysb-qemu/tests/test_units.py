@@ -381,3 +381,29 @@ def test_shares_that_cannot_be_copied_still_fail_closed(tmp_path: Path) -> None:
     )
     with pytest.raises(Exception, match="separate directories"):
         spec.check_devices()
+
+
+def test_qemu_version_is_asked_once_per_binary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``qemu --version`` runs once for a binary, again when the binary changes, and on
+    every start while it names no version (a failure is not remembered)."""
+    from pysb_qemu.provider import qemu_version
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    qemu = tmp_path / "qemu-system-x86_64"
+    script = '#!/bin/sh\necho run >> "{calls}"\necho "QEMU emulator version {v} (Debian)"\n'
+    qemu.write_text(script.format(calls=calls, v="7.2.9"))
+    qemu.chmod(0o755)
+    assert qemu_version(str(qemu)) == "7.2.9"
+    assert qemu_version(str(qemu)) == "7.2.9"
+    assert calls.read_text().count("run") == 1
+    qemu.write_text(script.format(calls=calls, v="8.0.10"))
+    os.utime(qemu, ns=(1, 1))
+    assert qemu_version(str(qemu)) == "8.0.10"
+    assert calls.read_text().count("run") == 2
+    qemu.write_text(f'#!/bin/sh\necho run >> "{calls}"\n')
+    assert qemu_version(str(qemu)) is None
+    assert qemu_version(str(qemu)) is None
+    assert calls.read_text().count("run") == 4
