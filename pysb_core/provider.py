@@ -170,6 +170,20 @@ class Provider(ABC):
         """Extra lines for ``pysb check`` (a generated ruleset, a mount table...)."""
         return []
 
+    def preflight(self, plan: LaunchPlan) -> None:
+        """Do what :meth:`launch` will do with ``plan``, short of starting anything the
+        program could run in, and raise :class:`~pysb_core.errors.SandboxError` with what
+        would fail: ``pysb check`` calls it, so that what depends only on the profile, the
+        provider and this machine fails there, with the rule's ``FILE:LINE``, and not at
+        launch (since kit 1.3).
+
+        Build what :meth:`prepare` builds (a mount plan, an argument list) and have the
+        kernel's own checker judge what is loaded into it (the namespace providers load
+        their packet filter into a throwaway namespace). Must leave nothing behind and
+        start nothing that outlives the call. The default does nothing.
+        """
+        return None
+
     # -- launch ---------------------------------------------------------------------
 
     @abstractmethod

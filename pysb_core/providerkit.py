@@ -47,6 +47,9 @@ Groups (see docs/writing-providers.md for the guide):
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
   filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
   lands);
+- ``Provider.preflight`` (since 1.3): what a launch will do, tried for ``pysb check`` short
+  of starting the program (``NetnsNetwork.preflight`` loads the packet filter into a
+  throwaway namespace);
 - ``LaunchPlan.terminal`` (since 1.2): the sandbox's process group takes the foreground
   of pysb's terminal (job control), so a provider keeps the terminal's session for it;
 - the network-rule compiler (since 1.1), for a provider that loads the profile's rules
@@ -67,7 +70,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 2)
+KIT_VERSION: tuple[int, int] = (1, 3)
 
 #: The constant a provider's module sets to the kit version it was written for.
 DECLARATION = "PYSB_PROVIDERKIT"

@@ -106,6 +106,14 @@ def run_check(
             errors.extend(str(exc).splitlines())
         else:
             try:
+                # What the launch will do, short of starting the program: its failures
+                # here, with the rule's FILE:LINE, not at `pysb run` (issue 27).
+                session.provider.preflight(plan)
+            except SandboxError as exc:
+                errors.extend(str(exc).splitlines())
+            except Exception as exc:  # the provider's own bug
+                errors.extend(str(session._failure(exc, "to check its launch")).splitlines())
+            try:
                 details = session.provider.describe(plan)
             except Exception as exc:  # the provider's own bug
                 errors.extend(str(session._failure(exc, "to describe its launch")).splitlines())

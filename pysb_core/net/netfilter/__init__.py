@@ -18,7 +18,9 @@ to the reference matcher (:class:`pysb_core.policy.netrules.NetworkMatcher`)::
 
 Modules: :mod:`~.target` (the parameters in which networks differ), :mod:`~.plan` (the
 decisions), :mod:`~.nft` and :mod:`~.iptables` (the two back ends, which only write the
-decisions down).
+decisions down), :mod:`~.merge` (many statements of a kind as one set lookup) and
+:mod:`~.ruleset` (a large ruleset as several inputs, ``CompiledNetwork.batches``: any
+number of rules loads, issue 27).
 """
 
 from __future__ import annotations

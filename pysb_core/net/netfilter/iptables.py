@@ -21,6 +21,7 @@ from pysb_core.net.netfilter.plan import (
     keeps_own_servers,
     plan_filter,
 )
+from pysb_core.net.netfilter.ruleset import BATCH_BYTES, pack
 from pysb_core.net.netfilter.target import SLIRP4NETNS, FilterTarget
 from pysb_core.policy import NetworkRule, PortRange
 
@@ -39,6 +40,33 @@ def compile_iptables(
     """``(iptables-restore input, ip6tables-restore input)`` for the rules and pins."""
     plan = plan_filter(rules, pins, target, ephemeral)
     return render(plan, 4), render(plan, 6)
+
+
+def split_restore(text: str, limit: int = BATCH_BYTES) -> list[str]:
+    """One ``iptables-restore`` input as several of at most ``limit`` bytes (a rule longer
+    than that alone): ``[text]`` when it fits. The first input makes every table with its
+    chains' policies (``DROP``) and no rule; the others append rules, in order, and must
+    be loaded with ``--noflush``. Why: ``iptables-restore`` (nf_tables) sends an input as
+    one netlink batch, and in a user namespace its socket buffer holds about 250 rules
+    (``Message too long``), as ``nft``'s does (:mod:`~pysb_core.net.netfilter.ruleset`)."""
+    if len(text.encode()) <= limit:
+        return [text]
+    heads: list[list[str]] = []
+    rules: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("*"):
+            heads.append([line])
+            rules.append([])
+        elif line.startswith(":"):
+            heads[-1].append(line)
+        elif line.startswith("-A "):
+            rules[-1].append(line)
+    first = "".join("\n".join([*head, "COMMIT"]) + "\n" for head in heads)
+    out = [first]
+    for head, lines in zip(heads, rules, strict=True):
+        table = head[0]
+        out += [f"{table}\n{chunk}COMMIT\n" for chunk in pack(lines, limit - len(table) - 8)]
+    return out
 
 
 def render(plan: FilterPlan, version: int) -> str:

@@ -18,22 +18,38 @@ traffic. Shape (one ``inet`` table, named by the target)::
     chain nat_out      127.0.0.1:P of an allowed rule -> host gateway (host loopback NAT only)
     chain nat_pre      forwarded inbound ports -> 127.0.0.1, so a server bound there is reached
     chain nat_post     masquerade what leaves the uplink from a loopback address
+
+Past :data:`~pysb_core.net.netfilter.merge.MERGE_ABOVE` statements of one kind in a chain
+(``ip daddr . tcp dport``, accept), one lookup of a named set holds them all
+(:mod:`~pysb_core.net.netfilter.merge`); below it the text is what it always was. A large
+ruleset is also written as several inputs (:mod:`~pysb_core.net.netfilter.ruleset`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from pysb_core._startup.records import Record, field, mutable_record
+from pysb_core.net.netfilter.merge import (
+    MERGE_ABOVE,
+    address_text,
+    disjoint_rectangles,
+    merge_intervals,
+    network_interval,
+    port_text,
+)
 from pysb_core.net.netfilter.plan import (
     NAMESPACE_EPHEMERAL,
     FilterPlan,
     Forward,
+    IPNetwork,
     Match,
     is_all_ports,
     keeps_own_servers,
     plan_filter,
 )
+from pysb_core.net.netfilter.ruleset import Chain, NftSet, Ruleset, split_batches
 from pysb_core.net.netfilter.target import SLIRP4NETNS, FilterTarget
 from pysb_core.policy import NetworkRule, PortRange
 
@@ -47,6 +63,7 @@ _NEIGHBOUR_DISCOVERY = (
 class CompiledNetwork(Record):
     """The result of :func:`compile_nft`: ruleset text plus what the helper must do."""
 
+    #: The whole ruleset as one ``nft -f`` input (one transaction: a privileged loader).
     ruleset: str
     #: Ports of the host's loopback the sandbox may reach (``allow ... 127.0.0.1 P out``).
     host_loopback: list[tuple[str, tuple[PortRange, ...]]] = field(default_factory=list)
@@ -57,6 +74,10 @@ class CompiledNetwork(Record):
     #: True when the ruleset rewrites addresses (the kernel needs NAT and ``route_localnet``).
     nat: bool = False
     notes: list[str] = field(default_factory=list)
+    #: The same ruleset as ``nft -f`` inputs to load one after the other, each small enough
+    #: for the socket buffer of an ``nft`` in a user namespace (:mod:`~.batches`); one
+    #: input, equal to ``ruleset``, when the ruleset is small.
+    batches: list[str] = field(default_factory=list)
 
 
 def compile_nft(
@@ -69,19 +90,27 @@ def compile_nft(
     """Compile ``rules`` (with ``pins`` for host names) into an nftables ruleset for
     ``target`` (:func:`~pysb_core.net.netfilter.plan.plan_filter` says what ``ephemeral`` is)."""
     plan = plan_filter(rules, pins, target, ephemeral)
+    ruleset = build(plan)
     return CompiledNetwork(
-        ruleset=render(plan),
+        ruleset=ruleset.text(),
         host_loopback=plan.host_loopback,
         inbound=plan.inbound,
         dns=plan.dns,
         nat=plan.nat,
         notes=plan.notes,
+        batches=split_batches(ruleset),
     )
 
 
 def render(plan: FilterPlan) -> str:
     """The ``nft -f`` text of ``plan``."""
+    return build(plan).text()
+
+
+def build(plan: FilterPlan) -> Ruleset:
+    """The chains and sets of ``plan``."""
     target = plan.target
+    sets: list[NftSet] = []
     first = ["ct state established,related accept"]
     if target.bridged:
         first.append(_NEIGHBOUR_DISCOVERY)
@@ -96,77 +125,184 @@ def render(plan: FilterPlan) -> str:
             f'ip daddr {target.subnet} reject comment "user-mode network: use 127.0.0.1 '
             'for the host"'
         )
-    out += _statements(plan.out_deny)
+    out += _statements(plan.out_deny, sets, "out_deny")
     if target.open_loopback:
         out.append('oifname "lo" accept')
-    out += _statements(plan.out_allow)
-    out += _statements(plan.loopback_out, prefix='oifname "lo" ')
+    out += _statements(plan.out_allow, sets, "out_allow")
+    out += _statements(plan.loopback_out, sets, "loopback_out", prefix='oifname "lo" ')
     out += ["meta l4proto tcp reject with tcp reset", "reject"]
-    inn = [*first, 'iifname "lo" accept', *_statements(plan.in_deny), *_statements(plan.in_allow)]
+    inn = [
+        *first,
+        'iifname "lo" accept',
+        *_statements(plan.in_deny, sets, "in_deny"),
+        *_statements(plan.in_allow, sets, "in_allow"),
+    ]
     inn += ["meta l4proto tcp reject with tcp reset", "reject"]
-    body = [f"table inet {target.table} {{"]
-    body += _chain("filter_out", "filter", "output", -150, "drop", out)
-    body += _chain("filter_in", "filter", "input", 0, "drop", inn)
+    chains = [
+        Chain("filter_out", "filter", "output", -150, "drop", out),
+        Chain("filter_in", "filter", "input", 0, "drop", inn),
+    ]
     if plan.nat:
-        body += _nat_chains(plan)
-    body.append("}")
-    return "\n".join(body) + "\n"
+        chains += _nat_chains(plan, sets)
+    return Ruleset(target.table, sets, chains)
 
 
-def _nat_chains(plan: FilterPlan) -> list[str]:
+def _nat_chains(plan: FilterPlan, sets: list[NftSet]) -> list[Chain]:
     target = plan.target
-    nat_out = []
+    own = plan.own_ephemeral  # the program's own servers stay in the sandbox
+    #: (protocol, "proto dport != own" or "", ports or None for every port)
+    entries: list[tuple[str, str, tuple[PortRange, ...] | None]] = []
     for protos, ranges in plan.host_loopback:
         for proto in protos.split(","):
-            m = (
-                f"meta l4proto {proto}"
-                if is_all_ports(ranges)
-                else f"{proto} dport {_ports(ranges)}"
-            )
-            own = plan.own_ephemeral  # the program's own servers stay in the sandbox
+            keep = ""
             if own and keeps_own_servers(plan, ranges):
-                m += f" {proto} dport != {own[0]}-{own[1]}"
-            nat_out.append(f"ip daddr 127.0.0.1 {m} dnat ip to {target.gateway}")
-    nat_pre = [
-        f'iifname "{target.uplink}" {fwd.proto} dport {fwd.port} dnat ip to 127.0.0.1'
-        for fwd in plan.inbound
-    ]
+                keep = f" {proto} dport != {own[0]}-{own[1]}"
+            entries.append((proto, keep, None if is_all_ports(ranges) else ranges))
+    counts = Counter((proto, keep) for proto, keep, spec in entries if spec is not None)
+    gateway = target.gateway
+    nat_out: list[str] = []
+    done: set[tuple[str, str]] = set()
+    for proto, keep, spec in entries:
+        if spec is None:
+            nat_out.append(f"ip daddr 127.0.0.1 meta l4proto {proto}{keep} dnat ip to {gateway}")
+        elif counts[(proto, keep)] <= MERGE_ABOVE:
+            nat_out.append(
+                f"ip daddr 127.0.0.1 {proto} dport {_ports(spec)}{keep} dnat ip to {gateway}"
+            )
+        elif (proto, keep) not in done:
+            done.add((proto, keep))
+            name = f"nat_out_{proto}" + ("_keep" if keep else "")
+            spans = merge_intervals(
+                (p.low, p.high)
+                for pr, kp, rs in entries
+                if (pr, kp) == (proto, keep) and rs is not None
+                for p in rs
+            )
+            sets.append(NftSet(name, "inet_service", tuple(port_text(*p) for p in spans)))
+            nat_out.append(f"ip daddr 127.0.0.1 {proto} dport @{name}{keep} dnat ip to {gateway}")
+    nat_pre = []
+    for proto in ("tcp", "udp"):
+        forwarded = [fwd.port for fwd in plan.inbound if fwd.proto == proto]
+        if len(forwarded) > MERGE_ABOVE:
+            name = f"nat_pre_{proto}"
+            spans = merge_intervals((p, p) for p in forwarded)
+            sets.append(NftSet(name, "inet_service", tuple(port_text(*p) for p in spans)))
+            nat_pre.append(f'iifname "{target.uplink}" {proto} dport @{name} dnat ip to 127.0.0.1')
+        else:
+            nat_pre += [
+                f'iifname "{target.uplink}" {proto} dport {port} dnat ip to 127.0.0.1'
+                for port in forwarded
+            ]
     post = [f'oifname "{target.uplink}" ip saddr 127.0.0.0/8 masquerade']
     return [
-        *_chain("nat_out", "nat", "output", -100, "accept", nat_out),
-        *_chain("nat_pre", "nat", "prerouting", -100, "accept", nat_pre),
-        *_chain("nat_post", "nat", "postrouting", 100, "accept", post),
+        Chain("nat_out", "nat", "output", -100, "accept", nat_out),
+        Chain("nat_pre", "nat", "prerouting", -100, "accept", nat_pre),
+        Chain("nat_post", "nat", "postrouting", 100, "accept", post),
     ]
 
 
-def _statements(matches: Iterable[Match], prefix: str = "") -> list[str]:
-    """Each match as nft statements: one per address family x protocol, with the verdict
-    and a comment naming the profile line."""
+class _Atom:
+    """One statement of today's shape: a match, for one address family and one protocol
+    (a plain class: a profile may make tens of thousands)."""
+
+    __slots__ = ("family", "key", "match", "networks", "proto")
+
+    def __init__(
+        self, match: Match, family: str | None, networks: tuple[IPNetwork, ...], proto: str | None
+    ) -> None:
+        self.match = match
+        self.family = family  # "ip", "ip6"; None: any address
+        self.networks = networks
+        self.proto = proto
+        #: Statements with equal keys merge into one set lookup (None: never merged).
+        self.key: tuple[str, str, bool, bool] | None = None
+        if proto is not None and (family is not None or match.ports is not None):
+            self.key = (family or "", proto, family is not None, match.ports is not None)
+
+    def line(self) -> str:
+        m, proto = self.match, self.proto
+        addr = f"{self.family} daddr {_set(self.networks)} " if self.family else ""
+        if proto is None:
+            line = addr.rstrip() or "meta nfproto { ipv4, ipv6 }"
+        elif m.ports is None:
+            line = f"{addr}meta l4proto {proto}"
+        else:
+            line = f"{addr}{proto} dport {_ports(m.ports)}"
+        return f"{line} {_verdict(m, proto)} {_comment(m.rule)}"
+
+
+def _atoms(matches: Iterable[Match]) -> list[_Atom]:
     out = []
     for m in matches:
-        for addr in _address_matches(m):
+        families: list[tuple[str | None, tuple[IPNetwork, ...]]] = [(None, ())]
+        if m.networks:
+            families = [
+                (family, nets)
+                for family, version in (("ip", 4), ("ip6", 6))
+                if (nets := tuple(n for n in m.networks if n.version == version))
+            ]
+        for family, nets in families:
             for proto in m.protocols or (None,):
-                if proto is None:
-                    line = addr.rstrip() or "meta nfproto { ipv4, ipv6 }"
-                elif m.ports is None:
-                    line = f"{addr}meta l4proto {proto}"
-                else:
-                    line = f"{addr}{proto} dport {_ports(m.ports)}"
-                out.append(f"{prefix}{line} {_verdict(m, proto)} {_comment(m.rule)}")
+                out.append(_Atom(m, family, nets, proto))
     return out
 
 
-def _address_matches(m: Match) -> list[str]:
-    """``ip daddr {...} `` and ``ip6 daddr {...} `` (the families the match names), or one
-    empty match for any address."""
-    if not m.networks:
-        return [""]
+def _statements(
+    matches: Iterable[Match], sets: list[NftSet], section: str, prefix: str = ""
+) -> list[str]:
+    """Each match as nft statements: one per address family x protocol, with the verdict
+    and a comment naming the profile line; past :data:`~.merge.MERGE_ABOVE` statements of
+    one kind, one lookup of a set of them (:mod:`~.merge`), in place of the first."""
+    atoms = _atoms(matches)
+    counts = Counter(a.key for a in atoms if a.key is not None)
     out = []
-    for family, version in (("ip", 4), ("ip6", 6)):
-        nets = [n for n in m.networks if n.version == version]
-        if nets:
-            out.append(f"{family} daddr {_set(nets)} ")
+    groups: dict[tuple[str, str, bool, bool], list[_Atom]] = {}
+    for atom in atoms:
+        if atom.key is not None and counts[atom.key] > MERGE_ABOVE:
+            groups.setdefault(atom.key, []).append(atom)
+    for atom in atoms:
+        key = atom.key
+        if key is None or key not in groups:
+            out.append(prefix + atom.line())
+        elif groups[key][0] is atom:
+            out.append(prefix + _set_lookup(section, key, groups[key], sets))
     return out
+
+
+def _set_lookup(
+    section: str, key: tuple[str, str, bool, bool], group: list[_Atom], sets: list[NftSet]
+) -> str:
+    family, proto, by_address, by_port = key
+    name = f"{section}_{family or 'any'}_{proto}" + ("" if by_port else "_every_port")
+    version = 6 if family == "ip6" else 4
+    addr_type = "ipv6_addr" if version == 6 else "ipv4_addr"
+    if by_address and by_port:
+        boxes = [
+            (network_interval(n), (p.low, p.high))
+            for a in group
+            for n in a.networks
+            for p in a.match.ports or ()
+        ]
+        items = [
+            f"{address_text(*addrs, version)} . {port_text(*ports)}"
+            for addrs, runs in disjoint_rectangles(boxes)
+            for ports in runs
+        ]
+        sets.append(NftSet(name, f"{addr_type} . inet_service", tuple(items)))
+        lookup = f"{family} daddr . {proto} dport @{name}"
+    elif by_address:
+        merged = merge_intervals(network_interval(n) for a in group for n in a.networks)
+        sets.append(NftSet(name, addr_type, tuple(address_text(*i, version) for i in merged)))
+        lookup = f"{family} daddr @{name} meta l4proto {proto}"
+    else:
+        merged = merge_intervals((p.low, p.high) for a in group for p in a.match.ports or ())
+        sets.append(NftSet(name, "inet_service", tuple(port_text(*i) for i in merged)))
+        lookup = f"{proto} dport @{name}"
+    sources = [a.match.rule.source or str(a.match.rule) for a in group]
+    unique = list(dict.fromkeys(sources))
+    shown = ", ".join(unique[:2]) + (f" ... {unique[-1]}" if len(unique) > 2 else "")
+    text = f"{len(unique)} rules in set {name}: {shown}"
+    return f"{lookup} {_verdict(group[0].match, proto)} {_comment_text(text)}"
 
 
 def _verdict(m: Match, proto: str | None) -> str:
@@ -189,13 +325,12 @@ _COMMENT_MAX = 128
 
 def _comment(rule: NetworkRule) -> str:
     """The profile line a statement comes from; a long path keeps its end (file, line)."""
-    text = (f"{rule.source}: {rule}" if rule.source else str(rule)).replace('"', "'")
+    return _comment_text(f"{rule.source}: {rule}" if rule.source else str(rule))
+
+
+def _comment_text(text: str) -> str:
+    text = text.replace('"', "'")
     data = text.encode()
     if len(data) > _COMMENT_MAX:
         text = "..." + data[-(_COMMENT_MAX - 3) :].decode(errors="ignore")
     return f'comment "{text}"'
-
-
-def _chain(name: str, kind: str, hook: str, prio: int, policy: str, lines: list[str]) -> list[str]:
-    head = f"  chain {name} {{\n    type {kind} hook {hook} priority {prio}; policy {policy};"
-    return [head, *(f"    {ln}" for ln in lines), "  }"]

@@ -218,3 +218,41 @@ class SandboxNamespaces:
         parts = b"".join(chunks).decode(errors="replace").split("\0")
         if len(parts) == 2:
             self.maps = (parts[0], parts[1])
+
+
+@contextlib.contextmanager
+def scratch_namespace() -> Iterator[int]:
+    """A process of pysb's own in a new user namespace (pysb's uid as its root) and a new
+    network namespace, alive while the block runs; yields its PID. Nothing reaches it:
+    it has only its own loopback, and exits when pysb closes its standard input. For
+    trying out what a launch will load into a sandbox's namespace
+    (:meth:`pysb_core.net.netns.session.NetnsNetwork.preflight`)."""
+    import shutil
+
+    unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if unshare is None:
+        raise OSError("unshare (util-linux) is not installed")
+    proc = subprocess.Popen(
+        [unshare, "--user", "--map-root-user", "--net", "--", "/bin/sh", "-c", "echo; read x"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        if proc.stdout.readline() != b"\n":  # the namespaces exist once sh runs
+            err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            raise OSError(f"unshare --user --net failed: {err or proc.wait()}")
+        yield proc.pid
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # our own child, by PID
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

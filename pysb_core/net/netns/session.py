@@ -17,6 +17,7 @@ If any step fails, :meth:`NetnsNetwork.attach` stops what it started and raises
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from pysb_core.policy import NetworkRule
 
 _SBIN = ":/usr/sbin:/sbin:/usr/bin:/bin"
+#: The last ``(rules, pins, target)`` compiled, and its result: a large profile costs
+#: seconds to compile, and ``pysb check`` asks twice (preflight, then describe).
+_LAST_COMPILED: dict[object, CompiledNetwork] = {}
 
 
 def _which(name: str) -> str | None:
@@ -89,7 +93,13 @@ class NetnsNetwork:
         if self._compiled is None:
             from pysb_core.net.netfilter.nft import compile_nft
 
-            self._compiled = compile_nft(self.rules, self.pins, self.layout)
+            key = (compile_nft, self.rules, tuple(sorted(self.pins.items())), self.layout)
+            if key in _LAST_COMPILED:
+                self._compiled = _LAST_COMPILED[key]
+            else:
+                self._compiled = compile_nft(self.rules, self.pins, self.layout)
+                _LAST_COMPILED.clear()  # `pysb check` compiles twice: keep the last one
+                _LAST_COMPILED[key] = self._compiled
         return self._compiled
 
     def problems(self) -> list[tuple[str, str]]:
@@ -141,6 +151,57 @@ class NetnsNetwork:
         lines += [f"  note: {n}" for n in c.notes]
         lines += ["  " + ln for ln in self.ruleset_text().rstrip().splitlines()]
         return lines
+
+    # -- what a launch would find -------------------------------------------------------
+
+    def preflight(self) -> None:
+        """Do what :meth:`attach` will do, short of a sandbox: raise :class:`SandboxError`
+        (``FILE:LINE`` of the rule first, and what to do) when it would fail here.
+
+        The ruleset is loaded, input by input as at launch, into a throwaway user and
+        network namespace of pysb's own (an unprivileged namespace: the narrowest socket
+        buffer any launch meets), so it is the kernel's own checker that judges it; and
+        each host port an ``in`` rule forwards must be free on the host's loopback (the
+        helper binds it there). For ``pysb check`` (``Provider.preflight``)."""
+        if not self.enabled:
+            return
+        self.check()
+        from pysb_core.net.netns.enter import SandboxNamespaces, scratch_namespace
+
+        try:
+            with scratch_namespace() as pid, SandboxNamespaces(pid) as namespaces:
+                self.load_filter(pid, namespaces=namespaces)
+        except OSError as exc:
+            raise SandboxError(
+                f"cannot make a network namespace to check the network filter in: {exc}"
+            ) from exc
+        self._check_forwards()
+
+    def _check_forwards(self) -> None:
+        import socket
+
+        for fwd in self.compiled.inbound:
+            kind = socket.SOCK_STREAM if fwd.proto == "tcp" else socket.SOCK_DGRAM
+            with socket.socket(socket.AF_INET, kind) as probe:
+                if kind == socket.SOCK_STREAM:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("127.0.0.1", fwd.port))
+                except OSError as exc:
+                    rule = self._rule_forwarding(fwd.proto, fwd.port)
+                    where = f"{rule.source}: rule '{rule}': " if rule is not None else ""
+                    raise SandboxError(
+                        f"{where}port {fwd.port}/{fwd.proto} of the host's loopback cannot "
+                        f"be forwarded into the sandbox ({exc.strerror}: another program "
+                        "holds it): stop that program, or serve on another port"
+                    ) from exc
+
+    def _rule_forwarding(self, proto: str, port: int) -> NetworkRule | None:
+        for rule in self.rules:
+            inbound = rule.action == "allow" and rule.direction in ("in", "any")
+            if inbound and proto in rule.protocols and any(port in p for p in rule.ports):
+                return rule
+        return None
 
     # -- files for a sandbox with its own /etc --------------------------------------------
 
@@ -231,71 +292,28 @@ class NetnsNetwork:
         """Load the ruleset into the namespace of ``pid``; raise :class:`SandboxError` if not.
 
         ``nft`` is started alone in the sandbox's namespaces (:mod:`pysb_core.net.netns.enter`)
-        when nothing else is needed; a shell only when ``route_localnet`` must be set first
-        (``route_localnet_set`` false) or for the two iptables-restore commands."""
-        c = self.compiled
+        once per input of the compiled ruleset (``CompiledNetwork.batches``: a large
+        ruleset is several, :mod:`pysb_core.net.netfilter.ruleset`), in order; a shell only
+        when ``route_localnet`` must be set first (``route_localnet_set`` false) or for the
+        two iptables-restore commands. An input the kernel finds too long for one netlink
+        batch is loaded in two halves (the batch was refused whole: nothing of it is in)."""
+        from pysb_core.net.netns.enter import SandboxNamespaces
+
         backend = self.backend
         if backend is None:
             raise SandboxError(
                 "cannot load the network filter: both nft and iptables-restore are missing "
                 "(apt-get install nftables)"
             )
-        prefix = ""
-        if self.needs_route_localnet and not route_localnet_set:
-            # 127.0.0.1 may only be routed out of tap0 (and accepted from it) with this on.
-            prefix = "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
-        tmpdir = None
-        stdin = b""
-        script: str | None
-        if backend == "nft":
-            args = [str(_which("nft"))]
-            stdin = c.ruleset.encode()
-            if prefix:
-                script = prefix + 'exec "$0" -f -'
-            else:
-                script = None  # nft alone
-                args += ["-f", "-"]
-        else:
-            import tempfile
-
-            from pysb_core.net.netfilter.iptables import compile_iptables
-
-            v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
-            tmpdir = tempfile.mkdtemp(prefix="pysb-ipt-")
-            files = []
-            for name, text in (("v4", v4), ("v6", v6)):
-                path = os.path.join(tmpdir, name)
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(text)
-                files.append(path)
-            script = prefix + '"$0" "$2" && exec "$1" "$3"'
-            args = [str(_which("iptables-restore")), str(_which("ip6tables-restore")), *files]
-        argv = ["/bin/sh", "-c", script] if script is not None else []
-        from pysb_core.net.netns.enter import SandboxNamespaces
-
         owned = namespaces is None
         try:
             if namespaces is None:
                 namespaces = SandboxNamespaces(pid)
-            enter = namespaces.entering()
-            try:
-                proc = subprocess.Popen(
-                    [*argv, *args],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    preexec_fn=enter,
-                )
-            finally:
-                enter.parent_done()  # type: ignore[attr-defined]
-                namespaces.read_maps()
-            try:
-                _, stderr = proc.communicate(stdin, timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # our own child, by PID
-                proc.wait()
-                raise
-        except (OSError, subprocess.SubprocessError) as exc:
+            if backend == "nft":
+                self._load_nft(namespaces, route_localnet_set)
+            else:
+                self._load_iptables(namespaces, route_localnet_set)
+        except OSError as exc:
             raise SandboxError(
                 "the network filter could not be loaded into the sandbox (the program was not "
                 f"started): {exc}"
@@ -303,19 +321,115 @@ class NetnsNetwork:
         finally:
             if owned and namespaces is not None:
                 namespaces.close()
-            if tmpdir is not None:
-                import shutil
 
-                shutil.rmtree(tmpdir, ignore_errors=True)
-        if proc.returncode != 0:
-            err = stderr.decode(errors="replace").strip()
-            raise SandboxError(
-                f"the network filter could not be loaded into the sandbox (the program was not "
-                f"started): {err or f'exit {proc.returncode}'}"
-            )
+    def _route_localnet_prefix(self, route_localnet_set: bool) -> str:
+        if self.needs_route_localnet and not route_localnet_set:
+            # 127.0.0.1 may only be routed out of tap0 (and accepted from it) with this on.
+            return "echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet && "
+        return ""
+
+    def _load_nft(self, namespaces: SandboxNamespaces, route_localnet_set: bool) -> None:
+        nft = str(_which("nft"))
+        prefix = self._route_localnet_prefix(route_localnet_set)
+        c = self.compiled
+        pending = list(reversed(c.batches if len(c.batches) > 1 else [c.ruleset]))
+        while pending:
+            text = pending.pop()
+            shell = ["/bin/sh", "-c", prefix + 'exec "$0" -f -'] if prefix else []
+            argv = [*shell, nft] if prefix else [nft, "-f", "-"]
+            returncode, err = _run_in(namespaces, argv, text.encode())
+            if returncode == 0:
+                prefix = ""  # set once
+                continue
+            lines = text.splitlines()
+            if "Message too long" in err and len(lines) > 1 and not text.startswith("table"):
+                half = len(lines) // 2
+                pending += ["\n".join(lines[half:]) + "\n", "\n".join(lines[:half]) + "\n"]
+                continue
+            raise SandboxError(filter_error(err, returncode))
+
+    def _load_iptables(self, namespaces: SandboxNamespaces, route_localnet_set: bool) -> None:
+        """Both restores in one shell, each input in order (a large ruleset is several:
+        the first makes the tables, the others append with ``--noflush``)."""
+        import shlex
+        import shutil
+        import tempfile
+
+        from pysb_core.net.netfilter.iptables import compile_iptables, split_restore
+
+        v4, v6 = compile_iptables(self.rules, self.pins, self.layout)
+        tmpdir = tempfile.mkdtemp(prefix="pysb-ipt-")
+        try:
+            steps = []
+            for tool, text in (("iptables-restore", v4), ("ip6tables-restore", v6)):
+                for i, part in enumerate(split_restore(text)):
+                    path = os.path.join(tmpdir, f"{tool}.{i}")
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write(part)
+                    flag = " --noflush" if i else ""
+                    steps.append(f"{shlex.quote(str(_which(tool)))}{flag} {shlex.quote(path)}")
+            script = self._route_localnet_prefix(route_localnet_set) + " && ".join(steps)
+            returncode, err = _run_in(namespaces, ["/bin/sh", "-c", script], b"")
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        if returncode != 0:
+            raise SandboxError(filter_error(err, returncode))
 
     def close(self) -> None:
         """Stop the user-mode helper (idempotent)."""
         helper, self.helper = self.helper, None
         if helper is not None:
             helper.stop()
+
+
+def _run_in(namespaces: SandboxNamespaces, argv: list[str], stdin: bytes) -> tuple[int, str]:
+    """Run ``argv`` in the sandbox's namespaces with ``CAP_NET_ADMIN``: (status, stderr).
+    Raises :class:`OSError` (or a subprocess error, as one) when it cannot run or hangs."""
+    enter = namespaces.entering()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=enter,
+        )
+    except subprocess.SubprocessError as exc:
+        raise OSError(str(exc)) from exc
+    finally:
+        enter.parent_done()  # type: ignore[attr-defined]
+        namespaces.read_maps()
+    try:
+        _, stderr = proc.communicate(stdin, timeout=20)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()  # our own child, by PID
+        proc.wait()
+        raise OSError(f"{argv[0]} did not finish in 20 s") from exc
+    return proc.returncode, stderr.decode(errors="replace").strip()
+
+
+#: The profile line an nft statement's comment names (``comment "FILE:LINE: rule"``).
+_COMMENT = re.compile(r'comment "(?:\.\.\.)?([^"]*?:\d+): ([^"]*)"')
+
+
+def filter_error(err: str, returncode: int) -> str:
+    """One paragraph for a filter the kernel refused: the profile line the refused
+    statement comes from first (its comment names it), then the kernel's words, then
+    what to do."""
+    where = ""
+    found = _COMMENT.search(err)
+    if found:
+        where = f"{found.group(1)}: rule '{found.group(2)}': "
+    first = err.splitlines()[0] if err else f"exit {returncode}"
+    hint = ""
+    if "Message too long" in err:
+        hint = (
+            " (one statement is larger than a netlink batch may be: split the rule's "
+            "addresses or ports over several rules)"
+        )
+    elif found:
+        hint = " (change or remove that rule; `pysb check` shows the ruleset)"
+    return (
+        f"{where}the network filter could not be loaded into the sandbox (the program was "
+        f"not started): {first}{hint}"
+    )

@@ -39,7 +39,7 @@ from pysb_core.providerkit import (
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.2"
+PYSB_PROVIDERKIT = "1.3"
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
@@ -84,6 +84,21 @@ class BwrapProvider(Provider):
 
     def enforced(self) -> frozenset[Capability]:
         return BASE_CAPABILITIES | netlayer.layer_usable()
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """What :meth:`launch` does before bwrap starts: the network filter, loaded into a
+        throwaway namespace (``NetnsNetwork.preflight``), and the command (the mount plan)."""
+        needs_network = netlayer.needs_layer(plan)
+        if needs_network:
+            netlayer.network_for(plan).preflight()
+        seccomp = seccomp_filter_bytes() is not None
+        self._command(
+            plan,
+            empty_file="<empty-file>",
+            network=needs_network,
+            seccomp=seccomp,
+            seccomp_fd=-1 if seccomp else None,
+        )
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         lines = [seccomp_describe()]

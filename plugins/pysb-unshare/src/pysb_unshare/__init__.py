@@ -33,7 +33,7 @@ from pysb_core.providerkit import (
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.2"
+PYSB_PROVIDERKIT = "1.3"
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
@@ -213,6 +213,17 @@ class UnshareProvider(Provider):
         from pysb_core.providerkit import NetnsNetwork
 
         return NetnsNetwork.from_plan(plan, helper=self.options.get("network-helper"))
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """What :meth:`launch` does before the sandbox exists: the network filter, loaded
+        into a throwaway namespace (``NetnsNetwork.preflight``), and the mount plan."""
+        from pysb_unshare.rootfs import build_ops
+
+        net = self.network(plan)
+        if net.enabled:
+            net.preflight()
+        boot = [p for p in plan.payload.get("sys_path", []) if isinstance(p, str)]
+        build_ops(plan, hosts=net.hosts_text(), resolv=net.resolv_text(), extra_ro=boot)
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         lines = [
