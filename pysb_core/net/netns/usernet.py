@@ -242,6 +242,35 @@ class Slirp4netns(UserNet):
             )
 
 
+#: pasta reads one port specification into a buffer of ``BUFSIZ`` (8 KiB) and calls a
+#: longer one invalid ("Invalid port specifier"): each ``-T``/``-U`` stays well below.
+PASTA_SPEC_BYTES = 4000
+
+
+def port_specs(ports: Sequence[str]) -> list[str]:
+    """``ports`` (``"P"`` or ``"A-B"``) as pasta port specifications: neighbouring ports
+    joined into ranges, in lists of at most :data:`PASTA_SPEC_BYTES` bytes, one for each
+    ``-T`` option (pasta takes several). Before, 9,000 loopback ports made one spec of
+    52 KiB, and pasta refused to start."""
+    from pysb_core.net.netfilter.merge import merge_intervals, port_text
+
+    spans = []
+    for item in ports:
+        low, _, high = item.partition("-")
+        spans.append((int(low), int(high or low)))
+    specs: list[str] = []
+    current = ""
+    for lo, hi in merge_intervals(spans):
+        text = port_text(lo, hi)
+        if current and len(current) + 1 + len(text) > PASTA_SPEC_BYTES:
+            specs.append(current)
+            current = ""
+        current = f"{current},{text}" if current else text
+    if current:
+        specs.append(current)
+    return specs
+
+
 class Pasta(UserNet):
     """pasta (passt): splices the namespace's loopback to the host's (``-T``/``-t``).
 
@@ -301,8 +330,9 @@ class Pasta(UserNet):
         udp_in = ",".join(str(f.port) for f in self.inbound if f.proto == "udp")
         argv += ["-t", f"127.0.0.1/{tcp_in}" if tcp_in else "none"]
         argv += ["-u", f"127.0.0.1/{udp_in}" if udp_in else "none"]
-        argv += ["-T", ",".join(self.loopback_ports.get("tcp", [])) or "none"]
-        argv += ["-U", ",".join(self.loopback_ports.get("udp", [])) or "none"]
+        for option, proto in (("-T", "tcp"), ("-U", "udp")):
+            for spec in port_specs(self.loopback_ports.get(proto, [])) or ["none"]:
+                argv += [option, spec]
         # pasta has no --exit-fd: a small shell supervises it, and a reader in that shell
         # kills pasta (by the PID the shell itself started) once the lifeline reaches EOF.
         lifeline_r = self._lifeline()
