@@ -36,7 +36,7 @@ from pysb_firejail.hostfs import scan_host
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.2"
+PYSB_PROVIDERKIT = "1.3"
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
@@ -108,6 +108,22 @@ class FirejailProvider(Provider):
     def bridge(self) -> str | None:
         value = self.options.get("bridge")
         return str(value) if value else None
+
+    def preflight(self, plan: LaunchPlan) -> None:
+        """What :meth:`launch` does before firejail starts: for a root pysb without a
+        bridge, the network filter loaded into a throwaway namespace
+        (``NetnsNetwork.preflight``); then the command (options, mount layout). A normal
+        user's network rules are refused by :meth:`enforced` already; a bridge's filter is
+        loaded by firejail itself."""
+        net_options: list[str] | None = None
+        if network.needs_network(plan.policy) and not self.bridge and uid_is_root():
+            nsn = self._namespace_network(plan)
+            try:
+                nsn.net.preflight()
+                net_options = list(nsn.options)
+            finally:
+                nsn.close()
+        self._command(plan, net_options)
 
     def describe(self, plan: LaunchPlan) -> list[str]:
         lines = [seccomp_describe() + ", and new namespaces; firejail's --seccomp too"]
