@@ -128,6 +128,7 @@ def test_an_in_rule_on_a_port_the_host_holds_is_refused_by_check_as_by_run(
         assert "stop that program, or serve on another port" in check.stderr
         res = project.run("run", "--provider", provider, "client.py")
         assert res.returncode == 125, res.stderr
+        assert f".pysb.yaml:4: rule 'allow tcp 127.0.0.1 {port} in': " in res.stderr, res.stderr
     finally:
         holder.close()
     check = project.run("check", "--provider", provider)  # the port is free again

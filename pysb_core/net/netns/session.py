@@ -196,6 +196,16 @@ class NetnsNetwork:
                         "holds it): stop that program, or serve on another port"
                     ) from exc
 
+    def _with_rule(self, message: str) -> str:
+        """``message`` of a helper that could not forward a port, after the line of the
+        rule that asked for it (``FILE:LINE: rule '...': ``), when it names one."""
+        for fwd in self.compiled.inbound:
+            if f"127.0.0.1:{fwd.port}/{fwd.proto}" in message:
+                rule = self._rule_forwarding(fwd.proto, fwd.port)
+                if rule is not None:
+                    return f"{rule.source}: rule '{rule}': {message}"
+        return message
+
     def _rule_forwarding(self, proto: str, port: int) -> NetworkRule | None:
         for rule in self.rules:
             inbound = rule.action == "allow" and rule.direction in ("in", "any")
@@ -255,7 +265,10 @@ class NetnsNetwork:
                     ports[proto] += [str(p) for p in rng if str(p) != "*"]
             kwargs["loopback_ports"] = ports
         helper = cls(dns=c.dns, host_loopback=bool(c.host_loopback), inbound=c.inbound, **kwargs)
-        helper.start(pid, namespaces)
+        try:
+            helper.start(pid, namespaces)
+        except SandboxError as exc:
+            raise SandboxError(self._with_rule(str(exc))) from exc
         self.helper = helper
 
     @property
