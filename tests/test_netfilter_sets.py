@@ -126,6 +126,22 @@ def test_ten_thousand_rules_load_into_an_unprivileged_namespace(target: FilterTa
     net.preflight()  # raises SandboxError when the kernel refuses an input
 
 
+def test_an_input_the_kernel_finds_too_long_is_loaded_in_halves() -> None:
+    """The bound of an input is an estimate (netlink bytes per text byte vary): an input
+    past the socket buffer is refused whole ("Message too long"), and the loader splits it
+    until each half loads. Here every command in one input of ~300 KiB."""
+    require_tools("nft", "unshare")
+    from pysb_core.net.netfilter.ruleset import pack
+
+    net = NetnsNetwork(_rules(_ten_thousand()), {})
+    ruleset = nft.build(plan_filter(net.rules, {}, net.layout))
+    compiled = compile_nft(net.rules, {}, net.layout)
+    compiled.batches = [ruleset.skeleton(), *pack(ruleset.commands(), limit=10**9)]
+    assert len(compiled.batches) == 2 and len(compiled.batches[1]) > 250_000
+    net._compiled = compiled
+    net.preflight()
+
+
 def test_ten_thousand_rules_load_with_iptables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hosts without nft: iptables-restore (nf_tables) had the same limit ("line 312
     failed: Message too long"), which its --test does not see (it sends nothing)."""
