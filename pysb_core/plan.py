@@ -91,6 +91,9 @@ class LaunchPlan(Record):
     #: provider whose own tmpfs mounts have no size (:attr:`Provider.tmp_unbounded`).
     tmp_watch: list[str] = field(default_factory=list)
     tmp_watch_inside: list[str] = field(default_factory=list)
+    #: (parent's end, sandbox's end) of the socket the bootstrap sends the descriptors of
+    #: ``tmp_watch_inside`` on (pysb_core.launch.tmpwatch); pysb-internal.
+    tmp_watch_channel: tuple[int, int] | None = None
     _sealed: bool = False
 
     def seal(self) -> None:

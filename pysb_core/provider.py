@@ -140,7 +140,7 @@ class Provider(ABC):
     private_shm: ClassVar[str | None] = None
     #: The provider's ``private_tmp`` / ``private_shm`` are tmpfs mounts it cannot give a
     #: size (firejail): pysb's parent watches them against ``limits: tmp`` through
-    #: ``/proc/PID/root`` (:mod:`pysb_core.launch.tmpwatch`; not a boundary).
+    #: descriptors its bootstrap sends out (:mod:`pysb_core.launch.tmpwatch`; not a boundary).
     tmp_unbounded: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

@@ -155,3 +155,47 @@ def test_the_default_tmp_limit_and_its_memory_cap(tmp_path) -> None:  # type: ig
     profile.write_text("version: 1\nlimits: {memory: 64M, tmp: 1G}\n")
     with pytest.raises(ProfileError, match=r"limits\.tmp is larger than limits\.memory"):
         load_policy(str(profile), cwd=str(tmp_path), environ=dict(os.environ))
+
+
+def test_the_watch_inside_follows_no_link_and_fails_closed_when_too_deep(tmp_path: Path) -> None:
+    """The walk through the sandbox's descriptors never leaves its tree, and a tree too
+    deep to measure ends the run instead of hiding what lies below."""
+    from pysb_core.launch import tmpwatch
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(b"x" * (4 << 20))
+    inside = tmp_path / "inside"
+    inside.mkdir()
+    (inside / "small").write_bytes(b"y" * 8192)
+    (inside / "to-outside").symlink_to(outside)
+    fd = os.open(inside, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        used = tmpwatch.usage_fd(fd)
+        assert 8192 <= used < (1 << 20)
+        deep = inside
+        for _ in range(tmpwatch.MAX_DEPTH + 1):
+            deep = deep / "d"
+            os.mkdir(deep)
+        with pytest.raises(tmpwatch.TooDeep):
+            tmpwatch.usage_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_watch_that_receives_no_directories_ends_the_run() -> None:
+    """The sandbox's end of the channel closed without descriptors (the bootstrap never
+    sent them): the watch reports the limit exceeded, with a reason, instead of watching
+    nothing."""
+    import socket
+
+    from pysb_core.launch.tmpwatch import TmpWatch
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    watch = TmpWatch([], 8 << 20, "test", inside=["/tmp"], channel=ours.detach())
+    assert watch.exceeded() is False  # nothing sent yet: the program has not started
+    theirs.close()
+    watch._next = 0.0
+    assert watch.exceeded() is True
+    assert "did not hand its private temporary directories" in watch.message()
+    watch.close()

@@ -328,6 +328,29 @@ def _require_armed(payload: dict, armed: dict[str, list[str]]) -> None:
         os._exit(125)
 
 
+def _send_tmp_dirs(watch: dict) -> None:
+    """Hand pysb's parent descriptors of the sandbox's private /tmp and /dev/shm (its tmp
+    watch, ``pysb_core.launch.tmpwatch``; firejail sizes neither), then close the channel:
+    this runs before the program, which never holds it."""
+    import socket
+
+    fds = []
+    try:
+        for path in watch["dirs"]:
+            try:
+                fds.append(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            except OSError:
+                pass
+        sock = socket.socket(fileno=int(watch["fd"]))
+        try:
+            socket.send_fds(sock, [b"tmp"], fds)
+        finally:
+            sock.close()
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _run_program(program: dict, runpy) -> None:
     mode = program["mode"]
     sys.argv[:] = program["argv"]
@@ -450,6 +473,8 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
     mark_in_sandbox()  # @sandbox functions called here run directly (complete mode)
     payload = _read_payload(int(fd))
     program = payload["program"]
+    if payload.get("tmp_watch"):
+        _send_tmp_dirs(payload["tmp_watch"])
     for entry in payload.get("sys_path", ()):
         if entry not in sys.path:
             sys.path.append(entry)

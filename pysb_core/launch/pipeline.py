@@ -577,6 +577,15 @@ class Session:
         if getattr(self.provider, "tmp_unbounded", False):
             own = [tmp.inside] if tmp.host_dir is None else []
             plan.tmp_watch_inside = own + ([shm.target] if shm is not None else [])
+        tmp_channel = None
+        if plan.tmp_watch_inside:
+            import socket
+
+            # The bootstrap hands the parent descriptors of these directories here.
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            tmp_channel = {"fd": theirs.detach(), "dirs": plan.tmp_watch_inside}
+            plan.tmp_watch_channel = (ours.detach(), tmp_channel["fd"])
+            plan.pass_fds.append(tmp_channel["fd"])
         plan.payload_fd = payload_fd
         child_policy = policy.for_sandbox().replace(exposures=tuple(child_exposures))
         from pysb_core.provider import Capability
@@ -594,6 +603,7 @@ class Session:
             "report_fd": report_w,
             "sys_path": boot_paths,
             "memory_text": _memory_text(policy),
+            "tmp_watch": tmp_channel,
         }
         from pysb_core.plan import ChildSetup
 
@@ -704,8 +714,9 @@ class Session:
                 limits.tmp_bytes(),
                 source,
                 inside=plan.tmp_watch_inside,
-                pid=proc.pid,
+                channel=plan.tmp_watch_channel[0] if plan.tmp_watch_channel else None,
             )
+            plan.add_cleanup(proc.pysb_tmp_watch.close)
         with self._lock:
             self._spawned = True
             self._by_pid[proc.pid] = (plan, reader, watch)
@@ -750,9 +761,14 @@ class Session:
 
     @staticmethod
     def _close_plan_fds(plan: LaunchPlan, *, parent_ends_only: bool) -> None:
-        fds = [plan.payload_fd, plan.report_write_fd]
+        channel = plan.tmp_watch_channel
+        fds = [plan.payload_fd, plan.report_write_fd, channel[1] if channel else None]
         if not parent_ends_only:
             fds.append(plan.report_read_fd)
+            fds.append(channel[0] if channel else None)
+            plan.tmp_watch_channel = None
+        elif channel:
+            plan.tmp_watch_channel = (channel[0], -1)
         for fd in fds:
             if fd is not None:
                 try:

@@ -11,8 +11,13 @@ each inode once), and past the limit it ends the sandbox with exit status 153
 (128 + ``SIGXFSZ``, the signal of a file size limit) and a message naming the limit.
 
 firejail's private ``/tmp`` and ``/dev/shm`` are tmpfs mounts it makes without a size
-(its options have none): they are watched the same way, through ``/proc/PID/root`` of a
-process of the sandbox.
+(its options have none): they are watched the same way, through directory descriptors
+pysb's bootstrap opens inside the sandbox before the program runs and hands out over a
+socket (``SCM_RIGHTS``). ``/proc/PID/root`` would not do: a normal user's firejail sandbox
+lives in a user namespace of its own (``--noroot``), and the kernel refuses the user
+access to the ``/proc`` links of its processes (the watch then saw nothing at all). No
+descriptor arriving by the time the channel closes ends the run: a watch that cannot
+watch fails closed.
 
 Not a boundary, and said so in docs/security.md: what the program writes within one
 interval lands before it is seen, and a file it unlinked while keeping it open is not
@@ -34,9 +39,8 @@ class TmpWatch:
     """The measurement of one sandbox's temporary directories against its limit.
 
     ``host`` are host directories; ``inside`` are paths inside the sandbox's own mount
-    namespace (firejail's private ``/tmp`` and ``/dev/shm``, tmpfs without a size), read
-    through ``/proc/PID/root`` of a process of the sandbox (a descendant of ``pid``, the
-    host process pysb started, whose root is not the host's).
+    namespace (firejail's private ``/tmp`` and ``/dev/shm``, tmpfs without a size), whose
+    descriptors arrive on ``channel`` (sent by pysb's bootstrap: ``pysb_core.child.bootstrap``).
     """
 
     INTERVAL = INTERVAL
@@ -49,51 +53,89 @@ class TmpWatch:
         source: str,
         *,
         inside: list[str] | None = None,
-        pid: int | None = None,
+        channel: int | None = None,
     ) -> None:
         self.host = host
         self.inside = inside or []
-        self.pid = pid
         self.limit = limit
         self.source = source
         self.used = 0
+        self.failure: str | None = None
+        self._channel = channel if self.inside else None
+        self._inside_fds: list[int] = []
         self._next = 0.0
 
     def exceeded(self) -> bool:
-        """Measure (at most every INTERVAL seconds); True once the limit is passed."""
+        """Measure (at most every INTERVAL seconds); True once the limit is passed (or the
+        directories inside could not be watched)."""
         now = time.monotonic()
         if now < self._next:
             return False
         self._next = now + INTERVAL
-        used = [usage(d) for d in self.host]
-        root = self._sandbox_root() if self.inside else None
-        if root is not None:
-            used += [usage(root + d) for d in self.inside]
+        self._receive()
+        if self.failure is not None:
+            return True
+        try:
+            used = [usage(d) for d in self.host] + [usage_fd(fd) for fd in self._inside_fds]
+        except TooDeep as exc:
+            self.failure = str(exc)
+            return True
         self.used = max(used, default=0)  # each directory is bounded on its own, as a tmpfs
         return self.used > self.limit
 
-    def _sandbox_root(self) -> str | None:
-        """``/proc/PID/root`` of a process of the sandbox in a mount namespace that is not
-        pysb's (firejail keeps the host's root directory, in a namespace of its own)."""
-        if self.pid is None:
-            return None
-        from pysb_core.linux.proctree import descendants
+    def _receive(self) -> None:
+        """Take the sandbox's directory descriptors once they are sent (not yet: later)."""
+        if self._channel is None:
+            return
+        import socket
 
+        import array
+
+        fds = array.array("i")
+        sock = socket.socket(fileno=os.dup(self._channel))
+        sock.setblocking(False)  # socket.recv_fds ignores its flags (CPython 3.11-3.13)
         try:
-            ours = os.readlink("/proc/self/ns/mnt")
+            _msg, ancdata, _flags, _addr = sock.recvmsg(
+                64, socket.CMSG_SPACE(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+            )
+        except BlockingIOError:
+            return  # the bootstrap has not run yet
         except OSError:
-            return None
-        for pid in reversed(descendants(self.pid)):  # the program is the deepest
-            try:
-                if os.readlink(f"/proc/{pid}/ns/mnt") != ours:
-                    return f"/proc/{pid}/root"
-            except OSError:
-                continue
-        return None
+            ancdata = []
+        finally:
+            sock.close()
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        os.close(self._channel)
+        self._channel = None
+        import stat
+
+        for fd in fds:  # hostile-proof: only directories are kept, and at most 8 of them
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                self._inside_fds.append(fd)
+            else:
+                os.close(fd)
+        if len(self._inside_fds) != len(self.inside):
+            self.failure = (
+                "the sandbox did not hand its private temporary directories to pysb's "
+                "watch, so their size could not be bounded"
+            )
+
+    def close(self) -> None:
+        """Close the channel and the descriptors (the run has ended)."""
+        for fd in [*self._inside_fds, *([self._channel] if self._channel is not None else [])]:
+            os.close(fd)
+        self._inside_fds, self._channel = [], None
 
     def message(self) -> str:
         from pysb_core.builtin.oslayer import limit_text
 
+        if self.failure is not None:
+            return (
+                f"tmp limit of {limit_text('memory', self.limit)} ({self.source}): "
+                f"{self.failure}; the sandbox was ended"
+            )
         return (
             f"tmp limit of {limit_text('memory', self.limit)} reached ({self.source}): the "
             f"private temporary directory (or /dev/shm) held {self.used} bytes; the sandbox "
@@ -124,4 +166,69 @@ def usage(directory: str) -> int:
                 total += st.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
+    return total
+
+
+#: Directory levels :func:`usage_fd` descends (a descriptor is open for each level).
+MAX_DEPTH = 256
+
+
+class TooDeep(Exception):
+    """A tree inside the sandbox is deeper than :data:`MAX_DEPTH`: not measurable."""
+
+
+def usage_fd(top: int) -> int:
+    """Bytes allocated below the directory open as ``top`` (each inode once), walked
+    through descriptors: each directory is opened from its parent's with ``O_NOFOLLOW``,
+    so a link the program puts there never leads the walk out of its tree. Deeper than
+    :data:`MAX_DEPTH` raises :class:`TooDeep` (fail closed: the run is ended)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    stack: list[tuple[int, list[str]]] = []
+
+    def enter(fd: int) -> None:
+        nonlocal total
+        subdirs = []
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        subdirs.append(entry.name)
+        except OSError:
+            pass
+        stack.append((fd, subdirs))
+
+    enter(os.dup(top))
+    try:
+        while stack:
+            fd, subdirs = stack[-1]
+            if not subdirs:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = subdirs.pop()
+            try:
+                sub = os.open(name, flags, dir_fd=fd)
+            except OSError:
+                continue
+            if len(stack) >= MAX_DEPTH:
+                os.close(sub)
+                raise TooDeep(
+                    f"a directory tree in the sandbox's temporary directory is deeper than "
+                    f"{MAX_DEPTH} levels, so its size could not be measured"
+                )
+            enter(sub)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
     return total
