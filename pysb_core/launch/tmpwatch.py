@@ -87,9 +87,8 @@ class TmpWatch:
         """Take the sandbox's directory descriptors once they are sent (not yet: later)."""
         if self._channel is None:
             return
-        import socket
-
         import array
+        import socket
 
         fds = array.array("i")
         sock = socket.socket(fileno=os.dup(self._channel))
