@@ -1,9 +1,14 @@
 """The caller's side of partial mode: one sandboxed worker, its socket, its life cycle.
 
-One reader thread per sandbox reads every frame and hands it to the call it belongs to
-(a ``SimpleQueue`` for a thread, an ``asyncio.Queue`` through ``call_soon_threadsafe`` for
-a task); callers send their own requests and decode their own answers, so the reader does
-no pickling and sync and async callers share one worker.
+Who reads the socket (issue 30: one wake-up per call on each side): a thread waiting for
+its answer reads the socket itself -- the *leader*, one at a time -- so a lone caller is
+woken once, by its own answer, with no reader thread in between. A frame for another
+call goes to that call's queue (a ``SimpleQueue`` for a thread, an ``asyncio.Queue``
+through ``call_soon_threadsafe`` for a task). A leader that has its answer passes the
+role to one waiting thread (by a token in its queue: one wake-up, never a herd), else to
+the *watcher* thread when only async calls wait, else to nobody. The watcher otherwise
+sleeps in ``poll`` on the socket's hang-up alone (arriving data does not wake it), so it
+notices a worker that died idle, and it runs every death and restart.
 
 Crash rules (SPEC §5): the worker writes a call's id to its "started" pipe before it runs
 the call. When the worker dies, a call whose id is there raises
@@ -17,10 +22,12 @@ fails the sandbox closed; the host is never touched.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import pickle
 import queue
+import select
 import signal
 import socket
 import struct
@@ -40,6 +47,9 @@ _dumps = pickle.dumps
 READY, RESTARTING, FAILED = "ready", "restarting", "failed"
 STOPPING, STOPPED = "stopping", "stopped"
 _FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exception)
+_LEAD = -2  # item kind: this waiting thread now holds the reading role
+#: ``Client._leader`` when the watcher thread holds the reading role.
+_WATCHER = "watcher"
 
 MAX_DEATHS = 5
 #: The largest frame of each kind a worker may send (transport.child_limits: 256 MiB for a
@@ -97,6 +107,10 @@ class _Call:
 _MORE = object()
 
 
+class _Expired(Exception):
+    """A leader's deadline passed between two frames."""
+
+
 def _write(stream: Any, data: bytes) -> None:
     if stream is None:
         return
@@ -139,7 +153,15 @@ class Client:
         self._deaths: deque[float] = deque()
         self._state = STOPPED
         self._conn: _Conn | None = None
-        self._reader: threading.Thread | None = None
+        self._reader: threading.Thread | None = None  # the watcher thread
+        #: Who reads the socket now: a sync call (its thread), _WATCHER, or nobody.
+        self._leader: Any = None
+        #: Sync calls whose thread waits on its queue (their answer not read yet).
+        self._followers: collections.OrderedDict[int, _Call] = collections.OrderedDict()
+        self._hung_up = False  # the watcher saw the socket hang up while another read
+        self._broken: _Conn | None = None  # a leader read the end (or a violation) here
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._answered = 0
         self._closing = False
         self._fail_message = ""
         self._last_status: int | None = None
@@ -163,7 +185,7 @@ class Client:
         with self._cond:
             self._conn = conn
             self._state = READY
-        self._reader = threading.Thread(target=self._read_loop, name="pysb-reader", daemon=True)
+        self._reader = threading.Thread(target=self._watch, name="pysb-watcher", daemon=True)
         self._reader.start()
 
     def _launch(self) -> _Conn:
@@ -289,6 +311,12 @@ class Client:
         with self._cond:
             self._state = STOPPED
             self._conn = None
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
         self._launcher.finish(self._last_status)
 
     def kill_worker(self) -> None:
@@ -300,47 +328,181 @@ class Client:
             except OSError:
                 pass
 
-    # -- the reader thread -------------------------------------------------------------
+    # -- who reads the socket ------------------------------------------------------------
 
-    def _read_loop(self) -> None:
-        conn = self._conn
-        while conn is not None:
-            self._pump(conn)
-            conn = self._after_death(conn)
+    def _wake_watcher(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # the pipe is full: the watcher is already due to wake
 
-    def _pump(self, conn: _Conn) -> None:
-        read = conn.reader.read
+    def _pass_role(self) -> None:
+        """Called with the lock held by the leader giving up the role: to a waiting sync
+        call (one token, one wake-up), else to the watcher when a call still waits for
+        frames or the worker is dying, else to nobody."""
+        pending, followers = self._pending, self._followers
+        if self._broken is None and not self._hung_up:
+            while followers:
+                _, call = followers.popitem(last=False)
+                if call.id in pending:
+                    self._leader = call
+                    call.sink.put((_LEAD, None))
+                    return
+            if not pending:
+                self._leader = None
+                return
+        if self._leader is not _WATCHER:
+            self._leader = _WATCHER
+            self._wake_watcher()
+
+    def _dispatch(self, kind: int, cid: int, payload: Any) -> None:
+        """One frame read by the leader for another call (or for none)."""
         pending = self._pending
-        deliver = self._deliver
-        answered = 0
+        if kind == transport.RESULT or kind == transport.EXCEPTION:
+            call = pending.pop(cid, None)
+        elif kind == transport.OUT or kind == transport.ERR:
+            call = pending.get(cid)
+        else:
+            return  # nothing else may come after READY: a forged frame is dropped
+        if call is None:
+            if kind == transport.OUT or kind == transport.ERR:
+                # a thread that outlived its call: its output is still the program's
+                _write(sys.stdout if kind == transport.OUT else sys.stderr, payload)
+            return
+        self._deliver(call, (kind, payload))
+        if kind >= transport.RESULT:
+            self._after_answer()
+
+    def _after_answer(self) -> None:
+        self._answered += 1
+        if self._answered >= 256:  # keep the started pipe from filling up
+            self._answered = 0
+            conn = self._conn
+            if conn is not None:
+                self._note_started(conn)
+        if self._closing and not self._pending:
+            with self._cond:
+                self._cond.notify_all()
+
+    def _lead(self, call: _Call, deadline: float | None) -> Any:
+        """Read frames as the leader until ``call``'s answer; return its item, or ``None``
+        when the role went to the watcher (the worker died) and the call waits on."""
+        conn = self._conn
+        if conn is None or self._broken is conn:
+            with self._cond:
+                self._pass_role()
+            return None
+        reader = conn.reader
+        read = reader.read
+        my_id = call.id
+        pending = self._pending
         while True:
+            if deadline is not None and not reader.ready(deadline - time.monotonic()):
+                raise _Expired
             try:
                 kind, cid, payload = read()
             except transport.FrameTooLarge as exc:
                 self._violation = str(exc)
-                return  # the death handling kills the worker
+                kind = -1
             except transport.ChannelClosed:
-                return
-            if kind == transport.RESULT or kind == transport.EXCEPTION:
-                call = pending.pop(cid, None)
-            elif kind == transport.OUT or kind == transport.ERR:
-                call = pending.get(cid)
-            else:
-                continue  # nothing else may come after READY: a forged frame is dropped
-            if call is None:
-                if kind == transport.OUT or kind == transport.ERR:
-                    # a thread that outlived its call: its output is still the program's
-                    _write(sys.stdout if kind == transport.OUT else sys.stderr, payload)
+                kind = -1
+            if kind == -1:
+                with self._cond:
+                    self._broken = conn
+                    self._pass_role()  # to the watcher: it runs the death and restart
+                return None
+            if cid != my_id:
+                self._dispatch(kind, cid, payload)
                 continue
-            deliver(call, (kind, payload))
-            if kind >= transport.RESULT:
-                answered += 1
-                if answered >= 256:  # keep the started pipe from filling up
-                    answered = 0
-                    self._note_started(conn)
-                if self._closing and not pending:
-                    with self._cond:
-                        self._cond.notify_all()
+            if kind == transport.OUT or kind == transport.ERR:
+                _write(sys.stdout if kind == transport.OUT else sys.stderr, payload)
+                continue
+            if kind != transport.RESULT and kind != transport.EXCEPTION:
+                continue  # a forged frame is dropped
+            pending.pop(my_id, None)
+            with self._cond:
+                self._pass_role()
+            self._after_answer()
+            return (kind, payload)
+
+    def _watch(self) -> None:
+        """The watcher thread: sleeps until the worker hangs up or it is given the role."""
+        wake_r = self._wake_r
+        poller = select.poll()
+        poller.register(wake_r, select.POLLIN)
+        watched = -1
+        while True:
+            conn = self._conn
+            if conn is None:
+                return
+            with self._cond:
+                mine = self._leader is _WATCHER
+                if not mine and self._leader is None and self._broken is conn:
+                    self._leader = _WATCHER
+                    mine = True
+            if not mine:
+                fd = -1 if self._hung_up else conn.sock.fileno()
+                if fd != watched:
+                    if watched >= 0:
+                        try:
+                            poller.unregister(watched)
+                        except KeyError:
+                            pass
+                    if fd >= 0:
+                        poller.register(fd, 0)  # hang-up and errors only: data never wakes us
+                    watched = fd
+                try:
+                    events = poller.poll()
+                except InterruptedError:
+                    continue
+                for fd_, _ in events:
+                    if fd_ == wake_r:
+                        try:
+                            os.read(wake_r, 4096)
+                        except OSError:
+                            pass
+                    elif fd_ == watched:
+                        with self._cond:
+                            self._hung_up = True  # the role comes back to us until the end
+                            if self._leader is None:
+                                self._leader = _WATCHER
+                continue
+            if self._broken is not conn and self._watcher_reads(conn):
+                continue
+            if watched >= 0:
+                try:
+                    poller.unregister(watched)
+                except KeyError:
+                    pass
+                watched = -1
+            new = self._after_death(conn)
+            with self._cond:
+                self._broken = None
+                self._hung_up = False
+                if new is None:
+                    self._leader = None
+                    return
+                if self._leader is _WATCHER:
+                    self._pass_role()
+
+    def _watcher_reads(self, conn: _Conn) -> bool:
+        """Read as the leader while only async calls wait; True when the role was passed
+        on (to a sync call, or to nobody), False when the worker's socket ended."""
+        read = conn.reader.read
+        while True:
+            with self._cond:
+                if (self._followers or not self._pending) and not self._hung_up:
+                    self._pass_role()
+                    if self._leader is not _WATCHER:
+                        return True
+            try:
+                kind, cid, payload = read()
+            except transport.FrameTooLarge as exc:
+                self._violation = str(exc)
+                return False
+            except transport.ChannelClosed:
+                return False
+            self._dispatch(kind, cid, payload)
 
     def _note_started(self, conn: _Conn) -> None:
         pending = self._pending
@@ -498,6 +660,12 @@ class Client:
             call.id = cid = next(self._ids)
             self._pending[cid] = call
             call.conn = conn = self._conn
+            if self._leader is None:
+                if call.loop is None:
+                    self._leader = call  # this thread reads its own answer
+                else:
+                    self._leader = _WATCHER
+                    self._wake_watcher()
         with self._send_lock:
             if conn is self._conn and not call.started:
                 try:
@@ -505,8 +673,18 @@ class Client:
                 except OSError:
                     pass  # the worker died: the reader thread restarts it and sends again
 
+    def _let_go(self, call: _Call) -> None:
+        """The call is over for its thread: it no longer waits, and never reads again."""
+        with self._cond:
+            self._followers.pop(call.id, None)
+            if self._leader is call:
+                self._pass_role()
+
     def _timed_out(self, call: _Call, timeout: float) -> SandboxTimeoutError:
         with self._cond:
+            self._followers.pop(call.id, None)
+            if self._leader is call:
+                self._pass_role()
             still = self._pending.pop(call.id, None) is not None
             doomed = still and call.conn is not None and call.conn is self._conn
             if doomed and self._state == READY:
@@ -539,6 +717,27 @@ class Client:
         get = sink.get
         try:
             while True:
+                if self._leader is call:
+                    try:
+                        item = self._lead(call, deadline)
+                    except _Expired:
+                        raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
+                    if item is not None:
+                        self._followers.pop(call.id, None)
+                        return self._on_frame(*item)
+                    with self._cond:  # the worker died: wait for the restart's verdict
+                        if call.id in self._pending and self._leader is not call:
+                            self._followers[call.id] = call
+                elif sink.empty():
+                    with self._cond:
+                        if self._leader is None and call.id in self._pending:
+                            self._leader = call
+                            self._followers.pop(call.id, None)
+                            continue
+                        if self._leader is not call:
+                            self._followers[call.id] = call
+                if self._leader is call:
+                    continue
                 if deadline is None:
                     kind, data = get()
                 else:
@@ -546,10 +745,14 @@ class Client:
                         kind, data = get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:
                         raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
+                if kind == _LEAD:
+                    continue
                 value = self._on_frame(kind, data)
                 if value is not _MORE:
+                    self._followers.pop(call.id, None)
                     return value
         except Exception:
+            self._let_go(call)
             raise
         except BaseException:  # Ctrl-C in the caller: stop waiting, forget the answer
             self._abandon(call)
@@ -601,6 +804,9 @@ class Client:
         """The caller stopped waiting; the call may still finish in the worker, unseen."""
         with self._cond:
             self._pending.pop(call.id, None)
+            self._followers.pop(call.id, None)
+            if self._leader is call:
+                self._pass_role()
             if self._closing and not self._pending:
                 self._cond.notify_all()
 

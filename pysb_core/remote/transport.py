@@ -21,6 +21,10 @@ import os
 import struct
 import threading
 
+TYPE_CHECKING = False  # typing is not imported inside the sandbox (start-up budget)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
 HEADER = struct.Struct("<QQB")
 HEADER_SIZE = HEADER.size
 
@@ -120,10 +124,11 @@ class FrameReader:
     Not thread-safe: one reader at a time (the child's workers take turns under a lock).
     """
 
-    __slots__ = ("_buf", "_end", "_fd", "_max", "_start", "_view")
+    __slots__ = ("_buf", "_end", "_fd", "_max", "_poll", "_start", "_view")
 
     def __init__(self, fd: int, max_size: tuple[int, ...] | None = None) -> None:
         self._fd = fd
+        self._poll: Any = None
         self._max = max_size  # per frame kind (see child_limits), or no bound
         self._buf = bytearray(_BUFFER_SIZE)
         self._view = memoryview(self._buf)
@@ -145,6 +150,18 @@ class FrameReader:
         if n == 0:
             raise ChannelClosed("end of stream")
         self._end += n
+
+    def ready(self, timeout: float) -> bool:
+        """Whether a frame's header is buffered or arrives within ``timeout`` seconds (a
+        reader with a deadline waits here, between frames, never inside one)."""
+        if self._end - self._start >= HEADER_SIZE:
+            return True
+        if self._poll is None:
+            import select
+
+            self._poll = select.poll()
+            self._poll.register(self._fd, select.POLLIN)
+        return bool(self._poll.poll(max(0, int(timeout * 1000 + 0.999))))
 
     def read(self) -> tuple[int, int, bytes | bytearray]:
         """Return ``(kind, call_id, payload)`` of the next frame; raise ChannelClosed at EOF."""
@@ -187,6 +204,47 @@ class FrameReader:
             if n == 0:
                 raise ChannelClosed("end of stream")
             got += n
+        return kind, call_id, out
+
+
+class ExactFrameReader:
+    """Reads one frame at a time and never a byte past it (the worker's side).
+
+    Why: the worker's threads wait in one epoll set with the socket registered one-shot,
+    so each frame wakes exactly one thread (no thundering herd, no hand-off); a byte of a
+    second frame kept in a user-space buffer would be invisible to epoll, and that frame
+    would wait for the next one. Two reads a frame (header, then payload) instead of one.
+    Not thread-safe: one-shot epoll lets one thread read at a time.
+    """
+
+    __slots__ = ("_fd", "_head", "_head_view")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._head = bytearray(HEADER_SIZE)
+        self._head_view = memoryview(self._head)
+
+    def _fill(self, view: memoryview) -> None:
+        got, size, fd = 0, len(view), self._fd
+        while got < size:
+            try:
+                n = _readv(fd, (view[got:],))
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                raise ChannelClosed(str(exc)) from None
+            if n == 0:
+                raise ChannelClosed("end of stream")
+            got += n
+
+    def read(self) -> tuple[int, int, bytes | bytearray]:
+        """Return ``(kind, call_id, payload)`` of the next frame; raise ChannelClosed at EOF."""
+        self._fill(self._head_view)
+        size, call_id, kind = _unpack(self._head, 0)
+        if size == 0:
+            return kind, call_id, b""
+        out = bytearray(size)
+        self._fill(memoryview(out))
         return kind, call_id, out
 
 

@@ -7,8 +7,10 @@ and fd functions, the stdout/stderr proxies -- is created or captured first, so 
 armed API guard (which may deny threads, pickle or sockets to user code) never has to make
 an exception for the framework.
 
-Concurrency: a fixed pool of worker threads takes turns reading the socket (leader /
-follower): the thread that reads a call runs it itself, so a call costs no thread hand-off.
+Concurrency: a fixed pool of worker threads waits in one epoll set where the socket is
+registered one-shot: a frame wakes exactly one idle thread (epoll's waiters are exclusive,
+and one-shot keeps the others asleep until that thread has read the frame and re-armed),
+which then runs the call itself -- one wake-up per call, no hand-off, no thundering herd.
 ``async def`` functions run on one event loop thread. Each call's ``print()`` goes up as
 OUT/ERR frames tagged with its call id (a context variable says which call a thread or
 task is serving), before its RESULT, so the caller sees them in order and unmixed.
@@ -24,6 +26,7 @@ import contextvars
 import importlib
 import io
 import os
+import select
 import sys
 import threading
 
@@ -72,6 +75,7 @@ def _loads(payload: bytes | bytearray) -> Any:
 
 
 DEFAULT_THREADS = 16
+_ONE_SHOT = select.EPOLLIN | select.EPOLLONESHOT
 WORKER_STACK = 2 << 20  # bytes per worker thread (the main thread's default is 8 MiB)
 _M_ARENA_MAX = -8  # glibc mallopt parameter
 
@@ -192,8 +196,11 @@ class _Server:
     def __init__(self, fd: int, started_fd: int, threads: int) -> None:
         self.started = transport.StartedLog(started_fd)
         self.writer = transport.FrameWriter(fd)
-        self.reader = transport.FrameReader(fd)
-        self.read_lock = threading.Lock()
+        self.reader = transport.ExactFrameReader(fd)
+        self.read_lock = threading.Lock()  # never contended: one-shot epoll wakes one thread
+        self.fd = fd
+        self.epoll = select.epoll()
+        self.epoll.register(fd, _ONE_SHOT)
         self.stop = threading.Event()
         self.cache: dict[str, tuple[Callable[..., Any], bool]] = {}
         self.loop: Any = None
@@ -207,7 +214,12 @@ class _Server:
 
     def _serve_frames(self) -> None:
         reader, lock, stop = self.reader, self.read_lock, self.stop
+        wait, rearm, fd = self.epoll.poll, self.epoll.modify, self.fd
         while not stop.is_set():
+            try:
+                wait()
+            except InterruptedError:
+                continue
             with lock:
                 if stop.is_set():
                     return
@@ -216,6 +228,9 @@ class _Server:
                 except transport.ChannelClosed:
                     stop.set()
                     return
+                finally:
+                    if not stop.is_set():
+                        rearm(fd, _ONE_SHOT)  # the next frame wakes the next idle thread
             if kind == transport.CALL:
                 self._handle(cid, payload)
             elif kind == transport.SHUTDOWN:
