@@ -6,7 +6,7 @@ rulesets the providers' own compilers wrote for them before (``pysb_qemu.netfilt
 ``pysb_firejail.netfilter.compile_rules``, since deleted). Both the old and the new ruleset
 of each case are loaded into namespaces this test creates (:mod:`pysb_core.testing.netfilter`)
 and probed with real TCP connects: to addresses in a second namespace, and to listeners on
-the sandbox's own loopback. Every probe must be decided alike, but for two differences on
+the sandbox's own loopback. Every probe must be decided alike, but for these differences on
 purpose, where qemu and firejail now do what unshare and bwrap always did:
 
 - a deny rule that covers the sandbox's own loopback applies to it (the old filters let all
@@ -14,7 +14,9 @@ purpose, where qemu and firejail now do what unshare and bwrap always did:
 - qemu: an allow rule whose network contains 127.0.0.1 (``*``, ``0.0.0.0/0``, not only
   ``127.0.0.1`` itself) reaches the host's loopback on its ports (NATed to slirp's
   10.0.2.2, docs/netns.md "Loopback means the host's loopback"; the old guest filter kept
-  such ports on the guest's own loopback). The second namespace answers as the host there.
+  such ports on the guest's own loopback). The second namespace answers as the host there,
+  except on a port an ``in`` rule forwards: the host's loopback port is then the helper's
+  forward back to the sandbox, so the connect stays on the sandbox's own loopback.
 
 No packet leaves the test's namespaces.
 """
@@ -77,6 +79,18 @@ def _firejail(case: dict[str, object]) -> tuple[list[Load], list[Load]]:
 PROVIDERS = {"qemu": (_qemu, "nft"), "firejail": (_firejail, "iptables-restore")}
 
 
+def _forwarded_inbound(provider: str, rules: list[str], port: int) -> bool:
+    """Whether an ``in`` rule forwards the host's 127.0.0.1:port to the sandbox: the host's
+    port is then the helper's forward back to the sandbox's own server, so a connect to it
+    stays on the sandbox's loopback (reached when a local server listens there)."""
+    if provider != "qemu":
+        return False
+    from pysb_qemu.netfilter import GUEST_NETWORK
+
+    compiled = compile_nft([parse_rule(r) for r in rules], PINS, GUEST_NETWORK)
+    return any(f.proto == "tcp" and f.port == port for f in compiled.inbound)
+
+
 def _denied_on_own_loopback(rules: list[str], port: int) -> bool:
     """Whether a deny rule of the case covers a TCP connect to the sandbox's 127.0.0.1:port."""
     denies = [parse_rule(r) for r in rules if r.startswith("deny")]
@@ -106,6 +120,8 @@ def test_the_new_ruleset_decides_every_probe_as_the_old_one(provider: str) -> No
             own_loopback = address == "127.0.0.1"
             if own_loopback and _denied_on_own_loopback(case["rules"], port):
                 expected = False  # the first change on purpose (module docstring)
+            elif own_loopback and _forwarded_inbound(provider, case["rules"], port):
+                expected = port in LOCAL_PORTS  # the third: the sandbox's own server
             elif own_loopback and _sent_to_the_host(provider, case["rules"], port):
                 expected = True  # the second one: the "host" answers
             if new != expected:

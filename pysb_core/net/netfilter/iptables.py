@@ -124,6 +124,13 @@ def _nat_table(plan: FilterPlan) -> list[str]:
         ":OUTPUT ACCEPT [0:0]",
         ":POSTROUTING ACCEPT [0:0]",
     ]
+    # The sandbox's own servers on forwarded ports stay reached from inside (nft.py).
+    for proto in ("tcp", "udp"):
+        forwarded = [PortRange(f.port, f.port) for f in plan.inbound if f.proto == proto]
+        lines += [
+            f"-A OUTPUT -d 127.0.0.1/32 -p {proto} -m multiport --dports {group} -j ACCEPT"
+            for group in (_port_groups(forwarded) if forwarded else [])
+        ]
     own = plan.own_ephemeral  # the program's own servers stay in the sandbox
     for protos, ranges in plan.host_loopback:
         keep = f"! --dport {own[0]}:{own[1]} " if own and keeps_own_servers(plan, ranges) else ""

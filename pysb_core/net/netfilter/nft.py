@@ -160,7 +160,28 @@ def _nat_chains(plan: FilterPlan, sets: list[NftSet]) -> list[Chain]:
             entries.append((proto, keep, None if is_all_ports(ranges) else ranges))
     counts = Counter((proto, keep) for proto, keep, spec in entries if spec is not None)
     gateway = target.gateway
+    # The sandbox's own servers on forwarded ports: the host's 127.0.0.1:P is the helper's
+    # forward back to them, so a connection from inside stays inside (the same server,
+    # without two trips through the user-mode helper: ~0.6 ms each under slirp4netns).
     nat_out: list[str] = []
+    nat_pre_sets: dict[str, str] = {}
+    for proto in ("tcp", "udp"):
+        forwarded = [fwd.port for fwd in plan.inbound if fwd.proto == proto]
+        if not forwarded:
+            continue
+        if len(forwarded) > MERGE_ABOVE:
+            name = f"nat_pre_{proto}"
+            spans = merge_intervals((p, p) for p in forwarded)
+            sets.append(NftSet(name, "inet_service", tuple(port_text(*p) for p in spans)))
+            nat_pre_sets[proto] = name
+            ports = f"@{name}"
+        else:
+            ports = (
+                forwarded[0]
+                if len(forwarded) == 1
+                else "{ " + ", ".join(map(str, forwarded)) + " }"
+            )
+        nat_out.append(f"ip daddr 127.0.0.1 {proto} dport {ports} accept")
     done: set[tuple[str, str]] = set()
     for proto, keep, spec in entries:
         if spec is None:
@@ -183,10 +204,8 @@ def _nat_chains(plan: FilterPlan, sets: list[NftSet]) -> list[Chain]:
     nat_pre = []
     for proto in ("tcp", "udp"):
         forwarded = [fwd.port for fwd in plan.inbound if fwd.proto == proto]
-        if len(forwarded) > MERGE_ABOVE:
-            name = f"nat_pre_{proto}"
-            spans = merge_intervals((p, p) for p in forwarded)
-            sets.append(NftSet(name, "inet_service", tuple(port_text(*p) for p in spans)))
+        if proto in nat_pre_sets:
+            name = nat_pre_sets[proto]
             nat_pre.append(f'iifname "{target.uplink}" {proto} dport @{name} dnat ip to 127.0.0.1')
         else:
             nat_pre += [
