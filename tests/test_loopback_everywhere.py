@@ -316,3 +316,54 @@ def test_a_learned_http_client_reaches_a_host_server_on_an_ephemeral_port(
         return
     assert res.returncode == 0, f"{provider}: {res.stderr}\n{learned}"
     assert res.stdout.split() == ["hello", "hello"], res.stdout
+
+
+IN_AND_OUT = """
+import socket, sys, threading
+port = int(sys.argv[1])
+# No server yet: the connect is refused at once (through the host's forward it used to be
+# accepted by the user-mode helper and then closed).
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    print("connected to nothing")
+except ConnectionRefusedError:
+    print("refused")
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", port))
+server.listen()
+server.settimeout(20)
+
+def answer():
+    conn, addr = server.accept()
+    conn.sendall(addr[0].encode())
+    conn.close()
+
+t = threading.Thread(target=answer)
+t.start()
+with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+    print("peer", c.recv(64).decode())
+t.join()
+"""
+
+
+@pytest.mark.parametrize("provider", ["bwrap", "unshare", "firejail"])
+def test_a_port_forwarded_in_and_allowed_out_is_the_sandboxs_own_server(
+    project: Project, provider: str
+) -> None:
+    """With ``in`` and ``out`` on the same loopback port, the program's connect to its own
+    server stays on the sandbox's loopback: the peer it sees is 127.0.0.1 itself, not
+    the user-mode helper's masqueraded address, and with no server the connect is refused."""
+    require_provider(provider)
+    port = _free_port()
+    project.profile(
+        "version: 1\nimports: [socket, sys, threading]\napi: {allow: [threads]}\nnetwork:\n"
+        f"  - allow tcp 127.0.0.1 {port} in\n  - allow tcp 127.0.0.1 {port} out\n"
+    )
+    project.file("prog.py", IN_AND_OUT)
+    res = project.run("run", "--provider", provider, "prog.py", str(port))
+    if _firejail_refuses_a_normal_user(provider):
+        assert res.returncode == 125, res.stderr
+        return
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["refused", "peer 127.0.0.1"], res.stdout
