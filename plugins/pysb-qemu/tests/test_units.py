@@ -322,3 +322,88 @@ def test_describe_lists_accelerator_shares_and_network(tmp_path: Path) -> None:
     assert "accelerator" in text and ("TCG" in text or "KVM" in text)
     assert f"qemu: share rw /work (from {tmp_path})" in text
     assert "no network device" in text
+
+
+def test_small_read_only_trees_are_copied_when_shares_would_not_fit(tmp_path: Path) -> None:
+    roots = []
+    for i in range(30):
+        d = tmp_path / f"root{i:02}"
+        (d / "pkg").mkdir(parents=True)
+        (d / "pkg" / "__init__.py").write_text(f"N = {i}\n")
+        (d / "link").symlink_to("pkg")
+        roots.append(d)
+    (roots[0] / "pkg" / ".env").write_text("secret")
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "blob").write_bytes(b"x" * (guest.MAX_TREE_SNAPSHOT_BYTES + 1))
+    rw = tmp_path / "rw"
+    rw.mkdir()
+    exposures = [Exposure(str(d), str(d), False, "<python>", True) for d in roots]
+    exposures += [Exposure(str(big), str(big), False), Exposure(str(rw), str(rw), True)]
+    plan = _plan(tmp_path, exposures=exposures, hidden=[str(roots[0] / "pkg" / ".env")])
+    layout = guest.plan_layout(plan, vm.max_shares(False))
+    shared = {s.host for s in layout.shares}
+    assert len(layout.shares) == vm.max_shares(False)
+    assert str(big) in shared and str(rw) in shared  # too large / writable: never copied
+    copied = [d for d in roots if str(d) not in shared]
+    assert copied and all(str(d) in layout.dirs for d in copied)
+    for d in copied:
+        data, mode = layout.files[str(d / "pkg" / "__init__.py")]
+        assert data == (d / "pkg" / "__init__.py").read_bytes() and mode == 0o444
+        assert layout.symlinks[str(d / "link")] == "pkg"
+    assert str(roots[0] / "pkg" / ".env") not in layout.files  # hidden paths are not copied
+    archive = guest.build_run_archive(
+        plan, layout, [guest.Port("ctl", None, "ctl", None)], {}, "m", None
+    )
+    out = tmp_path / "x"
+    out.mkdir()
+    as_root = [] if os.getuid() == 0 else ["unshare", "--user", "--map-root-user"]
+    subprocess.run(
+        [*as_root, "busybox", "cpio", "-i", "-d"],
+        input=archive,
+        cwd=out,
+        check=True,
+        capture_output=True,
+    )
+    inside = out / str(copied[-1] / "pkg" / "__init__.py").lstrip("/")
+    assert inside.read_bytes() == (copied[-1] / "pkg" / "__init__.py").read_bytes()
+
+
+def test_shares_that_cannot_be_copied_still_fail_closed(tmp_path: Path) -> None:
+    exposures = []
+    for i in range(25):
+        d = tmp_path / f"rw{i}"
+        d.mkdir()
+        exposures.append(Exposure(str(d), str(d), True))
+    layout = guest.plan_layout(_plan(tmp_path, exposures=exposures), vm.max_shares(False))
+    spec = vm.VmSpec(
+        assets.ensure_assets(progress=False), vm.Accel("tcg", "test"), shares=layout.shares
+    )
+    with pytest.raises(Exception, match="separate directories"):
+        spec.check_devices()
+
+
+def test_qemu_version_is_asked_once_per_binary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``qemu --version`` runs once for a binary, again when the binary changes, and on
+    every start while it names no version (a failure is not remembered)."""
+    from pysb_qemu.provider import qemu_version
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    qemu = tmp_path / "qemu-system-x86_64"
+    script = '#!/bin/sh\necho run >> "{calls}"\necho "QEMU emulator version {v} (Debian)"\n'
+    qemu.write_text(script.format(calls=calls, v="7.2.9"))
+    qemu.chmod(0o755)
+    assert qemu_version(str(qemu)) == "7.2.9"
+    assert qemu_version(str(qemu)) == "7.2.9"
+    assert calls.read_text().count("run") == 1
+    qemu.write_text(script.format(calls=calls, v="8.0.10"))
+    os.utime(qemu, ns=(1, 1))
+    assert qemu_version(str(qemu)) == "8.0.10"
+    assert calls.read_text().count("run") == 2
+    qemu.write_text(f'#!/bin/sh\necho run >> "{calls}"\n')
+    assert qemu_version(str(qemu)) is None
+    assert qemu_version(str(qemu)) is None
+    assert calls.read_text().count("run") == 4

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pysb_qemu import vm
 
 from pysb_core.plan import LaunchPlan
 from pysb_core.policy import Exposure, Limits, NetworkRule, Policy, PortRange
@@ -338,9 +339,17 @@ def test_inbound_rule_reaches_a_server_bound_inside(run_vm) -> None:
 
 
 def _children(pid: int) -> list[int]:
+    """The children of ``pid``'s threads (a thread may end while it is read: skipped)."""
     out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return out
+    for task in tasks:
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
     return out
 
 
@@ -435,6 +444,28 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in status
+
+
+def test_more_import_roots_than_virtio_transports(run_vm, tmp_path: Path) -> None:
+    """Editable installs make one import root each; beyond the microvm's transports the
+    small read-only ones are copied in, and the program imports from every one."""
+    roots = []
+    for i in range(vm.max_shares(False) + 6):
+        d = tmp_path / f"root{i:02}"
+        d.mkdir()
+        (d / f"mod{i:02}.py").write_text(f"VALUE = {i}\n")
+        roots.append(d)
+    code = (
+        "import sys\n"
+        f"sys.path[:0] = {[str(d) for d in roots]!r}\n"
+        f"print(sum(__import__(f'mod{{i:02}}').VALUE for i in range({len(roots)})))\n"
+        f"open({str(roots[0] / 'new.py')!r}, 'w')\n"
+    )
+    exposures = [Exposure(str(d), str(d), False, "<python>", True) for d in roots]
+    r = run_vm(code, exposures=exposures)
+    assert r.stdout.splitlines() == [str(sum(range(len(roots))))], r.stderr
+    assert r.returncode == 1 and "Read-only file system" in r.stderr
+    assert not (roots[0] / "new.py").exists()
 
 
 def test_exposing_the_host_root(run_vm, tmp_path: Path) -> None:

@@ -45,6 +45,10 @@ PORT_FD_BASE = 200
 STARTED_FD = started.FD
 #: Largest exposed *file* copied into the initramfs (9p shares directories only).
 MAX_FILE_SNAPSHOT = 8 << 20
+#: Read-only directories copied into the initramfs when the shares would not all get a
+#: virtio transport: at most this many bytes (guest RAM) and entries in all.
+MAX_TREE_SNAPSHOT_BYTES = 48 << 20
+MAX_TREE_SNAPSHOT_ENTRIES = 20_000
 SETPRIV = "/usr/bin/setpriv"
 #: A share of the host's ``/`` cannot be mounted on the guest's root (it holds /init and
 #: busybox): it is mounted here and its top-level directories are bind-mounted into place,
@@ -93,6 +97,8 @@ class GuestLayout:
     shares: list[Share] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)  # (target, guest path)
     files: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # guest path -> data
+    dirs: set[str] = field(default_factory=set)  # directories copied in (read-only trees)
+    symlinks: dict[str, str] = field(default_factory=dict)  # guest path -> link target
     hide: list[tuple[str, str]] = field(default_factory=list)  # (dir|file, guest path)
     protect: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -152,8 +158,12 @@ def interpreter_dirs(python: str) -> list[tuple[str, str]]:
     return out
 
 
-def plan_layout(plan: LaunchPlan) -> GuestLayout:
-    """Compute the shares, links, masks and synthesized files for a plan."""
+def plan_layout(plan: LaunchPlan, max_shares: int | None = None) -> GuestLayout:
+    """Compute the shares, links, masks and synthesized files for a plan.
+
+    ``max_shares``: how many 9p shares the VM can attach; beyond it, the smallest read-only
+    directories are copied into the per-run archive instead (:func:`_fit_shares`).
+    """
     layout = GuestLayout()
     counter = iter(range(1000))
 
@@ -200,6 +210,8 @@ def plan_layout(plan: LaunchPlan) -> GuestLayout:
         if holder is not None and shown and (holder.writable or not e.writable):
             continue
         _snapshot_file(layout, e.path, e.target, e.writable)
+    if max_shares is not None:
+        _fit_shares(layout, plan, max_shares)
     layout.shares.sort(key=lambda s: (s.guest.count("/"), s.guest))
     for path in plan.hidden:
         seen = layout.guest_path(path)
@@ -212,6 +224,107 @@ def plan_layout(plan: LaunchPlan) -> GuestLayout:
         if seen is not None and holder is not None and holder.writable and os.path.exists(path):
             layout.protect.append(_check_path(seen))
     return layout
+
+
+def _fit_shares(layout: GuestLayout, plan: LaunchPlan, max_shares: int) -> None:
+    """Copy the smallest read-only directories into the archive until the shares fit.
+
+    A microvm has a fixed number of virtio transports, and every separate directory on the
+    program's import path is a share (editable installs add one each). Widening a share to a
+    common parent would show the guest more of the host; a read-only copy shows exactly the
+    same files, fixed at start (read-only trees do not change during a run). The copies live
+    in guest RAM, so they are bounded: when the shares still do not fit, the VM's device
+    check refuses the start with the usual message.
+    """
+    excess = len(layout.shares) - max_shares
+    if excess <= 0:
+        return
+    hidden = [os.path.normpath(h) for h in plan.hidden]
+    candidates = []
+    for share in layout.shares:
+        if share.writable or share.guest in ("/", "/usr") or share.host != share.guest:
+            continue
+        if any(is_within(other.host, share.host) for other in layout.shares if other is not share):
+            continue  # a deeper share would be mounted over the copy: keep the tree whole
+        size = _tree_size(share.host, hidden, MAX_TREE_SNAPSHOT_BYTES, MAX_TREE_SNAPSHOT_ENTRIES)
+        if size is not None:
+            candidates.append((size, share))
+    budget_bytes, budget_entries = MAX_TREE_SNAPSHOT_BYTES, MAX_TREE_SNAPSHOT_ENTRIES
+    # pysb's own implicit exposures (import roots, "exposure (<python>)") first: a directory
+    # the profile names may be read while the host changes it, a copy would not show that.
+    candidates.sort(key=lambda c: ("exposure (<" not in c[1].reason, c[0]))
+    for (nbytes, nentries), share in candidates:
+        if excess <= 0:
+            break
+        if nbytes > budget_bytes or nentries > budget_entries:
+            break
+        _snapshot_tree(layout, share.host, hidden)
+        layout.protect.append(_check_path(share.host))  # read-only in the guest, as a share
+        layout.shares.remove(share)
+        budget_bytes -= nbytes
+        budget_entries -= nentries
+        excess -= 1
+        layout.notes.append(
+            f"qemu: {share.host} is copied into the VM read-only (more directories than "
+            "virtio transports)"
+        )
+
+
+def _is_hidden(path: str, hidden: list[str]) -> bool:
+    return any(is_within(path, h) for h in hidden)
+
+
+def _tree_walk(root: str, hidden: list[str]):  # type: ignore[no-untyped-def]
+    """(path, lstat) of each entry below ``root``, symlinks not followed, hidden ones left out."""
+    for top, dirs, names in os.walk(root, followlinks=False):
+        keep = []
+        for name in sorted(dirs):
+            path = os.path.join(top, name)
+            if _is_hidden(path, hidden):
+                continue
+            st = os.lstat(path)
+            yield path, st
+            if stat.S_ISDIR(st.st_mode):
+                keep.append(name)
+        dirs[:] = keep
+        for name in sorted(names):
+            path = os.path.join(top, name)
+            if not _is_hidden(path, hidden):
+                yield path, os.lstat(path)
+
+
+def _tree_size(
+    root: str, hidden: list[str], max_bytes: int, max_entries: int
+) -> tuple[int, int] | None:
+    """(bytes, entries) of a tree, or None when it exceeds the bounds or cannot be read."""
+    nbytes = nentries = 0
+    try:
+        for _path, st in _tree_walk(root, hidden):
+            nentries += 1
+            if stat.S_ISREG(st.st_mode):
+                nbytes += st.st_size
+            if nbytes > max_bytes or nentries > max_entries:
+                return None
+    except OSError:
+        return None
+    return nbytes, nentries
+
+
+def _snapshot_tree(layout: GuestLayout, root: str, hidden: list[str]) -> None:
+    """Copy a directory tree into the archive: directories, regular files and symlinks,
+    read-only (anything else -- sockets, FIFOs, devices -- is left out)."""
+    layout.dirs.add(_check_path(root))
+    for path, st in _tree_walk(root, hidden):
+        if stat.S_ISDIR(st.st_mode):
+            layout.dirs.add(_check_path(path))
+        elif stat.S_ISLNK(st.st_mode):
+            layout.symlinks[_check_path(path)] = os.readlink(path)
+        elif stat.S_ISREG(st.st_mode):
+            # Not following a link swapped in since the walk: only what was seen is read.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                mode = 0o555 if st.st_mode & 0o111 else 0o444
+                layout.files[_check_path(path)] = (f.read(st.st_size + 1)[: st.st_size], mode)
 
 
 def _snapshot_file(layout: GuestLayout, host: str, guest: str, writable: bool) -> None:
@@ -456,6 +569,14 @@ def build_run_archive(
             w.add_file(f"pysb/fd/{fd}", data, 0o400)
     for path, data in etc_files(plan).items():
         w.add_file(path, data)
+    for path in sorted(layout.dirs):
+        if path not in made:
+            parents(path)
+            w.add_dir(path, 0o555)
+            made.add(path)
+    for path, target in sorted(layout.symlinks.items()):
+        parents(path)
+        w.add_symlink(path, target)
     for path, (data, mode) in sorted(layout.files.items()):
         parents(path)
         w.add_file(path, data, mode)

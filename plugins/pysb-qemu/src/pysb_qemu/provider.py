@@ -103,7 +103,7 @@ class QemuProvider(Provider):
             )
         accel = vm.choose_accel(self._accel_option())
         return ProviderStatus.ok(
-            _qemu_version(qemu),
+            qemu_version(qemu),
             kernel=kernel.version,
             accel=accel.name,
             accel_reason=accel.reason,
@@ -126,7 +126,7 @@ class QemuProvider(Provider):
         except ProviderUnavailableError as exc:
             return [f"qemu: unavailable: {exc.reason}"]
         try:
-            layout = guest.plan_layout(plan)
+            layout = guest.plan_layout(plan, vm.max_shares(plan.policy.allows_network()))
         except SandboxError as exc:
             return [f"qemu: cannot start: {exc}"]
         lines = [
@@ -176,7 +176,7 @@ class QemuProvider(Provider):
             )
         accel = vm.choose_accel(self._accel_option())
         assets = assets_mod.ensure_assets(progress=progress)
-        layout = guest.plan_layout(plan)
+        layout = guest.plan_layout(plan, vm.max_shares(plan.policy.allows_network()))
         spec = vm.VmSpec(
             assets,
             accel,
@@ -343,6 +343,21 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def qemu_version(qemu: str) -> str | None:
+    """``qemu --version``'s number, remembered across runs for the same binary (path,
+    size, mtime: :func:`pysb_core.providerkit.cached_probe`): running it took a few
+    milliseconds of every start. A binary that names no version is asked again each time."""
+    from pysb_core.providerkit import cached_probe
+
+    def probe() -> ProviderStatus:
+        version = _qemu_version(qemu)
+        if version is None:  # not remembered: a failure is never cached
+            return ProviderStatus.missing(f"{qemu} --version named no version")
+        return ProviderStatus.ok(version)
+
+    return cached_probe("qemu-version", [qemu], probe).version
 
 
 def _qemu_version(qemu: str) -> str | None:

@@ -35,6 +35,13 @@ KERNEL_CMDLINE = (
 #: virtio-mmio devices a microvm guest finds reliably (measured: 22 boot, 23 hang the
 #: guest's 9p mounts, 25 are refused by QEMU). One is the serial device, one the NIC.
 MAX_VIRTIO_DEVICES = 22
+
+
+def max_shares(network: bool) -> int:
+    """How many 9p shares fit beside the serial device (and the NIC, with ``network``)."""
+    return MAX_VIRTIO_DEVICES - 1 - (1 if network else 0)
+
+
 DEFAULT_MEMORY_MIB = 512
 MIN_MEMORY_MIB = 192
 #: Guest RAM kept on top of a ``limits.memory`` for the kernel, page cache and /init.
@@ -142,11 +149,11 @@ class VmSpec:
 
     def check_devices(self) -> None:
         """Fail before starting when the shares would not all get a virtio transport."""
-        used = 1 + len(self.shares) + (1 if self.network else 0)
-        if used > MAX_VIRTIO_DEVICES:
+        if len(self.shares) > max_shares(self.network):
             raise SandboxError(
                 f"qemu: {len(self.shares)} separate directories would be shared with the VM; "
-                f"at most {MAX_VIRTIO_DEVICES - 1 - (1 if self.network else 0)} fit a microvm. "
+                f"at most {max_shares(self.network)} fit a microvm (small read-only ones are "
+                "copied in, these are too large). "
                 "Expose fewer, wider directories (a common parent), or use another provider."
             )
 
