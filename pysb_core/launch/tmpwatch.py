@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
 #: Seconds between two measurements.
 INTERVAL = 0.2
@@ -148,10 +149,23 @@ def usage(directory: str) -> int:
     total = 0
     stack = [directory]
     while stack:
+        top = stack.pop()
         try:
-            entries = os.scandir(stack.pop())
+            entries = os.scandir(top)
         except OSError:
             continue
+        nbytes, subdirs = _count(entries, seen)
+        total += nbytes
+        stack += [os.path.join(top, name) for name in subdirs]
+    return total
+
+
+def _count(entries: Iterator[os.DirEntry], seen: set[tuple[int, int]]) -> tuple[int, list[str]]:
+    """Bytes allocated by the entries of one directory not ``seen`` before (links not
+    followed), and the names of its subdirectories. Closes ``entries``."""
+    total = 0
+    subdirs = []
+    try:
         with entries:
             for entry in entries:
                 try:
@@ -164,8 +178,10 @@ def usage(directory: str) -> int:
                 seen.add(key)
                 total += st.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-    return total
+                    subdirs.append(entry.name)
+    except OSError:
+        pass
+    return total, subdirs
 
 
 #: Directory levels :func:`usage_fd` descends (a descriptor is open for each level).
@@ -188,23 +204,11 @@ def usage_fd(top: int) -> int:
 
     def enter(fd: int) -> None:
         nonlocal total
-        subdirs = []
         try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    key = (st.st_dev, st.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    total += st.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirs.append(entry.name)
+            nbytes, subdirs = _count(os.scandir(fd), seen)
         except OSError:
-            pass
+            nbytes, subdirs = 0, []
+        total += nbytes
         stack.append((fd, subdirs))
 
     enter(os.dup(top))

@@ -278,18 +278,12 @@ def test_a_kernel_without_pvh_is_booted_compressed(tmp_path: Path, monkeypatch) 
     assert assets.ensure_assets(progress=False) == built  # found in the cache the second time
 
 
-def test_run_archive_carries_pins_env_and_no_host_etc(tmp_path: Path) -> None:
-    hosts = tmp_path / "hosts"
-    hosts.write_text("192.0.2.10\tapi.example.com\n")
-    plan = _plan(tmp_path, env={"K": "v"})
-    plan.hosts_file = str(hosts)
-    layout = guest.plan_layout(plan)
-    ports = [guest.Port("ctl", None, "ctl", None), guest.Port("fd1", 1, "out", 1)]
-    archive = guest.build_run_archive(plan, layout, ports, {5: b"payload"}, "<<m>>", None)
-    out = tmp_path / "x"
+def _extract(archive: bytes, out: Path) -> Path:
+    """Unpack a run archive into ``out`` with busybox cpio, as the guest's kernel would.
+
+    As a normal user, extract as uid 0 of a user namespace: the archive holds a 0500
+    directory (pysb/fd) with files in it, which only root's DAC override can fill."""
     out.mkdir()
-    # As a normal user, extract as uid 0 of a user namespace: the archive holds a 0500
-    # directory (pysb/fd) with files in it, which only root's DAC override can fill.
     as_root = [] if os.getuid() == 0 else ["unshare", "--user", "--map-root-user"]
     subprocess.run(
         [*as_root, "busybox", "cpio", "-i", "-d"],
@@ -298,6 +292,18 @@ def test_run_archive_carries_pins_env_and_no_host_etc(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
+    return out
+
+
+def test_run_archive_carries_pins_env_and_no_host_etc(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("192.0.2.10\tapi.example.com\n")
+    plan = _plan(tmp_path, env={"K": "v"})
+    plan.hosts_file = str(hosts)
+    layout = guest.plan_layout(plan)
+    ports = [guest.Port("ctl", None, "ctl", None), guest.Port("fd1", 1, "out", 1)]
+    archive = guest.build_run_archive(plan, layout, ports, {5: b"payload"}, "<<m>>", None)
+    out = _extract(archive, tmp_path / "x")
     assert (out / "etc/hosts").read_text() == "192.0.2.10\tapi.example.com\n"
     assert "root:x:0:0" in (out / "etc/passwd").read_text()
     assert not (out / "etc/shadow").exists()
@@ -355,16 +361,7 @@ def test_small_read_only_trees_are_copied_when_shares_would_not_fit(tmp_path: Pa
     archive = guest.build_run_archive(
         plan, layout, [guest.Port("ctl", None, "ctl", None)], {}, "m", None
     )
-    out = tmp_path / "x"
-    out.mkdir()
-    as_root = [] if os.getuid() == 0 else ["unshare", "--user", "--map-root-user"]
-    subprocess.run(
-        [*as_root, "busybox", "cpio", "-i", "-d"],
-        input=archive,
-        cwd=out,
-        check=True,
-        capture_output=True,
-    )
+    out = _extract(archive, tmp_path / "x")
     inside = out / str(copied[-1] / "pkg" / "__init__.py").lstrip("/")
     assert inside.read_bytes() == (copied[-1] / "pkg" / "__init__.py").read_bytes()
 
