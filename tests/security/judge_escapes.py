@@ -490,6 +490,21 @@ ATTACKS: list[tuple[str, str]] = [
         "while time.time() < end:\n    for p in ('/etc/shadow', '/etc/gshadow', '/root/x'):\n        try:\n            os.stat(p)\n        except OSError:\n            pass\n"
         "done.append(1)\ntime.sleep(0.05)\nsignal.signal(signal.SIGINT, signal.default_int_handler)",
     ),
+    (
+        "signal-handler-under-a-frame-walk",
+        # The same, while the imports judge walks the stack (who imports, is it an
+        # extension's own import): each step's sys._getframe raises an audit event whose
+        # dispatcher asks for a frame again, a nested event; the queue of handlers must not
+        # run from that nested hook with the judge below it.
+        "import signal, _thread, time\n"
+        "signal.signal(signal.SIGINT, lambda signum, frame: spy())\n"
+        "done = []\n"
+        "def pester():\n    while not done:\n        _thread.interrupt_main()\n        time.sleep(0.0002)\n"
+        "_thread.start_new_thread(pester, ())\n"
+        "end = time.time() + 1.5\n"
+        "while time.time() < end:\n    for name in ('socket', 'csv', 'ssl'):\n        try:\n            __import__(name)\n        except ImportError:\n            pass\n"
+        "done.append(1)\ntime.sleep(0.05)\nsignal.signal(signal.SIGINT, signal.default_int_handler)",
+    ),
 ]
 
 #: Attacks on what a *learning* run records (the recorder is sealed: it hashes and encodes

@@ -12,7 +12,7 @@ import os
 
 def _hook_factory(
     door_ns, function_type, frame_type, getframe, get_ident, sealed, closed, reading,
-    own=None,
+    own=None, busy=None,
 ):  # fmt: skip
     """Build the dispatcher of the single audit hook and the function adding handlers
     (with ``close``, ``safe_frame`` and the set of events the dispatcher needs to see).
@@ -40,6 +40,13 @@ def _hook_factory(
     splices the guards' entries out of the chain that follows ``tb``: the reader then
     goes on with the program's next frame, as CPython shows an unguarded call. Only
     ``tb_next`` is written (a C setter); nothing the program made is called.
+
+    ``busy`` holds the threads dispatching an event right now: the dispatcher's own
+    ``sys._getframe`` (``guard_frame``'s look at the code asking) and frame reads raise
+    nested events, which it lets through. The queue of signal handlers shares the set and
+    runs nothing while its thread is in it: a nested hook would otherwise run the queue
+    below the judge whose frame walk raised the outer event, its test (a refused
+    ``sys._getframe``) let through as the dispatcher's own.
     """
     if own is None:
         own = (None, (), (), ())
@@ -48,7 +55,8 @@ def _hook_factory(
     # The events the dispatcher looks at: the hook (a door holding this set) leaves every
     # other event -- most of them, ``socket.__new__``, ``import``, ``compile``... -- at once.
     watched = {"object.__getattr__", "sys._getframe"}
-    busy = set()
+    if busy is None:
+        busy = set()
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
     try:
         raise TypeError

@@ -25,6 +25,7 @@ from pysb_guards._seal.makers import (
     FRAME_TYPE,
     GET_IDENT,
     GETFRAME,
+    HOOK_BUSY,
     HOOK_FACTORY,
     OWN_DIRS,
     PENDING_SIGNALS,
@@ -206,8 +207,9 @@ def _install_hook():
     """Install the one audit hook; the faces adding handlers, closing, checking frames."""
     own = (FACE_NS, DOOR_CODES, FACE_CODES, OWN_DIRS)
     dispatch, add, close, safe_frame, watched = _sealed(HOOK_FACTORY)(
-        DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING, own
-    )
+        DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING, own,
+        HOOK_BUSY,
+    )  # fmt: skip
     hook = _door(
         "audit_hook",
         "audit_hook",
@@ -242,6 +244,10 @@ def _seal_core() -> dict[str, Any]:
         name: next(home[name] for home in homes if name in home)
         for name in (*_BUILDER_NAMES, *core_only)
     }
+    # The threads whose audit hook is dispatching an event right now (the dispatcher's own
+    # sys._getframe and frame reads are let through then): _run_pending runs no handler
+    # while its thread is in it (see there).
+    hook_busy: set[int] = set()
     shared = {
         "_TEMPLATES": dict(_TEMPLATES),
         "_DEFAULTS": dict(_DEFAULTS),
@@ -292,6 +298,7 @@ def _seal_core() -> dict[str, Any]:
                 "__builtins__": {"PermissionError": PermissionError},
                 "PENDING": _PENDING_SIGNALS,
                 "BUSY": [],
+                "HOOK_BUSY": hook_busy,
                 "GETFRAME": sys._getframe,
                 "GET_IDENT": _thread.get_ident,
                 "MAIN": _thread.get_ident(),
@@ -300,6 +307,7 @@ def _seal_core() -> dict[str, Any]:
         ),
         "SEALED": sealed_builtins,
         "CLOSED": closed,
+        "HOOK_BUSY": hook_busy,
         "RAW_NAMESPACE": raw,
         # Every door's and face's code, kept alive: an id is never reused.
         "CODES": [],

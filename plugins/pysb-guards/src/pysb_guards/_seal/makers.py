@@ -52,6 +52,7 @@ SOURCES: Any = None
 BUILT: Any = None
 PENDING_SIGNALS: Any = None
 RUN_PENDING: Any = None
+HOOK_BUSY: Any = None
 EXC_OF: Any = None
 TB_OF: Any = None
 VALUE_OF: Any = None

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # linters only.
 PENDING: Any = None
 BUSY: Any = None
+HOOK_BUSY: Any = None
 GETFRAME: Any = None
 GET_IDENT: Any = None
 MAIN: Any = None
@@ -37,8 +38,13 @@ _PENDING_SIGNALS: list[tuple[Any, int]] = []
 def _run_pending():
     """Run the queued handlers, in the main thread, when no sealed frame is below the
     caller (the hook refuses ``sys._getframe`` of a frame with one on its chain to all but
-    sealed code): else the outer door runs them. Globals: a few names, no builtins."""
-    if GET_IDENT() != MAIN or BUSY:
+    sealed code): else the outer door runs them. Globals: a few names, no builtins.
+
+    Never while the audit hook dispatches an event in this thread (``HOOK_BUSY``): the
+    dispatcher lets its own nested events through, so from a hook called inside it (its
+    look at who asks for a frame, when a judge's frame walk asked) the test below would
+    pass with the judge still on the stack."""
+    if GET_IDENT() != MAIN or BUSY or MAIN in HOOK_BUSY:
         return  # BUSY: the audit event of its own sys._getframe, or a handler's calls
     BUSY.append(True)
     try:
