@@ -130,27 +130,29 @@ def test_events_hold_no_read_of_pysbs_own(tmp_path: Path) -> None:
     assert "ip_local_port_range" not in events, events
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the filter walked the stack inside the files judge, which let a signal handler "
-    "run under a guard frame (tests/security: signal-handler-under-a-judge); withdrawn until "
-    "it can be made without Python code in the judge's path (e.g. on the parent's side)",
-)
 def test_events_hold_no_scan_of_the_import_system(tmp_path: Path) -> None:
-    """A program that does nothing, in a project whose profile exposes only ./data: the
-    import system's stat and listing of the unexposed sys.path entries (the script's
-    directory, an editable install's source tree) are not the program's denials."""
+    """A program importing json in a project whose profile exposes only ./data: the import
+    system's stat of the unexposed sys.path entries (the script's directory, then its
+    parents as zipimport tries them) is not the program's denial, and does not hide the
+    program's own later stat of that directory, which is."""
+    import json
+
     from pysb_core.testing import trust_profile
 
     (tmp_path / "data").mkdir()
-    (tmp_path / "app.py").write_text("import json\n")
+    (tmp_path / "app.py").write_text(
+        "import json, os\ntry:\n    os.stat('.')\nexcept OSError:\n    print('refused')\n"
+    )
     (tmp_path / ".pysb.yaml").write_text(
-        "version: 1\nimports: [json]\nfiles:\n  expose-ro: [./data]\n"
+        "version: 1\nimports: [json, os]\nfiles:\n  expose-ro: [./data]\n"
     )
     trust_profile(tmp_path / ".pysb.yaml")
     r = run_pysb("run", "--provider", "subprocess", "--events", "ev.jsonl", "app.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "ev.jsonl").read_text() == ""
+    assert r.stdout == "refused\n", r.stdout
+    events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    seen = [(e["action"], e["target"], e["detail"]) for e in events]
+    assert seen == [("deny", str(tmp_path.resolve()), "stat")], seen
 
 
 def test_a_set_up_failure_inside_the_sandbox_is_an_error_line(tmp_path: Path) -> None:

@@ -228,7 +228,17 @@ def _f_deny(exc_type, message, canon, rule, detail, err):
     """Record the denial; the Refusal of a FileDeniedError / WriteDeniedError, built by the
     face (see ``_seal.defer``): sealed code constructs no exception of pysb's classes."""
     seen = ST["denied"]
-    if (canon, detail) not in seen:  # one event per path and kind, not one per probe
+    # One event per path and kind, not one per probe. The import system's scan of
+    # sys.path (a stat and a listing of each entry, and zipimport's stat of its parents,
+    # for pysb's own imports as for the program's) is refused, and the finder moves on: no
+    # access of the program's, so --events does not record it (a learning run does not
+    # learn it either: _f_learn), nor count it as seen, which would hide the program's own
+    # access to that path. The walk's sys._getframe events cannot let a queued signal
+    # handler run below this judge (_seal.signals._run_pending: never while the audit
+    # hook dispatches).
+    if (canon, detail) not in seen and not (
+        (detail == "stat" or detail == "list") and _f_by_import_system()
+    ):
         if len(seen) < 10000:
             seen.add((canon, detail))
         RECORDER.deny("files", canon, detail, rule)
