@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pysb_core.errors import SandboxError, SandboxProtocolError, SandboxTimeoutError
-from pysb_core.remote import transport, unpickler
+from pysb_core.remote import buffers, transport, unpickler
 from pysb_core.remote.exceptions import rebuild_chain
 
 _dumps = pickle.dumps
@@ -47,6 +47,7 @@ _dumps = pickle.dumps
 READY, RESTARTING, FAILED = "ready", "restarting", "failed"
 STOPPING, STOPPED = "stopping", "stopped"
 _FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exception)
+_RESULT_OOB = transport.RESULT_OOB
 _LEAD = -2  # item kind: this waiting thread now holds the reading role
 #: ``Client._leader`` when the watcher thread holds the reading role.
 _WATCHER = "watcher"
@@ -57,6 +58,8 @@ MAX_DEATHS = 5
 #: killed, so a hostile worker cannot make the host allocate unbounded memory.
 MAX_FRAME = transport.child_limits()
 DEATH_WINDOW = 180.0
+#: Socket buffer asked for on each end (the kernel caps it at net.core.[rw]mem_max).
+SOCKET_BUFFER = 4 << 20
 
 
 class _Conn:
@@ -90,17 +93,26 @@ class _Conn:
 
 
 class _Call:
-    __slots__ = ("conn", "id", "loop", "name", "payload", "retry", "sink", "started")
+    __slots__ = ("conn", "id", "kind", "loop", "name", "payload", "retry", "sink", "started")
 
-    def __init__(self, name: str, payload: bytes, retry: bool, sink: Any, loop: Any) -> None:
+    def __init__(self, name: str, request: Any, retry: bool, sink: Any, loop: Any) -> None:
         self.name = name
-        self.payload = payload
+        self.kind, self.payload = _encode(request)
         self.retry = retry
         self.sink = sink
         self.loop = loop
         self.started = False
         self.conn: _Conn | None = None
         self.id = 0
+
+
+def _encode(request: Any) -> tuple[int, Any]:
+    """The frame kind and payload of a call: its large buffers out of band (a list of
+    parts, written with one writev) or, for most calls, one in-band pickle."""
+    data, out = buffers.dumps(request)
+    if not out:
+        return transport.CALL, data
+    return transport.CALL_OOB, buffers.frame_parts(data, out)
 
 
 #: ``Client._on_frame``'s "no result yet" (a result may be any value, None included).
@@ -190,6 +202,12 @@ class Client:
 
     def _launch(self) -> _Conn:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for end in (parent, child):  # a 10 MiB payload in a few writes, not fifty
+            for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                try:
+                    end.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+                except OSError:
+                    pass  # the kernel's default (net.core.wmem_max caps it anyway)
         started_r, started_w = transport.started_pipe()
         try:
             args = {
@@ -358,7 +376,7 @@ class Client:
     def _dispatch(self, kind: int, cid: int, payload: Any) -> None:
         """One frame read by the leader for another call (or for none)."""
         pending = self._pending
-        if kind == transport.RESULT or kind == transport.EXCEPTION:
+        if kind == transport.RESULT or kind == transport.EXCEPTION or kind == _RESULT_OOB:
             call = pending.pop(cid, None)
         elif kind == transport.OUT or kind == transport.ERR:
             call = pending.get(cid)
@@ -417,7 +435,7 @@ class Client:
             if kind == transport.OUT or kind == transport.ERR:
                 _write(sys.stdout if kind == transport.OUT else sys.stderr, payload)
                 continue
-            if kind != transport.RESULT and kind != transport.EXCEPTION:
+            if kind != transport.RESULT and kind != transport.EXCEPTION and kind != _RESULT_OOB:
                 continue  # a forged frame is dropped
             pending.pop(my_id, None)
             with self._cond:
@@ -519,7 +537,8 @@ class Client:
             # The worker closed the channel: it exited or is dying. A wrapper (bwrap,
             # firejail, qemu's supervisor) outlives the program by a moment: wait for its
             # status before any kill, which would report an exit as "killed by SIGKILL".
-            status = self._reap(old, kill=False, wait=3.0, close=False)
+            # A worker that broke the protocol is killed at once.
+            status = self._reap(old, kill=bool(self._violation), wait=3.0, close=False)
         self._note_started(old)  # the worker is gone: everything it wrote is in the pipe
         old.close()
         why = _describe_status(status)
@@ -624,7 +643,7 @@ class Client:
             for call in calls:
                 if call.id in self._pending and not call.started and self._conn is conn:
                     try:
-                        conn.writer.send(transport.CALL, call.id, call.payload)
+                        conn.writer.send(call.kind, call.id, call.payload)
                     except OSError:
                         return
 
@@ -669,7 +688,7 @@ class Client:
         with self._send_lock:
             if conn is self._conn and not call.started:
                 try:
-                    conn.writer.send(transport.CALL, cid, call.payload)  # type: ignore[union-attr]
+                    conn.writer.send(call.kind, cid, call.payload)  # type: ignore[union-attr]
                 except OSError:
                     pass  # the worker died: the reader thread restarts it and sends again
 
@@ -709,9 +728,8 @@ class Client:
         retry: bool = False,
     ) -> Any:
         """Run ``ref(*args, **kwargs)`` in the worker from a thread; stream its output."""
-        payload = _dumps((ref, args, kwargs), protocol=5)
         sink: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
-        call = _Call(name, payload, retry, sink, None)
+        call = _Call(name, (ref, args, kwargs), retry, sink, None)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._submit(call, deadline)
         get = sink.get
@@ -772,9 +790,8 @@ class Client:
         import asyncio
 
         loop = asyncio.get_running_loop()
-        payload = _dumps((ref, args, kwargs), protocol=5)
         sink: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-        call = _Call(name, payload, retry, sink, loop)
+        call = _Call(name, (ref, args, kwargs), retry, sink, loop)
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._state == READY:
             self._submit(call, deadline)
@@ -815,6 +832,8 @@ class Client:
         (restricted), an exception raised; ``_MORE`` while the call is still running."""
         if kind == transport.RESULT:
             return unpickler.loads(data, self._allowed)
+        if kind == _RESULT_OOB:
+            return unpickler.loads_oob(data, self._allowed)
         if kind == transport.OUT:
             _write(sys.stdout, data)
         elif kind == transport.ERR:

@@ -21,6 +21,8 @@ import os
 import struct
 import threading
 
+from pysb_core.remote import buffers as _buffers
+
 TYPE_CHECKING = False  # typing is not imported inside the sandbox (start-up budget)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
@@ -31,6 +33,7 @@ HEADER_SIZE = HEADER.size
 # parent -> child
 CALL = 1  # payload: pickle((ref, args, kwargs))
 SHUTDOWN = 2  # no payload: finish and exit
+CALL_OOB = 3  # like CALL, its large buffers out of band (pysb_core.remote.buffers)
 # child -> parent
 READY = 10  # payload: pickle(info dict); init_fn has run
 STARTED = 11  # (unused on the socket: see StartedLog)
@@ -39,6 +42,9 @@ ERR = 13  # utf-8 text written to sys.stderr by the call
 RESULT = 14  # payload: pickle(return value)
 EXCEPTION = 15  # payload: pickle(wire description of the exception)
 INIT_FAILED = 16  # payload: like EXCEPTION, for init_fn
+RESULT_OOB = 17  # like RESULT, its large buffers out of band (pysb_core.remote.buffers)
+#: Kinds whose payload is a buffer table, a pickle and buffers (read apart).
+OOB_KINDS = frozenset({CALL_OOB, RESULT_OOB})
 
 #: The largest payload of each kind of frame from the child (issue 26 #3): a bigger one is a
 #: protocol violation, refused before the host allocates anything. The honest worker keeps
@@ -55,7 +61,7 @@ OUTPUT_CHARS = MAX_OUTPUT // 4
 def child_limits() -> tuple[int, ...]:
     """The payload bound of each frame kind (0-255) the host accepts from the child."""
     limits = [MAX_OTHER] * 256
-    limits[RESULT] = MAX_RESULT
+    limits[RESULT] = limits[RESULT_OOB] = MAX_RESULT
     limits[EXCEPTION] = limits[INIT_FAILED] = MAX_EXCEPTION
     limits[OUT] = limits[ERR] = MAX_OUTPUT
     return tuple(limits)
@@ -76,6 +82,36 @@ class FrameTooLarge(ChannelClosed):
     """The other end announced a frame above the limit: a protocol violation."""
 
 
+class BadBufferTable(FrameTooLarge):
+    """An out-of-band frame's buffer table breaks its bounds: a protocol violation."""
+
+
+#: A ``bytes`` buffer up to this size is read into a reader's reused scratch buffer and
+#: copied out once (a fresh ``bytearray`` would be zeroed and faulted in first, then
+#: copied into the ``bytes`` anyway); larger ones are read into their own buffer.
+SCRATCH_MAX = 32 << 20
+
+
+def _oob_layout(size: int, take: Any, take_bytes: Any) -> _buffers.OOBPayload:
+    """Read an ``*_OOB`` payload of ``size`` bytes with ``take(n)``, checking the buffer
+    table before any buffer is allocated (pysb_core.remote.buffers)."""
+    if size < _buffers.COUNT.size:
+        raise BadBufferTable(f"an out-of-band frame of {size} bytes has no buffer table")
+    try:
+        (count,) = _buffers.COUNT.unpack(take(_buffers.COUNT.size))
+        need = _buffers.check_count(size, count)
+        entries = _buffers.parse_table(size, take(need) if need else b"")
+    except _buffers.BufferLayoutError as exc:
+        raise BadBufferTable(str(exc)) from None
+    rest = size - _buffers.COUNT.size - need - sum(length for length, _ in entries)
+    data = take(rest)
+    parts = [
+        (code, take_bytes(length) if code == _buffers.BYTES else take(length))
+        for length, code in entries
+    ]
+    return _buffers.OOBPayload(data, parts)
+
+
 class FrameWriter:
     """Writes whole frames to one fd; safe to share between threads."""
 
@@ -90,7 +126,11 @@ class FrameWriter:
         with self._lock:
             self._fd = -1
 
-    def send(self, kind: int, call_id: int, payload: bytes | bytearray | memoryview = b"") -> None:
+    def send(self, kind: int, call_id: int, payload: Any = b"") -> None:
+        """Send one frame; ``payload`` is bytes-like, or a list of them (written together)."""
+        if type(payload) is list:
+            self._send_parts(kind, call_id, payload)
+            return
         size = len(payload)
         header = HEADER.pack(size, call_id, kind)
         with self._lock:
@@ -111,6 +151,27 @@ class FrameWriter:
                 written = HEADER_SIZE
             self._write_rest(view[written - HEADER_SIZE :])
 
+    def _send_parts(self, kind: int, call_id: int, parts: list[Any]) -> None:
+        views = [memoryview(p).cast("B") for p in parts]
+        views = [v for v in views if len(v)]
+        size = sum(len(v) for v in views)
+        views.insert(0, memoryview(HEADER.pack(size, call_id, kind)))
+        with self._lock:
+            fd = self._fd
+            if fd < 0:
+                raise OSError(errno.EBADF, "the sandbox channel is closed")
+            i = 0
+            while i < len(views):
+                n = _writev(fd, views[i : i + 512])  # below IOV_MAX
+                while n:
+                    head = views[i]
+                    if n >= len(head):
+                        n -= len(head)
+                        i += 1
+                    else:
+                        views[i] = head[n:]
+                        n = 0
+
     def _write_rest(self, view: memoryview) -> None:
         fd = self._fd
         while view:
@@ -124,11 +185,12 @@ class FrameReader:
     Not thread-safe: one reader at a time (the child's workers take turns under a lock).
     """
 
-    __slots__ = ("_buf", "_end", "_fd", "_max", "_poll", "_start", "_view")
+    __slots__ = ("_buf", "_end", "_fd", "_max", "_poll", "_scratch", "_start", "_view")
 
     def __init__(self, fd: int, max_size: tuple[int, ...] | None = None) -> None:
         self._fd = fd
         self._poll: Any = None
+        self._scratch = bytearray()
         self._max = max_size  # per frame kind (see child_limits), or no bound
         self._buf = bytearray(_BUFFER_SIZE)
         self._view = memoryview(self._buf)
@@ -151,6 +213,22 @@ class FrameReader:
             raise ChannelClosed("end of stream")
         self._end += n
 
+    def _take(self, n: int) -> bytearray:
+        return _take_from(self, n)
+
+    def _take_bytes(self, n: int) -> bytes:
+        if n > SCRATCH_MAX:
+            return bytes(_take_from(self, n))
+        if len(self._scratch) < n:
+            self._scratch = bytearray(n)
+        view = memoryview(self._scratch)[:n]
+        have = min(n, self._end - self._start)
+        if have:
+            view[:have] = self._view[self._start : self._start + have]
+            self._start += have
+        _read_into(self._fd, view[have:])
+        return bytes(view)
+
     def ready(self, timeout: float) -> bool:
         """Whether a frame's header is buffered or arrives within ``timeout`` seconds (a
         reader with a deadline waits here, between frames, never inside one)."""
@@ -172,6 +250,9 @@ class FrameReader:
             raise FrameTooLarge(
                 f"a frame of kind {kind} and {size} bytes is above the limit of {self._max[kind]}"
             )
+        if kind in OOB_KINDS:
+            self._start += HEADER_SIZE
+            return kind, call_id, _oob_layout(size, self._take, self._take_bytes)
         start = self._start + HEADER_SIZE
         if size == 0:
             self._start = start
@@ -207,6 +288,33 @@ class FrameReader:
         return kind, call_id, out
 
 
+def _read_into(fd: int, view: memoryview) -> None:
+    got, n = 0, len(view)
+    while got < n:
+        try:
+            k = _readv(fd, (view[got:],))
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            raise ChannelClosed(str(exc)) from None
+        if k == 0:
+            raise ChannelClosed("end of stream")
+        got += k
+
+
+def _take_from(reader: FrameReader, n: int) -> bytearray:
+    """The next ``n`` bytes of the stream in their own buffer: the buffered ones, then read
+    straight into it (a large buffer is copied once, by the kernel)."""
+    out = bytearray(n)
+    have = min(n, reader._end - reader._start)
+    if have:
+        out[:have] = reader._view[reader._start : reader._start + have]
+        reader._start += have
+    if have < n:
+        _read_into(reader._fd, memoryview(out)[have:])
+    return out
+
+
 class ExactFrameReader:
     """Reads one frame at a time and never a byte past it (the worker's side).
 
@@ -217,10 +325,11 @@ class ExactFrameReader:
     Not thread-safe: one-shot epoll lets one thread read at a time.
     """
 
-    __slots__ = ("_fd", "_head", "_head_view")
+    __slots__ = ("_fd", "_head", "_head_view", "_scratch")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        self._scratch = bytearray()
         self._head = bytearray(HEADER_SIZE)
         self._head_view = memoryview(self._head)
 
@@ -237,10 +346,27 @@ class ExactFrameReader:
                 raise ChannelClosed("end of stream")
             got += n
 
-    def read(self) -> tuple[int, int, bytes | bytearray]:
+    def _take(self, n: int) -> bytearray:
+        out = bytearray(n)
+        if n:
+            self._fill(memoryview(out))
+        return out
+
+    def _take_bytes(self, n: int) -> bytes:
+        if n > SCRATCH_MAX:
+            return bytes(self._take(n))
+        if len(self._scratch) < n:
+            self._scratch = bytearray(n)
+        view = memoryview(self._scratch)[:n]
+        self._fill(view)
+        return bytes(view)
+
+    def read(self) -> tuple[int, int, Any]:
         """Return ``(kind, call_id, payload)`` of the next frame; raise ChannelClosed at EOF."""
         self._fill(self._head_view)
         size, call_id, kind = _unpack(self._head, 0)
+        if kind in OOB_KINDS:
+            return kind, call_id, _oob_layout(size, self._take, self._take_bytes)
         if size == 0:
             return kind, call_id, b""
         out = bytearray(size)

@@ -451,10 +451,12 @@ class RestrictedUnpickler(pickle.Unpickler):
         *,
         allowed: dict[tuple[str, str], Any],
         exceptions: bool,
+        buffers: list[Any] | None = None,
     ) -> None:
         super().__init__(file)
         self._allowed = allowed
         self._exceptions = exceptions
+        self._buffers = buffers
 
     def find_class(self, module: str, name: str) -> Any:
         key = (module, name)
@@ -486,8 +488,17 @@ class RestrictedUnpickler(pickle.Unpickler):
             f"sandboxes(result_classes=[{name.rsplit('.', 1)[-1]}])"
         )
 
-    def persistent_load(self, pid: Any) -> Any:  # never used by our child; refuse
-        raise RestrictedResultError("persistent ids are refused")
+    def persistent_load(self, pid: Any) -> Any:
+        """An out-of-band buffer of this frame, by its index (pysb_core.remote.buffers);
+        nothing else: a persistent id outside an out-of-band frame is refused."""
+        objs = self._buffers
+        if objs is None:
+            raise RestrictedResultError("persistent ids are refused")
+        if type(pid) is not int or not 0 <= pid < len(objs):
+            raise _violation(
+                f"a reference to buffer {pid!r:.40} of the {len(objs)} its frame carries"
+            )
+        return objs[pid]
 
 
 def allowlist(classes: Iterable[Any]) -> dict[tuple[str, str], Any]:
@@ -519,6 +530,27 @@ def loads(
         if not named and not exceptions:
             return _plain_loads(data)
         return RestrictedUnpickler(io.BytesIO(data), allowed=allowed, exceptions=exceptions).load()
+    except (RestrictedResultError, SandboxProtocolError):
+        raise
+    except RecursionError:
+        raise _violation("it nests deeper than this interpreter's recursion limit") from None
+    except Exception as exc:
+        raise RestrictedResultError(f"undecodable value from the sandbox: {exc}") from None
+
+
+def loads_oob(payload: Any, allowed: dict[tuple[str, str], Any]) -> Any:
+    """Decode a result sent with out-of-band buffers (an ``OOBPayload`` whose buffer table
+    the transport has checked): the same scan and allowlist as :func:`loads`, and the
+    buffers as the only persistent ids."""
+    from pysb_core.remote.buffers import materialize
+
+    data = payload.pickle
+    scan(data)
+    objs = materialize(payload.buffers)
+    try:
+        return RestrictedUnpickler(
+            io.BytesIO(data), allowed=allowed, exceptions=False, buffers=objs
+        ).load()
     except (RestrictedResultError, SandboxProtocolError):
         raise
     except RecursionError:

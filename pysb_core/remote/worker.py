@@ -31,7 +31,7 @@ import sys
 import threading
 
 from pysb_core.errors import DeniedError, SandboxBaseExceptionError, SandboxError
-from pysb_core.remote import transport
+from pysb_core.remote import buffers, transport
 from pysb_core.remote.exceptions import describe_chain
 from pysb_core.remote.state import mark_in_sandbox
 
@@ -69,9 +69,27 @@ class _ArgsUnpickler(_pickle.Unpickler):
             obj = getattr(obj, part)
         return obj
 
+    def persistent_load(self, pid: Any) -> Any:
+        return self.objs[pid]  # an out-of-band buffer of this call (the host's index)
 
-def _loads(payload: bytes | bytearray) -> Any:
+
+def _loads(payload: Any) -> Any:
+    if type(payload) is buffers.OOBPayload:
+        unpickler = _ArgsUnpickler(io.BytesIO(payload.pickle))
+        unpickler.objs = buffers.materialize(payload.buffers)
+        return unpickler.load()
     return _ArgsUnpickler(io.BytesIO(payload)).load()
+
+
+def _encode_result(value: Any) -> tuple[int, Any]:
+    """RESULT and one pickle, or RESULT_OOB and the parts of a frame with its large
+    buffers out of band; a SandboxError when it is above what the host accepts."""
+    data, out = buffers.dumps(value)
+    table = buffers.COUNT.size + buffers.ENTRY.size * len(out) if out else 0
+    _bounded(table + len(data) + sum(view.nbytes for _, view in out))
+    if not out:
+        return transport.RESULT, data
+    return transport.RESULT_OOB, buffers.frame_parts(data, out)
 
 
 DEFAULT_THREADS = 16
@@ -231,7 +249,7 @@ class _Server:
                 finally:
                     if not stop.is_set():
                         rearm(fd, _ONE_SHOT)  # the next frame wakes the next idle thread
-            if kind == transport.CALL:
+            if kind == transport.CALL or kind == transport.CALL_OOB:
                 self._handle(cid, payload)
             elif kind == transport.SHUTDOWN:
                 stop.set()
@@ -247,13 +265,13 @@ class _Server:
             if is_async:
                 self._start_async(cid, fn, args, kwargs)
                 return
-            data = _bounded(_dumps(fn(*args, **kwargs), protocol=5))
+            kind, data = _encode_result(fn(*args, **kwargs))
         except BaseException as exc:
             _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
         else:
             _flush_call(cid)
-            send(transport.RESULT, cid, data)
+            send(kind, cid, data)
         finally:
             _current.reset(token)
 
@@ -292,8 +310,8 @@ class _Server:
 
     def _start_async(self, cid: int, fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
         if self.loop is None:
-            data = _bounded(_dumps(_drive_without_loop(fn(*args, **kwargs)), protocol=5))
-            self.writer.send(transport.RESULT, cid, data)
+            kind, data = _encode_result(_drive_without_loop(fn(*args, **kwargs)))
+            self.writer.send(kind, cid, data)
             return
         ctx = contextvars.copy_context()  # carries _current = cid into the task
         self.loop.call_soon_threadsafe(self._create_task, cid, fn, args, kwargs, ctx)
@@ -305,13 +323,13 @@ class _Server:
 
     async def _run_async(self, cid: int, fn: Any, args: Any, kwargs: Any) -> None:
         try:
-            data = _bounded(_dumps(await fn(*args, **kwargs), protocol=5))
+            kind, data = _encode_result(await fn(*args, **kwargs))
         except BaseException as exc:
             _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
         else:
             _flush_call(cid)
-            self.writer.send(transport.RESULT, cid, data)
+            self.writer.send(kind, cid, data)
 
     def start_loop(self) -> None:
         import asyncio
@@ -333,15 +351,14 @@ class _Server:
                 _drive_without_loop(result)
 
 
-def _bounded(data: bytes) -> bytes:
+def _bounded(size: int) -> None:
     """A result the host accepts (transport.MAX_RESULT), else a SandboxError saying so."""
-    if len(data) > transport.MAX_RESULT:
+    if size > transport.MAX_RESULT:
         raise SandboxError(
-            f"the sandboxed function returned {len(data)} bytes of pickle: above partial "
+            f"the sandboxed function returned {size} bytes of pickle: above partial "
             f"mode's bound of {transport.MAX_RESULT >> 20} MiB for a result; return less, or "
             "write it to a file in an exposure"
         )
-    return data
 
 
 def _flush_call(cid: int) -> None:

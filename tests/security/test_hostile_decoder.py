@@ -26,14 +26,15 @@ import pytest
 
 HARNESS = textwrap.dedent(
     r"""
-    import io, json, os, pickle, pickletools, struct, sys, time, tracemalloc
+    import io, json, os, pickle, pickletools, socket, struct, sys, threading, time, tracemalloc
 
     from hypothesis import HealthCheck, given, settings, strategies as st
 
     from pysb_core.errors import SandboxError
     from pysb_core.events import Event, ReportLimits, report_lines
     from pysb_core.remote import exceptions as remote_exceptions
-    from pysb_core.remote import unpickler
+    from pysb_core.errors import SandboxProtocolError
+    from pysb_core.remote import buffers as pysb_buffers, transport, unpickler
 
     EXAMPLES = int(sys.argv[1])
     # Modules a fresh application has not loaded (some are ones pysb's allowlist names).
@@ -190,7 +191,34 @@ HARNESS = textwrap.dedent(
                 pass
         os.close(r)
 
+    def oob(data):
+        # An out-of-band result frame (kind RESULT_OOB), read and decoded as the client
+        # does: a buffer table that breaks the bounds is a protocol violation.
+        a, b = socket.socketpair()
+
+        def send():
+            a.sendall(transport.HEADER.pack(len(data), 1, transport.RESULT_OOB) + data)
+            a.shutdown(socket.SHUT_WR)  # a reader that reads past the frame sees the end
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            reader = transport.FrameReader(b.fileno(), transport.child_limits())
+            try:
+                kind, _, payload = reader.read()
+            except transport.FrameTooLarge as exc:
+                raise SandboxProtocolError(str(exc)) from None
+            assert kind == transport.RESULT_OOB
+            assert len(payload) <= len(data)  # never more than the frame held
+            unpickler.loads_oob(payload, {})
+        finally:
+            sender.join()
+            a.close()
+            b.close()
+
     # The decoders' own lazy imports happen once, on honest input, before watching.
+    honest, parts = pysb_buffers.dumps([b"x" * (1 << 17), memoryview(b"v")])
+    oob(b"".join(bytes(p) for p in pysb_buffers.frame_parts(honest, parts)))
     for fn in (result, raised, chain, events):
         try:
             fn(pickle.dumps([{"module": "builtins", "qualname": "ValueError", "args": ["x"],
@@ -205,6 +233,25 @@ HARNESS = textwrap.dedent(
         decode({"result": result, "raised": raised, "chain": chain, "events": events}[kind], data)
 
     test()
+
+    # Out-of-band frames: buffer tables of hostile counts, sizes and types, before a
+    # generated pickle (whose persistent ids name buffers the frame may not have).
+    SIZES = st.sampled_from([0, 1, 4, 100, 2**16, 2**20, 2**62, 2**64 - 1])
+    TABLES = st.tuples(
+        st.one_of(st.none(), st.sampled_from([0, 1, 2, 1024, 1025, 2**32 - 1])),
+        st.lists(st.tuples(SIZES, st.integers(0, 5)), max_size=4),
+    )
+
+    @settings(max_examples=max(50, EXAMPLES // 3), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(TABLES, FRAMES, st.binary(max_size=300))
+    def test_oob(table, body, tail):
+        count, entries = table
+        head = struct.pack("<I", len(entries) if count is None else count)
+        head += b"".join(struct.pack("<QB", size, code) for size, code in entries)
+        decode(oob, head + body + tail)
+
+    test_oob()
     print(json.dumps(stats))
     """
 )
