@@ -18,6 +18,8 @@ _EXPORTS: dict[str, str] = {
     "sandboxes": "pysb_core.remote:sandboxes",
     "run": "pysb_core.remote:run",
     "is_in_sandbox": "pysb_core.remote:is_in_sandbox",
+    "call_encoded": "pysb_core.remote.api:call_encoded",
+    "decode_answer": "pysb_core.remote.answer:decode_answer",
     # errors
     "SandboxError": "pysb_core.errors:SandboxError",
     "ProfileError": "pysb_core.errors:ProfileError",
@@ -88,7 +90,9 @@ __all__ = [
     "UnenforceableRuleError",
     "WriteDeniedError",
     "__version__",
+    "call_encoded",
     "check_profile",
+    "decode_answer",
     "hookimpl",
     "is_in_sandbox",
     "run",
@@ -129,3 +133,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pysb_core.policy import ApiRule, Exposure, Limits, NetworkRule, Policy
     from pysb_core.provider import Capability, Provider, ProviderStatus
     from pysb_core.remote import is_in_sandbox, run, sandbox, sandboxes
+    from pysb_core.remote.answer import decode_answer
+    from pysb_core.remote.api import call_encoded

@@ -42,6 +42,9 @@ Groups:
   :class:`ChildSetup`, :class:`CheckReport`, :class:`Capability`, :class:`Provider`,
   :class:`LearnedProfile`, :class:`HostService` (kit 1.1: a service on the host's
   loopback that the sandbox may reach, from ``pysb_host_services``);
+- ``pysb_core.call_encoded`` and ``pysb_core.decode_answer`` (since 1.2; the names of
+  :mod:`pysb_core` itself are this kit's too, so adding them is a minor version): a
+  sandboxed call's answer relayed undecoded and decoded by its receiver;
 - light records: :func:`record`, :func:`mutable_record`, :func:`field`, :class:`Record`,
   :func:`asdict`.
 """
@@ -53,7 +56,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # imported in the sandbox before the program: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 1)
+KIT_VERSION: tuple[int, int] = (1, 2)
 
 #: The constant a guard family's module sets to the kit version it was written for.
 DECLARATION = "PYSB_GUARDKIT"

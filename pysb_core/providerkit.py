@@ -59,6 +59,9 @@ Groups (see docs/writing-providers.md for the guide):
   :func:`rule_networks` (the addresses a rule covers, pins applied);
 - C calls without ``ctypes``: :func:`c_function`, :class:`CInt`, :class:`CLong`,
   :class:`CPointer`, :func:`c_errno`;
+- ``pysb_core.call_encoded`` and ``pysb_core.decode_answer`` (since 1.3; the names of
+  :mod:`pysb_core` itself are this kit's too, so adding them is a minor version): a
+  sandboxed call's answer relayed undecoded and decoded by its receiver;
 - light records (no ``dataclasses`` import in the sandbox): :func:`record`,
   :func:`mutable_record`, :func:`field`, :class:`Record`, :func:`asdict`.
 """

@@ -20,6 +20,8 @@ _EXPORTS = {
     "sandboxes": "pysb_core.remote.api",
     "run": "pysb_core.remote.api",
     "Sandboxes": "pysb_core.remote.api",
+    "call_encoded": "pysb_core.remote.api",
+    "decode_answer": "pysb_core.remote.answer",
     "is_in_sandbox": "pysb_core.remote.state",
 }
 
@@ -36,7 +38,9 @@ def __getattr__(name: str) -> object:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pysb_core.remote.answer import decode_answer as decode_answer
     from pysb_core.remote.api import Sandboxes as Sandboxes
+    from pysb_core.remote.api import call_encoded as call_encoded
     from pysb_core.remote.api import run as run
     from pysb_core.remote.api import sandbox as sandbox
     from pysb_core.remote.api import sandboxes as sandboxes

@@ -172,8 +172,47 @@ def sandbox(
             _drop_client_entries(exc)
             raise  # a bare raise adds no entry of its own
 
+    def encoded(*args: Any, **kwargs: Any) -> bytes:
+        client = _running_client(name)
+        return client.call(  # type: ignore[no-any-return]
+            name,
+            resolve(wrapper),
+            args,
+            kwargs,
+            timeout=timeout,
+            retry=retry_on_crash,
+            encoded=True,
+        )
+
     wrapper.__pysb_wrapped__ = fn  # type: ignore[attr-defined]
+    wrapper.__pysb_encoded__ = encoded  # type: ignore[attr-defined]
     return wrapper
+
+
+def call_encoded(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bytes:
+    """Call the ``@sandbox`` function ``fn`` in the running sandbox and return its answer
+    *undecoded*: the bytes the sandbox sent, in pysb's envelope.
+
+    For a host process that only relays the answer to another process (pysb-ray's Ray
+    workers): it decodes nothing the sandbox sent, so no general-purpose pickler ever
+    encodes that data again; the receiver decodes the bytes with
+    :func:`pysb_core.decode_answer`, which returns the value or raises the call's
+    exception under partial mode's restricted decoder. The call's output, timeout,
+    ``retry_on_crash`` and crash rules are those of a normal call; what fails on the host
+    side (a crash, a timeout, a stopped sandbox) is raised here, not encoded.
+    """
+    encoded = getattr(fn, "__pysb_encoded__", None)
+    if encoded is None:
+        raise TypeError(
+            f"{fn!r} is not a synchronous @sandbox function: call_encoded() calls the "
+            "function that @pysb_core.sandbox returned (async functions are not supported)"
+        )
+    if is_in_sandbox():
+        raise SandboxError(
+            "call_encoded() runs on the host side of a sandbox; inside the sandbox call the "
+            "function directly"
+        )
+    return encoded(*args, **kwargs)  # type: ignore[no-any-return]
 
 
 def _drop_client_entries(exc: BaseException) -> None:

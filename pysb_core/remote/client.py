@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pysb_core.errors import SandboxError, SandboxProtocolError, SandboxTimeoutError
-from pysb_core.remote import buffers, transport, unpickler
+from pysb_core.remote import answer, buffers, transport, unpickler
 from pysb_core.remote.exceptions import rebuild_chain
 
 _dumps = pickle.dumps
@@ -726,8 +726,12 @@ class Client:
         *,
         timeout: float | None = None,
         retry: bool = False,
+        encoded: bool = False,
     ) -> Any:
-        """Run ``ref(*args, **kwargs)`` in the worker from a thread; stream its output."""
+        """Run ``ref(*args, **kwargs)`` in the worker from a thread; stream its output.
+
+        ``encoded``: return the answer (result or raised exception) undecoded, in
+        :mod:`~pysb_core.remote.answer`'s envelope, for a process that relays it."""
         sink: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
         call = _Call(name, (ref, args, kwargs), retry, sink, None)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -742,7 +746,7 @@ class Client:
                         raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
                     if item is not None:
                         self._followers.pop(call.id, None)
-                        return self._on_frame(*item)
+                        return self._on_frame(*item, encoded)
                     with self._cond:  # the worker died: wait for the restart's verdict
                         if call.id in self._pending and self._leader is not call:
                             self._followers[call.id] = call
@@ -765,7 +769,7 @@ class Client:
                         raise self._timed_out(call, timeout) from None  # type: ignore[arg-type]
                 if kind == _LEAD:
                     continue
-                value = self._on_frame(kind, data)
+                value = self._on_frame(kind, data, encoded)
                 if value is not _MORE:
                     self._followers.pop(call.id, None)
                     return value
@@ -827,9 +831,14 @@ class Client:
             if self._closing and not self._pending:
                 self._cond.notify_all()
 
-    def _on_frame(self, kind: int, data: Any) -> Any:
+    def _on_frame(self, kind: int, data: Any, encoded: bool = False) -> Any:
         """One frame of a call's answer: output is written through, the result decoded
-        (restricted), an exception raised; ``_MORE`` while the call is still running."""
+        (restricted), an exception raised; ``_MORE`` while the call is still running.
+        ``encoded``: a result or the child's exception is returned in its envelope."""
+        if encoded and (
+            kind == transport.RESULT or kind == transport.EXCEPTION or kind == _RESULT_OOB
+        ):
+            return answer.encode(kind, data)
         if kind == transport.RESULT:
             return unpickler.loads(data, self._allowed)
         if kind == _RESULT_OOB:

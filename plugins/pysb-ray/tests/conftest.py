@@ -136,6 +136,90 @@ def double(a):
     return 2 * a
 '''
 
+HOSTILE_TOOLS = '''
+"""A hostile sandboxed program: it forges the answers its worker sends to the Ray worker.
+
+Every node's Ray workers import ``workeronly`` with this module (``PYSB_RAY_TEST_NODE``
+is set on the nodes, not on the driver): a module that a Ray worker has loaded and the
+driver has not, as Ray's own modules or a node image's are.
+"""
+import contextvars
+import gc
+import os
+import _pickle
+
+import pysb_ray
+from pysb_core import is_in_sandbox
+
+if os.environ.get("PYSB_RAY_TEST_NODE") == "1" and not is_in_sandbox():
+    import workeronly  # noqa: F401
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPTIONS = {"profile": os.path.join(HERE, "hostile.pysb.yaml"), "provider": "%(provider)s",
+           "num_cpus": 0.5}
+
+
+def _writer_and_call():
+    writer = next(o for o in gc.get_objects() if type(o).__name__ == "FrameWriter")
+    ctx = contextvars.copy_context()
+    return writer, next(v for k, v in ctx.items() if k.name == "pysb_call")
+
+
+@pysb_ray.sandboxed(**OPTIONS)
+def forge_result(payload):
+    """Send our own RESULT frame for this call, as hostile code in the worker can."""
+    writer, cid = _writer_and_call()
+    writer.send(14, cid, payload)
+    return "sent"
+
+
+@pysb_ray.sandboxed(**OPTIONS)
+def forge_exception(module, qualname, frames):
+    writer, cid = _writer_and_call()
+    link = {"pickled": None, "state": {}, "module": module, "qualname": qualname,
+            "message": "forged", "frames": frames, "relation": "context", "suppress": False}
+    writer.send(15, cid, _pickle.dumps([link], protocol=5))
+    return "sent"
+'''
+
+#: Imported by a Ray worker (never by the driver): if anything imports it or builds its
+#: exception, it leaves a marker naming the process that did.
+WORKER_ONLY = """
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+with open(os.path.join(OUT, f"imported-{os.getpid()}"), "w"):
+    pass
+
+
+class Trap(Exception):
+    def __init__(self, *args):
+        with open(os.path.join(OUT, f"constructed-{os.getpid()}"), "w"):
+            pass
+        super().__init__(*args)
+"""
+
+PLANTED = """
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+with open(os.path.join(OUT, f"planted-{os.getpid()}"), "w"):
+    pass
+
+
+class X:
+    pass
+"""
+
+HOSTILE_PROFILE = """\
+version: 1
+imports: ["*"]
+api: {allow: ["*"]}
+files:
+  expose-ro: ["${PROFILE_DIR}"]
+  expose-rw: ["${PROFILE_DIR}/out"]
+"""
+
 BROKEN = """\
 version: 1
 imports: [os]
@@ -153,6 +237,10 @@ def tools_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (where / "moretools.py").write_text(MORE_TOOLS)
     (where / "tools.pysb.yaml").write_text(PROFILE)
     (where / "broken.pysb.yaml").write_text(BROKEN)
+    (where / "hostiletools.py").write_text(HOSTILE_TOOLS % {"provider": PROVIDER})
+    (where / "workeronly.py").write_text(WORKER_ONLY)
+    (where / "plantedmod.py").write_text(PLANTED)
+    (where / "hostile.pysb.yaml").write_text(HOSTILE_PROFILE)
     return where
 
 
@@ -196,12 +284,13 @@ def start_cluster(tools_dir: Path, nodes: int, node_env: dict[int, dict[str, str
 
     The nodes find the tools through ``PYTHONPATH`` (they share this file system here; on a
     real cluster the module is in the image); ``node_env`` changes the environment of some
-    nodes. Each node has a custom resource naming it (``node0``, ``node1``...), so that a
-    test can send a task to one node.
+    nodes (every node has ``PYSB_RAY_TEST_NODE=1``, the driver not). Each node has a custom
+    resource naming it (``node0``, ``node1``...), so that a test can send a task to one node.
     """
     from ray.cluster_utils import Cluster
 
     pythonpath = os.pathsep.join(p for p in (str(tools_dir), os.environ.get("PYTHONPATH")) if p)
+    node_env = {i: {"PYSB_RAY_TEST_NODE": "1", **node_env.get(i, {})} for i in range(nodes)}
     with environment(PYTHONPATH=pythonpath, **node_env.get(0, {})):
         cluster = Cluster(
             initialize_head=True,

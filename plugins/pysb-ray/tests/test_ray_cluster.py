@@ -223,3 +223,57 @@ def test_a_function_no_node_can_import_fails_with_rays_own_error(
     finally:
         sys.path.remove(str(where))
         sys.modules.pop("driveronly", None)
+
+
+class _System:
+    """Pickled as a call of os.system (what a hostile worker's result can name)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return os.system, (self.command,)
+
+
+def test_hostile_answers_are_decoded_on_the_driver_and_refused(
+    cluster: Any, tools: ModuleType
+) -> None:
+    """The sandboxed code forges its worker's answers (issue 26, through pysb-ray): the
+    Ray worker relays them undecoded and the driver's restricted decoder refuses each --
+    no module imported, no constructor run, no command, no allocation of the numbers.
+
+    Before, the Ray worker decoded the answer and Ray pickled the object again: the
+    driver's unpickler then imported ``workeronly`` (loaded in the Ray worker only) and ran
+    ``Trap.__init__`` for an exception the sandbox merely named."""
+    import pickle
+    import sys
+
+    import hostiletools  # type: ignore[import-not-found]
+
+    from pysb_core import RestrictedResultError
+
+    out = Path(tools.HERE) / "out"
+    mine = os.getpid()
+    ran = out / "system-ran"
+    before = set(sys.modules)
+    node = on_node(1)
+    unloaded = b"\x80\x02cplantedmod\nX\n)\x81."  # NEWOBJ of a module the driver has not loaded
+    with pytest.raises(RestrictedResultError, match=r"plantedmod\.X"):
+        ray.get(hostiletools.forge_result.options(**node).remote(unloaded))
+    system = pickle.dumps(_System(f"touch {ran}"), protocol=2)
+    with pytest.raises(RestrictedResultError, match=r"system"):
+        ray.get(hostiletools.forge_result.options(**node).remote(system))
+    huge = [("/etc/shadow", 2**31, "f", "x")]
+    with pytest.raises(SandboxProtocolError, match=r"line number 2147483648"):
+        ray.get(hostiletools.forge_exception.options(**node).remote("builtins", "ValueError", huge))
+    with pytest.raises(SandboxProtocolError, match=r"workeronly\.Trap: forged") as info:
+        ray.get(hostiletools.forge_exception.options(**node).remote("workeronly", "Trap", []))
+    assert isinstance(info.value, ray.exceptions.RayTaskError)  # as Ray raises a task's error
+    # the node's Ray worker did load workeronly (the case is real), the driver never did
+    imported = {p.name for p in out.iterdir()}
+    assert any(name.startswith("imported-") for name in imported), imported
+    assert f"imported-{mine}" not in imported and f"constructed-{mine}" not in imported
+    assert f"planted-{mine}" not in imported and not ran.exists()
+    assert not {"workeronly", "plantedmod"} & (set(sys.modules) - before)
+    # an honest call of the same functions still round-trips
+    assert ray.get(hostiletools.forge_result.options(**node).remote(pickle.dumps(7))) == 7

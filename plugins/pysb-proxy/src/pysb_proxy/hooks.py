@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pysb_proxy.server import EgressProxy
 
 #: The guard kit this plugin is written against (kit 1.1: ``HostService``).
-PYSB_GUARDKIT = "1.1"
+PYSB_GUARDKIT = "1.2"
 SERVICE = "pysb-proxy"
 GUARD = "egress"
 

@@ -20,6 +20,7 @@ import ray
 from ray.util import ActorPool
 
 from pysb_ray import warm
+from pysb_ray.answer import EncodedAnswer, function_name
 from pysb_ray.decorator import check_importable
 from pysb_ray.spec import ProfileSpec, load_spec
 
@@ -32,8 +33,9 @@ class SandboxActor:
         # (partial mode allows the imports of the modules it was started with).
         self.spec = spec
 
-    def call(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return warm.run(self.spec, fn, args, kwargs)
+    def call(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EncodedAnswer:
+        """The call in this actor's sandbox; decoded where it is received (see answer)."""
+        return EncodedAnswer(warm.run(self.spec, fn, args, kwargs), function_name(fn))
 
     def stop(self) -> None:
         warm.stop()

@@ -19,7 +19,7 @@ import tempfile
 import threading
 from typing import Any
 
-from pysb_core import ProviderUnavailableError, SandboxProtocolError, sandboxes
+from pysb_core import ProviderUnavailableError, SandboxProtocolError, call_encoded, sandboxes
 from pysb_ray.spec import ProfileSpec
 
 
@@ -121,11 +121,13 @@ def stop() -> None:
         current.stop()
 
 
-def run(spec: ProfileSpec, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call the ``@sandbox`` function ``fn`` in the warm sandbox of ``spec``."""
+def run(spec: ProfileSpec, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """Call the ``@sandbox`` function ``fn`` in the warm sandbox of ``spec``; its answer
+    comes back undecoded (``pysb_core.call_encoded``): this process only relays it, and
+    the process that receives it decodes it (``pysb_ray.answer``)."""
     box = ensure(spec, fn)
     try:
-        return fn(*args, **kwargs)
+        return call_encoded(fn, *args, **kwargs)
     except SandboxProtocolError as exc:
         if "failed closed" in str(exc):  # five deaths in 180 s: the next task starts afresh
             box.failed_closed = True

@@ -22,7 +22,7 @@ GUARD = "api"
 #: The module the sandboxed interpreter imports to install this family's guard.
 PYSB_CHILD_MODULE = "pysb_guards.api.guard"
 #: The guard kit this family is written against (:mod:`pysb_core.kitversion`).
-PYSB_GUARDKIT = "1.1"
+PYSB_GUARDKIT = "1.2"
 
 
 @hookimpl

@@ -21,7 +21,7 @@ GUARD = "files"
 #: The module the sandboxed interpreter imports to install this family's guard.
 PYSB_CHILD_MODULE = "pysb_guards.files.guard"
 #: The guard kit this family is written against (:mod:`pysb_core.kitversion`).
-PYSB_GUARDKIT = "1.1"
+PYSB_GUARDKIT = "1.2"
 
 
 @hookimpl

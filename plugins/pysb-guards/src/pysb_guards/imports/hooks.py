@@ -21,7 +21,7 @@ GUARD = "imports"
 #: The module the sandboxed interpreter imports to install this family's guard.
 PYSB_CHILD_MODULE = "pysb_guards.imports.guard"
 #: The guard kit this family is written against (:mod:`pysb_core.kitversion`).
-PYSB_GUARDKIT = "1.1"
+PYSB_GUARDKIT = "1.2"
 
 
 @hookimpl
