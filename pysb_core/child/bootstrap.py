@@ -28,6 +28,8 @@ import _signal  # the C module: `signal` would import enum (~3 ms) at every star
 import os
 import sys
 
+from pysb_core.child import ending  # bound now, before the guards: the program's exit
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The program is compiled and run with the interpreter's own functions, bound before any
 # guard patches the builtins: the framework's own exec is not the program's.
@@ -280,6 +282,7 @@ def _die_like_cpython(exc: BaseException, memory_limit: str | None) -> None:
     if isinstance(exc, KeyboardInterrupt):
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         os.kill(os.getpid(), _signal.SIGINT)
+    ending.end(1)
     raise SystemExit(1)
 
 
@@ -607,7 +610,15 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
             _run_repl(program, code)
         else:
             _run_program(program, runpy)
-    except SystemExit:
-        raise
+    except SystemExit as exc:
+        status = ending.status_of(exc)
+        if status is None:
+            raise  # a message to print, or a status the interpreter converts
     except BaseException as exc:
         _die_like_cpython(exc, memory_limit)
+    else:
+        status = 0
+    # The exit as CPython's own, without the interpreter's finalization when nothing is
+    # left for it (pysb_core.child.ending); else the normal exit, with the same status.
+    ending.end(status)
+    raise SystemExit(status)

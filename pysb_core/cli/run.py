@@ -214,17 +214,8 @@ def learn_command(argv: list[str]) -> str:
 
 #: Set by :func:`process_main`: the collector is paused until the sandbox has started.
 _gc_paused: list[bool] = []
-#: Set at the end of a run: the process may end without interpreter finalization.
-_quick_exit: list[bool] = []
 #: Set when a learning run could not write all it learned (exit 125).
 _learning_failed: list[bool] = []
-
-#: Distributions and provider packages whose objects need nothing from finalization: they
-#: flush what they write and release what they make in ``Session.finish`` (cleanups).
-_OWN_DISTRIBUTIONS = frozenset({"pysb-core", "pysb-guards"})
-_OWN_PROVIDERS = frozenset(
-    {"pysb_core", "pysb_landlock", "pysb_bwrap", "pysb_unshare", "pysb_firejail", "pysb_qemu"}
-)
 
 
 def _resume_gc() -> None:
@@ -235,37 +226,19 @@ def _resume_gc() -> None:
         gc.enable()
 
 
-def quick_exit_safe(session) -> bool:
-    """Whether, once the run is over, ``os._exit`` loses nothing that interpreter
-    finalization would do: every plugin and the provider are pysb's own, no ``atexit``
-    callback is registered and no non-daemon thread is alive. A third-party plugin may
-    rely on finalization (a buffered file closed by its finalizer): then the process
-    ends normally."""
-    import atexit
-    import threading
-
-    if any(p.distribution not in _OWN_DISTRIBUTIONS for p in session.plugins):
-        return False
-    if type(session.provider).__module__.partition(".")[0] not in _OWN_PROVIDERS:
-        return False
-    ncallbacks = getattr(atexit, "_ncallbacks", None)
-    if ncallbacks is None or ncallbacks():
-        return False
-    main = threading.main_thread()
-    return not any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
-
-
 def process_main(argv: list[str]) -> NoReturn:
     """The ``pysb run`` process itself (the console script), where start-up time counts.
 
     The cyclic garbage collector is paused until the sandbox has started (start-up
-    allocates much and frees little; about 20 collections otherwise), and when
-    :func:`quick_exit_safe` says so the process ends with ``os._exit`` once the standard
-    streams are flushed: tearing down ~100 modules and collecting them would only delay
-    the exit status (about 2 ms).
+    allocates much and frees little; about 20 collections otherwise), and the process
+    ends through :func:`pysb_core.linux.quickexit.finish`: threads joined, ``atexit``
+    callbacks run and the standard streams flushed as a normal exit does them, then
+    ``os._exit`` when no object is left whose finalizer could do anything -- tearing down
+    ~100 modules and collecting them would only delay the exit status (about 2 ms).
+    Whatever plugins are installed: one with something left to finalize (an open file)
+    gets the normal exit.
     """
     import gc
-    import os
 
     if gc.isenabled():
         gc.disable()
@@ -274,16 +247,9 @@ def process_main(argv: list[str]) -> NoReturn:
         code = run_main(argv)
     finally:
         _resume_gc()
-    if _quick_exit:
-        try:
-            for stream in (sys.stdout, sys.stderr):
-                if stream is not None:
-                    stream.flush()
-        except BaseException:  # a closed pipe: let the normal exit report it
-            raise SystemExit(code) from None
-        os._exit(code)
-    if sys.stdout is not None:
-        sys.stdout.flush()
+    from pysb_core.linux.quickexit import finish
+
+    finish(code)  # returns when the normal exit must run
     raise SystemExit(code)
 
 
@@ -406,8 +372,6 @@ def _run(session, args: RunArgs) -> int:
             _learning_failed.append(True)
         if subreaper:
             proctree.end_adopted(known)
-        if quick_exit_safe(session):
-            _quick_exit.append(True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,11 +78,16 @@ def _a_caller():
 
 
 #: What pysb's bootstrap itself calls once the guards are armed: ``exec`` / ``compile`` of
-#: the program, ``os.kill`` to pass a KeyboardInterrupt on. Nothing else is exempt for it:
+#: the program, ``os.kill`` to pass a KeyboardInterrupt on, ``gc.get_objects`` to see
+#: whether the exit has anything left to finalize (``pysb_core.child.ending``: the list
+#: never leaves its frames, and no code of the program's runs while it exists). Nothing
+#: else is exempt for it:
 #: it also reads attributes of the program's exception and calls ``sys.excepthook`` and
 #: ``sys.stderr.flush``, which the program may have made faces (a property whose getter is
 #: ``sys.settrace``, ``flush = os.fork``).
-_FRAMEWORK_CALLS = frozenset({"builtins.exec", "builtins.eval", "builtins.compile", "os.kill"})
+_FRAMEWORK_CALLS = frozenset(
+    {"builtins.exec", "builtins.eval", "builtins.compile", "os.kill", "gc.get_objects"}
+)
 
 
 def _a_exempt(group, dynamic):
