@@ -244,3 +244,53 @@ def test_the_proxy_benchmark_measures_every_path(tmp_path: Path) -> None:
     }
     for row in figures.values():
         assert row["p50_ms"] > 0 and row["mib_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_startup_gate_prints_the_figure_and_the_module_counts() -> None:
+    """CI's per-commit start-up figure (benchmarks/startup_gate.py) runs and says what it
+    measured; a bound no run can exceed, so that timing never decides this test."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "startup_gate.py"),
+            "--rounds",
+            "1",
+            "--bound",
+            "100000",
+            "--providers",
+            "subprocess",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert any("÷ python -c pass, subprocess:" in ln and "x CPU" in ln for ln in lines), lines
+    counts = next(ln for ln in lines if "modules imported:" in ln)
+    assert "python " in counts and "pysb " in counts and "(subprocess)" in counts
+
+
+@pytest.mark.slow
+def test_startup_gate_fails_above_its_bound() -> None:
+    """A bound every run exceeds fails the gate (exit 1): the gate can fail."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "startup_gate.py"),
+            "--rounds",
+            "1",
+            "--bound",
+            "0.01",
+            "--providers",
+            "subprocess",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "ABOVE the bound of 0.01x" in proc.stdout
