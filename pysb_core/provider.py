@@ -38,13 +38,13 @@ Nothing in pysb-core names the built-in providers: they are found the same way.
 from __future__ import annotations
 
 import enum
-import subprocess
 from abc import ABC, abstractmethod
 
 from pysb_core._startup.records import Record, field, record
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Mapping, Sequence
     from typing import Any, ClassVar
 
@@ -229,17 +229,28 @@ class Provider(ABC):
         cgroup = None if self.manages_process_limit else self.pids_cgroup(plan)
         first = [PreExecStep("joining the pids cgroup", cgroup.join_self)] if cgroup else []
         steps = set_pre_exec(popen_kwargs, plan, first=first)
+        # Popen's way, without importing subprocess on the start path (pysb_core.linux.spawn);
+        # a provider that adopts the process (on_started: a Popen subclass of its own, as
+        # the wrappers' are) gets a real Popen.
+        from pysb_core.linux.spawn import start
+
         try:
-            proc = subprocess.Popen(
+            proc: subprocess.Popen[bytes] = start(  # or a light Process, its equal here
                 spec.argv,
+                light=not spec.on_started,
                 env=spec.env,
                 cwd=spec.cwd,
                 pass_fds=tuple(spec.pass_fds),
                 **popen_kwargs,
             )
-        except subprocess.SubprocessError as exc:  # a step failed in the child: nothing ran
-            if not steps:
+        except OSError:
+            raise
+        except Exception as exc:
+            import subprocess
+
+            if not steps or not isinstance(exc, subprocess.SubprocessError):
                 raise
+            # a step failed in the child: nothing ran
             raise pre_exec_failed(self.name, steps, exc) from exc
         try:
             for started in spec.on_started:

@@ -17,15 +17,14 @@ request to end because of what the sandbox does.
 
 from __future__ import annotations
 
-import contextlib
 import signal
-import subprocess
 import sys
 import time
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    import subprocess
+    from collections.abc import Callable
 
     from pysb_core.launch.jobcontrol import Job
 
@@ -64,21 +63,25 @@ _ENDING = (signal.SIGTERM, signal.SIGHUP)
 _ENDING_IF_SENT = (signal.SIGINT, signal.SIGQUIT)
 
 
-@contextlib.contextmanager
-def held_signals() -> Iterator[list[int]]:
+class held_signals:  # used as the function it was: `with held_signals() as pending`
     """While the sandbox starts, remember signals meant for it instead of dying of them.
 
     Handlers (not a blocked mask, which a child would inherit across exec) record each
     signal; :func:`wait` forwards them once the sandbox runs. SIGINT keeps its meaning
-    (KeyboardInterrupt): a Ctrl-C before the program exists cancels the start.
+    (KeyboardInterrupt): a Ctrl-C before the program exists cancels the start. (A class,
+    not ``contextlib.contextmanager``: ``contextlib`` is not imported on the start path.)
     """
-    pending: list[int] = []
-    held = [s for s in FORWARDED if s not in (signal.SIGINT, signal.SIGWINCH, signal.SIGCONT)]
-    previous = {s: signal.signal(s, lambda signo, _frame: pending.append(signo)) for s in held}
-    try:
-        yield pending
-    finally:
-        for s, handler in previous.items():
+
+    def __enter__(self) -> list[int]:
+        pending: list[int] = []
+        held = [s for s in FORWARDED if s not in (signal.SIGINT, signal.SIGWINCH, signal.SIGCONT)]
+        self._previous = {
+            s: signal.signal(s, lambda signo, _frame: pending.append(signo)) for s in held
+        }
+        return pending
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
             signal.signal(s, handler)
 
 
