@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import _floor
 import _procs
 
 MIB = 1 << 20
@@ -42,6 +43,8 @@ class Impl:
     """How to open a sandbox and where the functions are, for one implementation."""
 
     def __init__(self, impl: str, provider: str, profile: str, guards: bool = True) -> None:
+        #: A sandbox of two worker processes (pysb's ``workers=2``), None for the reference.
+        self.two_workers: Callable[[], Any] | None = None
         if impl == "pysb":
             from pysb_core import sandboxes
 
@@ -50,6 +53,9 @@ class Impl:
             flag = None if guards else False
             self.factory: Callable[[], Any] = lambda: sandboxes(
                 profile=profile, provider=provider, python_guards=flag
+            )
+            self.two_workers = lambda: sandboxes(
+                profile=profile, provider=provider, python_guards=flag, workers=2
             )
         else:
             from pysandboxes import sandboxes  # type: ignore[import-not-found]
@@ -186,6 +192,13 @@ def measure(impl: Impl, quick: bool, heavy: bool) -> dict[str, Any]:
                     return payload(impl, n, pay_reps, d)
 
                 _step(out, f"{direction}_{mib}mib", move)
+    if impl.two_workers is not None:
+        with impl.two_workers():
+            impl.funcs.noop(0)
+            _step(out, "calls_per_s_8_threads_2_workers", lambda: threads_rate(impl, 8, per_thread))
+    # The floors, measured beside the figures: a pickle ping-pong over a socketpair
+    # between two plain processes, and 10 MiB sent as an out-of-band pickle-5 buffer.
+    _step(out, "floor", lambda: _floor.measure(calls=calls, reps=pay_reps))
     return out
 
 

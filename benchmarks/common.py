@@ -26,6 +26,7 @@ SUPPORT_FILES = (
     "_ref_funcs.py",
     "_procs.py",
     "_partial_worker.py",
+    "_floor.py",
     "_guard_loops.py",
     "_ray_worker.py",
 )

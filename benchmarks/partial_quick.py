@@ -36,6 +36,14 @@ def size(blob):
 @sandbox
 def blob(n):
     return bytes(n)
+
+@sandbox
+def spin(n):
+    # a call that computes in the worker (what more worker processes speed up)
+    total = 0
+    for i in range(n):
+        total += i
+    return total
 """
 
 
@@ -111,6 +119,20 @@ def measure(
                 for th in pool:
                     th.join()
                 result[f"calls_per_s_{threads}_threads"] = per * threads / (time.perf_counter() - t)
+
+            per = max(1, calls // 40)
+
+            def spin_work(n: int = per) -> None:
+                for _ in range(n):
+                    mod.spin(20000)
+
+            pool = [threading.Thread(target=spin_work) for _ in range(8)]
+            t = time.perf_counter()
+            for th in pool:
+                th.start()
+            for th in pool:
+                th.join()
+            result["spin_calls_per_s_8_threads"] = per * 8 / (time.perf_counter() - t)
 
             big = bytes(10 << 20)
             args, results = [], []

@@ -229,11 +229,14 @@ PARTIAL_COLUMNS = [
     ("call p99", "latency", "p99_s", "s"),
     ("calls/s, 1 thread", "calls_per_s_1_thread", None, "rate"),
     ("calls/s, 8 threads", "calls_per_s_8_threads", None, "rate"),
+    ("calls/s, 8 threads, 2 workers", "calls_per_s_8_threads_2_workers", None, "rate"),
     ("calls/s, 8 tasks", "calls_per_s_8_tasks", None, "rate"),
     ("1 MiB arg", "argument_1mib", "median_s", "s"),
     ("1 MiB result", "result_1mib", "median_s", "s"),
     ("10 MiB arg", "argument_10mib", "median_s", "s"),
     ("10 MiB result", "result_10mib", "median_s", "s"),
+    ("floor: ping-pong p50", "floor", "ping_pong_p50_s", "s"),
+    ("floor: 10 MiB out of band", "floor", "oob_10mib_s", "s"),
 ]
 
 
@@ -256,7 +259,10 @@ def partial(res: dict[str, Any]) -> list[str]:
         "",
         "Trivial call `noop(x) -> x`; throughput from 1 thread, 8 threads and 8 asyncio tasks "
         "(an `async def` function); payloads are `bytes` sent as the argument "
-        "(`size(b) -> len(b)`) or returned (`blob(n) -> bytes(n)`). Medians.",
+        '(`size(b) -> len(b)`) or returned (`blob(n) -> bytes(n)`). Medians. "2 workers" '
+        "is pysb's `sandboxes(workers=2)`. The floors are measured in the same run without "
+        "any sandbox: a pickle round trip between two processes over a socketpair, and "
+        "10 MiB sent as an out-of-band pickle-5 buffer.",
         "",
     ]
     header = ["", *(c[0] for c in PARTIAL_COLUMNS)]
@@ -267,7 +273,13 @@ def partial(res: dict[str, Any]) -> list[str]:
         for name in by_provider(res.get(impl, {})):
             entry = res[impl][name]
             if failed(entry):
-                rows.append([f"{who}, {label(name)}", failed(entry) or "", *[""] * 11])
+                rows.append(
+                    [
+                        f"{who}, {label(name)}",
+                        failed(entry) or "",
+                        *[""] * (len(PARTIAL_COLUMNS) - 1),
+                    ]
+                )
                 continue
             cells = [f"{who}, {label(name)}"]
             for _, step, key, unit in PARTIAL_COLUMNS:

@@ -309,6 +309,7 @@ class Sandboxes:
         environ: dict[str, str] | None = None,
         cwd: str | None = None,
         threads: int | None = None,
+        workers: int | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         _depth: int = 1,
@@ -332,7 +333,10 @@ class Sandboxes:
         self.events = events
         self.environ = environ
         self.cwd = cwd
+        if workers is not None and (type(workers) is not int or workers < 1):
+            raise ValueError(f"workers must be a positive number of processes, not {workers!r}")
         self.threads = threads
+        self.workers = workers or 1
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self._entered = 0
@@ -370,16 +374,21 @@ class Sandboxes:
                 cwd=self.cwd,
                 environ=self.environ,
             )
-            client = Client(
-                launcher,
-                init_fn=init_ref,
-                result_classes=allowed,
-                threads=self.threads,
-                use_asyncio=use_asyncio or _async_functions,
-                program_modules=sorted(_program_modules),
-                start_timeout=self.start_timeout,
-                stop_timeout=self.stop_timeout,
-            )
+            options: dict[str, Any] = {
+                "init_fn": init_ref,
+                "result_classes": allowed,
+                "threads": self.threads,
+                "use_asyncio": use_asyncio or _async_functions,
+                "program_modules": sorted(_program_modules),
+                "start_timeout": self.start_timeout,
+                "stop_timeout": self.stop_timeout,
+            }
+            if self.workers > 1:
+                from pysb_core.remote.pool import Pool
+
+                client: Any = Pool(launcher, self.workers, **options)
+            else:
+                client = Client(launcher, **options)
             try:
                 client.start()
             except BaseException:
@@ -435,9 +444,18 @@ class Sandboxes:
 
     @property
     def pid(self) -> int | None:
-        """PID of the running worker (None when none runs)."""
+        """PID of the running worker, the first one with ``workers=N`` (None when none
+        runs)."""
         client = _client
         return client.pid if client is not None else None
+
+    @property
+    def pids(self) -> list[int | None]:
+        """PIDs of the running workers, one per worker (empty when none runs)."""
+        client = _client
+        if client is None:
+            return []
+        return list(getattr(client, "pids", [client.pid]))
 
     @property
     def provider_name(self) -> str | None:
@@ -456,7 +474,9 @@ def sandboxes(
     and again after each restart), ``learn`` (a learning run; the profile is written when
     the sandbox stops), ``result_classes`` (classes the caller accepts in results besides
     plain data), ``python_guards``, ``events``, ``environ``, ``cwd``, ``threads`` (worker
-    threads serving concurrent calls, default 16), ``start_timeout``, ``stop_timeout``.
+    threads serving concurrent calls, default 16), ``workers`` (sandboxed worker
+    processes that calls are spread across, default 1; ``init_fn`` runs in each),
+    ``start_timeout``, ``stop_timeout``.
     """
     kwargs.setdefault("_depth", 2)
     return Sandboxes(profile, provider, **kwargs)

@@ -193,14 +193,31 @@ class Client:
 
     def start(self) -> None:
         """Start the worker and wait until ``init_fn`` has run in it."""
-        conn = self._launch()
+        self.adopt(self.await_ready(self.spawn()))
+
+    def spawn(self) -> _Conn:
+        """Start the worker process (from the thread that will outlive it: a wrapper's
+        parent-death signal, bwrap's ``--die-with-parent``, follows the spawning thread)."""
+        return self._launch(ready=False)
+
+    def await_ready(self, conn: _Conn) -> _Conn:
+        """Wait until ``init_fn`` has run in the worker (any thread may wait)."""
+        try:
+            self._await_ready(conn)
+        except BaseException:
+            self._reap(conn, kill=True)
+            raise
+        return conn
+
+    def adopt(self, conn: _Conn) -> None:
+        """Serve calls with this ready worker."""
         with self._cond:
             self._conn = conn
             self._state = READY
         self._reader = threading.Thread(target=self._watch, name="pysb-watcher", daemon=True)
         self._reader.start()
 
-    def _launch(self) -> _Conn:
+    def _launch(self, ready: bool = True) -> _Conn:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (parent, child):  # a 10 MiB payload in a few writes, not fifty
             for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
@@ -228,12 +245,7 @@ class Client:
             child.close()
             os.close(started_w)
         conn = _Conn(proc, parent, started_r, self._max_frame)
-        try:
-            self._await_ready(conn)
-        except BaseException:
-            self._reap(conn, kill=True)
-            raise
-        return conn
+        return self.await_ready(conn) if ready else conn
 
     def _await_ready(self, conn: _Conn) -> None:
         sock = conn.sock
