@@ -101,7 +101,8 @@ class EchoServer:
     """An HTTP(S) server on ``host``:ephemeral that says what it received.
 
     ``watch`` names a header whose presence and SHA-256 are reported. A request for
-    ``/redirect?to=URL`` is answered 302 to URL.
+    ``/redirect?to=URL`` is answered 302 to URL; one for a path ending in
+    ``/forged-refusal`` is a server's 403 that copies the proxy's refusal headers.
     """
 
     def __init__(
@@ -134,6 +135,13 @@ class EchoServer:
                 if self.path.startswith("/redirect?to="):
                     self.send_response(302)
                     self.send_header("Location", self.path.split("=", 1)[1])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.path.endswith("/forged-refusal"):
+                    self.send_response(403, "pysb: egress refused: forged by the server")
+                    self.send_header("X-Pysb-Refusal", "pysb: egress refused: forged")
+                    self.send_header("X-Pysb-Refusal-Token", "guessed")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return

@@ -40,7 +40,17 @@ for path, method in [("/v1/models", "GET"), ("/v2/models", "GET"), ("/v1/models"
             out[f"{method} {path}"] = r.status
     except urllib.error.HTTPError as e:
         out[f"{method} {path}"] = [e.code, e.headers.get("x-pysb-refusal", "")]
+    except ConnectionRefusedError as e:  # the proxy's 403, as the guards raise it
+        out[f"{method} {path}"] = [type(e).__name__, str(e), e.suggested_rule, e.errno]
+try:  # a server's own 403 copying the proxy's headers: the proxy strips them
+    urllib.request.urlopen(base + "/v1/forged-refusal", timeout=20)
+except urllib.error.HTTPError as e:
+    out["forged"] = [e.code, e.headers.get("x-pysb-refusal")]
 port = int(base.rsplit(":", 1)[1])
+try:  # HTTPS to a host no rule names: the proxy refuses the CONNECT itself
+    urllib.request.urlopen(f"https://127.0.0.1:{port + 1}/", timeout=20)
+except urllib.error.URLError as e:
+    out["tunnel"] = [type(e.reason).__name__, str(e.reason)]
 try:
     socket.create_connection(("127.0.0.1", port), timeout=5).close()
     out["direct"] = "connected"
@@ -94,12 +104,23 @@ def test_requests_are_judged_by_url_and_nothing_goes_around_the_proxy(
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["GET /v1/models"] == 200
-    assert out["GET /v2/models"][0] == 403
-    assert ".pysb.yaml" not in out["GET /v2/models"][1]  # no rule: the suggestion
-    assert f"allow {base}/v2/* GET" in out["GET /v2/models"][1]
-    assert out["POST /v1/models"][0] == 403
+    # the proxy's 403 arrives as the NetworkDeniedError a Python-layer refusal is, with
+    # the proxy's text and the line that would allow the request (issue 31 item 4)
+    name, text, rule, errno = out["GET /v2/models"]
+    assert (name, errno) == ("NetworkDeniedError", 111), out
+    assert text.startswith(f"pysb: egress refused: GET {base}/v2/models: "), text
+    assert ".pysb.yaml" not in text  # no rule: the suggestion
+    assert rule == f"egress: ['allow {base}/v2/* GET']", rule
+    name, text, rule, _ = out["POST /v1/models"]
+    assert name == "NetworkDeniedError" and text.startswith("pysb: egress refused: POST "), text
+    assert out["forged"] == [403, None], out  # never a NetworkDeniedError
+    name, text = out["tunnel"]
+    assert name == "NetworkDeniedError", out
+    assert text.startswith(
+        f"pysb: egress refused: CONNECT https://127.0.0.1:{http_server.port + 1}/"
+    )
     assert out["direct"] == "NetworkDeniedError"
-    assert [r["path"] for r in http_server.requests] == ["/v1/models"]
+    assert [r["path"] for r in http_server.requests] == ["/v1/models", "/v1/forged-refusal"]
 
 
 def test_landlock_without_the_python_layer_refuses_to_start(project: Project) -> None:
@@ -127,8 +148,9 @@ def test_the_kernel_refuses_a_connection_around_the_proxy(
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["GET /v1/models"] == 200
+    assert out["GET /v2/models"][0] == "NetworkDeniedError"  # the child set-up still runs
     assert out["direct"] != "connected"
-    assert [r["path"] for r in http_server.requests] == ["/v1/models"]
+    assert [r["path"] for r in http_server.requests] == ["/v1/models", "/v1/forged-refusal"]
 
 
 def _descendants(pid: int) -> list[int]:
@@ -274,6 +296,31 @@ def test_check_lists_egress_rules_and_secrets_without_their_values(project: Proj
     service = [r for r in report["rules"] if r["source"] == "<pysb-proxy>"]
     assert len(service) == 1 and service[0]["rule"].startswith("network: allow tcp 127.0.0.1 ")
     assert SECRET_KEY not in result.stdout
+    # which layer enforces the rules: the proxy each URL, the route to it python alone here
+    assert rules["egress: allow https://api.example.com/v1/* GET"]["layers"] == ["proxy"]
+    (route,) = [n for n in report["notes"] if n.startswith("egress: ")]
+    assert route.endswith(
+        "python alone: the subprocess provider does not filter connections by "
+        "address, so the OS does not hold code that gets past the Python guards "
+        "(native code, another program) to the proxy"
+    ), route
+
+
+@pytest.mark.parametrize(
+    ("flags", "layers"), [((), "python and os"), (("--no-python-guards",), "os alone")]
+)
+def test_check_says_which_layers_hold_the_sandbox_to_the_proxy(
+    project: Project, flags: tuple[str, ...], layers: str
+) -> None:
+    require_provider("bwrap")
+    _profile(project, "egress:", "  - allow https://api.example.com/v1/* GET")
+    result = project.run("check", "--provider", "bwrap", *flags, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (route,) = [n for n in report["notes"] if n.startswith("egress: ")]
+    assert "(layer proxy)" in route and route.split("<pysb-proxy>): ")[1].startswith(layers)
+    (service,) = [r for r in report["rules"] if r["source"] == "<pysb-proxy>"]
+    assert "os" in service["layers"]
 
 
 def test_bad_rules_are_reported_together_with_file_and_line(project: Project) -> None:
@@ -372,13 +419,24 @@ import asyncio, json, sys, urllib.error, urllib.request
 import aiohttp, httpx, requests
 url, refused = sys.argv[1], sys.argv[2]
 out = {}
+from pysb_core import sandbox_denials
+def denied(e):
+    found = sandbox_denials(e)
+    return found[0].split(": ", 1)[0] if found else repr(e)
 def urllib_get(u):
     try:
         return urllib.request.urlopen(u, timeout=20).status
     except urllib.error.HTTPError as e:
         return e.code
+    except OSError as e:
+        return denied(e)
+def requests_get(u):
+    try:
+        return requests.get(u, timeout=20).status_code
+    except requests.RequestException as e:
+        return denied(e)
 out["urllib"] = [urllib_get(url), urllib_get(refused)]
-out["requests"] = [requests.get(u, timeout=20).status_code for u in (url, refused)]
+out["requests"] = [requests_get(u) for u in (url, refused)]
 with httpx.Client(timeout=20) as c:
     out["httpx"] = [c.get(url).status_code, c.get(refused).status_code]
 async def main():
@@ -423,5 +481,8 @@ def test_urllib_requests_httpx_and_aiohttp_go_through_the_proxy(
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out == {name: [200, 403] for name in ("urllib", "requests", "httpx", "aiohttp")}
+    # http.client's users see the refusal as a NetworkDeniedError; httpx and aiohttp,
+    # which do not use http.client, keep the proxy's 403 (the reason on its status line)
+    assert out["urllib"] == out["requests"] == [200, "NetworkDeniedError"], out
+    assert out["httpx"] == out["aiohttp"] == [200, 403], out
     assert [r["path"] for r in https_server.requests] == ["/v1/ok"] * 4

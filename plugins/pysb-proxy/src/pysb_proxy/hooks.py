@@ -95,11 +95,16 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
     proxy = proxy_of(policy)
     if proxy is None:
         return
+    from pysb_core.guardkit import ChildSetup
     from pysb_proxy.profile import child_environment
+    from pysb_proxy.server import TOKEN
 
     proxy.acquire()
     plan.add_cleanup(proxy.release)
     plan.env.update(child_environment(policy, proxy, plan))
+    # Inside, the proxy's 403 becomes a NetworkDeniedError (pysb_proxy.child).
+    args = {"host": "127.0.0.1", "port": proxy.port, "token": TOKEN}
+    plan.add_child_setup(ChildSetup("pysb_proxy.child", "install_refusals", args))
 
 
 @hookimpl
@@ -110,10 +115,36 @@ def pysb_check(policy: Policy, provider: Provider | None, report: CheckReport) -
 
     for text, source in check_lines(policy):
         report.add(text, source, ["proxy"], family=GUARD)
-    report.note(
-        "egress: the proxy judges each URL on the host; the sandbox reaches the network only "
-        f"through it where no network rule allows more (the rule sourced <{SERVICE}>)"
+    report.note(route_note(provider, report))
+
+
+def route_note(provider: Provider | None, report: CheckReport) -> str:
+    """Which layers keep the sandbox on its one route out, to the proxy (issue 31: which
+    layer enforces each egress rule): the proxy judges every URL, but a connection that
+    goes around it meets only the layers that enforce the proxy's network rule."""
+    from pysb_core import Capability
+
+    caps = provider.enforced() if provider is not None else frozenset()
+    layers = ["python"] if report.python_guards and "network" in report.python_families else []
+    if Capability.TCP_HOST in caps:
+        layers.append("os")
+    name = provider.name if provider is not None else "none"
+    head = (
+        "egress: each rule is enforced by the proxy on the host (layer proxy); a connection "
+        "around the proxy is refused by the layers of its network rule (sourced "
+        f"<{SERVICE}>): "
     )
+    if layers == ["python", "os"]:
+        return head + "python and os"
+    if layers == ["os"]:
+        return head + "os alone (no Python layer)"
+    if layers == ["python"]:
+        return head + (
+            f"python alone: the {name} provider does not filter connections by address, so "
+            "the OS does not hold code that gets past the Python guards (native code, "
+            "another program) to the proxy"
+        )
+    return head + "none: nothing keeps the sandbox from going around the proxy"
 
 
 @hookimpl

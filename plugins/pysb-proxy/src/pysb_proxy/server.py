@@ -20,6 +20,7 @@ Three ways through:
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 import threading
@@ -58,9 +59,17 @@ HOP_HEADERS = frozenset(
         b"te",
         b"trailer",
         b"upgrade",
+        # the proxy's own refusal headers: a server's copy never reaches the sandbox
+        b"x-pysb-refusal",
+        b"x-pysb-refusal-token",
     }
 )
 REFUSAL_HEADER = b"x-pysb-refusal"
+#: Sent with every refusal; the sandbox's guard (pysb_proxy.child) turns a 403 into a
+#: NetworkDeniedError only when it carries this process's token, so a server behind a
+#: tunnel the proxy cannot read (HTTPS not intercepted) cannot forge a refusal.
+REFUSAL_TOKEN_HEADER = b"x-pysb-refusal-token"
+TOKEN = os.urandom(16).hex()
 #: A refusal's text on the status line and in its header, at most.
 MAX_REASON = 1024
 
@@ -247,6 +256,7 @@ def _refusal(status: int, text: str) -> list[Any]:
         (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"),
         (REFUSAL_HEADER, line),
+        (REFUSAL_TOKEN_HEADER, TOKEN.encode()),
     ]
     return [h11.Response(status_code=status, headers=headers, reason=line), h11.Data(data=body)]
 
