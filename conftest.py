@@ -26,6 +26,11 @@ def pytest_configure() -> None:
 
 #: The parameters that name the provider a test runs under.
 PROVIDER_PARAMS = ("provider", "os_provider")
+#: The parameters that name the interpreter a test runs on (plugins/pysb-guards' ``python``,
+#: pysb_core.testing's ``pysb_python``): the other axis of a matrix whose test names no
+#: provider -- an escape corpus run on every interpreter, where the fast tier runs each
+#: attack on one interpreter and each interpreter at least once.
+INTERPRETER_PARAMS = ("python", "pysb_python")
 #: Providers each of whose runs is costly, and why: outside their own test directory
 #: (plugins/pysb-NAME/tests, run in full) the fast tier runs only the cells a matrix's
 #: covering subset chose for them.
@@ -37,11 +42,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fast",
         action="store_true",
         default=False,
-        help="the fast complete pass of `make test`: a test run under every provider for "
-        "every case of another parameter (a corpus program, an interpreter, a project's "
-        "place) runs on a covering subset of those cells, each case and each provider at "
-        "least once, and a costly provider (qemu) runs its own tests and those cells only; "
-        "the other cells are marked `full` and deselected (`make test-full` runs them all)",
+        help="the fast complete pass of `make test`: a test run under every provider (or, "
+        "naming no provider, on every interpreter) for every case of another parameter (a "
+        "corpus program or attack, an interpreter, a project's place) runs on a covering "
+        "subset of those cells, each case and each provider (interpreter) at least once, "
+        "and a costly provider (qemu) runs its own tests and those cells only; the other "
+        "cells are marked `full` and deselected (`make test-full` runs them all)",
     )
 
 
@@ -80,9 +86,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     A matrix is one test function parametrized over a provider and over something else:
     the cells of the learning corpus (program x provider), the interpreters (kind x
-    provider), the places a project can be (place x provider). A test parametrized over
-    the provider alone is no matrix: all its cells stay, as do each provider's own tests
-    -- except the cells of a :data:`COSTLY` provider outside its own test directory
+    provider), the places a project can be (place x provider); or, for a test that names
+    no provider, over an interpreter and something else (the guards' escape corpora on
+    3.11, 3.12 and 3.13: attack x interpreter). A test parametrized over the provider (or
+    the interpreter) alone is no matrix: all its cells stay, as do each provider's own
+    tests -- except the cells of a :data:`COSTLY` provider outside its own test directory
     (the cross-provider tests' qemu runs), which the covering did not choose.
     """
     groups: dict[tuple[str, str], list[tuple[pytest.Item, tuple[object, object]]]] = {}
@@ -92,6 +100,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if spec is None:
             continue
         axis = next((name for name in PROVIDER_PARAMS if name in spec.params), None)
+        if axis is None:
+            axis = next((name for name in INTERPRETER_PARAMS if name in spec.params), None)
         if axis is None or len(spec.params) < 2:
             continue
         case = tuple(sorted((k, repr(v)) for k, v in spec.params.items() if k != axis))

@@ -62,6 +62,27 @@ def test_the_fast_tier_runs_every_program_and_every_provider_of_the_corpus() -> 
     ]
 
 
+def test_the_fast_tier_runs_every_attack_and_every_interpreter_of_the_seal_corpus() -> None:
+    """A test naming no provider but an interpreter (``python``) and a case is a matrix too:
+    each attack of the corpus on one interpreter, each interpreter at least once; the
+    interpreter-only tests of the same file keep all their cells."""
+    path = "plugins/pysb-guards/tests/test_judge_seal.py"
+    full, fast = _collect(path), _collect("--fast", path)
+    corpus = "test_no_program_code_under_a_judge["
+
+    def split(nodeid: str) -> tuple[str, str]:
+        python, _, attack = nodeid.split("[", 1)[1].rstrip("]").partition("-")
+        return attack, python
+
+    cells = {split(t) for t in fast if corpus in t}
+    every = {split(t) for t in full if corpus in t}
+    assert {a for a, _ in cells} == {a for a, _ in every}
+    assert {p for _, p in cells} == {p for _, p in every}
+    assert len(cells) == max(len({a for a, _ in every}), len({p for _, p in every}))
+    assert len(cells) < len(every) or len({p for _, p in every}) == 1
+    assert [t for t in fast if "[" not in t] == [t for t in full if "[" not in t]
+
+
 def test_qemu_runs_its_own_tests_in_full_and_only_chosen_cells_elsewhere() -> None:
     paths = ("plugins/pysb-qemu/tests", "tests/test_compat_repl.py")
     full, fast = _collect(*paths), _collect("--fast", *paths)
