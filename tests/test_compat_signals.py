@@ -32,7 +32,7 @@ try:
 except KeyboardInterrupt:
     print("interrupted", flush=True)
     try:
-        time.sleep(3)  # a second SIGINT would land here
+        time.sleep(1)  # a second SIGINT (pysb forwarding it again) would land here
     except KeyboardInterrupt:
         print("twice", flush=True)
         sys.exit(8)

@@ -411,8 +411,12 @@ def test_host_named_unix_socket_unreachable(provider: str, tmp_path: Path) -> No
             ]
         )
     finally:
+        # close() alone leaves accept() blocked in the thread (the join then waited its 5 s
+        # out on every provider): shutdown() wakes it with an error, as no client came.
+        listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         thread.join(timeout=5)
+    assert not thread.is_alive()
     assert out["control-pair"] == "ok"
     assert refused(out["connect"]), out["connect"]
     assert not accepted
