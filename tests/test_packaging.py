@@ -110,18 +110,16 @@ def test_core_alone_enforces_no_default_but_refuses_a_python_rule_written(
     assert r.stdout == "1\n"
 
 
-def test_core_and_one_provider_run_a_files_only_profile(tmp_path_factory, tmp_path: Path) -> None:
+def test_core_and_one_provider_run_a_files_only_profile(
+    core_and_bwrap_env: Path, tmp_path: Path
+) -> None:
     """Issue 27: pysb-core + pysb-bwrap, no pysb-guards: a files-only profile was refused for
     the `<default>` imports and api rules nobody wrote. It runs under the default (auto:
     bwrap), warned that the Python layer is absent, and bwrap alone confines it."""
     from pysb_core.testing import require_provider
 
     require_provider("bwrap")
-    env_dir = offline_venv(
-        tmp_path_factory.mktemp("core-bwrap") / "venv",
-        str(ROOT),
-        str(ROOT / "plugins" / "pysb-bwrap"),
-    )
+    env_dir = core_and_bwrap_env  # tests/conftest.py
     project = tmp_path / "project"
     project.mkdir()
     (project / "data.txt").write_text("visible\n")

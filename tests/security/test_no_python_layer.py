@@ -11,19 +11,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from pysb_core.testing import offline_venv, require_provider, trust_profile
+from pysb_core.testing import require_provider, trust_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def core_and_bwrap_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """pysb-core and pysb-bwrap, nothing else: no Python layer."""
-    env_dir = tmp_path_factory.mktemp("core-bwrap") / "venv"
-    return offline_venv(env_dir, str(ROOT), str(ROOT / "plugins" / "pysb-bwrap"))
-
+# ``core_and_bwrap_env`` (tests/conftest.py): pysb-core and pysb-bwrap, nothing else.
 
 #: This venv's pysb runs with no HOME (no trust store): the profile is named, not found.
 NAMED = ("--profile", ".pysb.yaml")
