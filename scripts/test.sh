@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command of README.md (`make test`): the fast complete pass -- every test of
-# every area and provider, but a matrix of provider x case cells (the learning corpus
-# under every provider, the interpreters, the places a project can be) on a covering
-# subset, each case and each provider at least once, and the costly provider (qemu) in
-# its own tests and those cells only (conftest.py: `--fast`, the `full` mark).
+# every area, provider and interpreter, but a matrix of provider x case cells (the learning
+# corpus under every provider, the interpreter kinds, the places a project can be) or of
+# interpreter x case cells (the guards' escape corpora) on a covering subset, each case and
+# each provider (interpreter) at least once, and the costly provider (qemu) in its own
+# tests and those cells only (conftest.py: `--fast`, the `full` mark; docs/contributing.md).
 #   --full   every cell (`make test-full`);
 #   --rest   only the cells the fast pass leaves out (CI runs it after `make test`: the
 #            two together are the full run, with nothing run twice).
