@@ -5,14 +5,13 @@ scale only with processes. Each worker is a :class:`~pysb_core.remote.client.Cli
 its own -- its own socket, ``init_fn``, crash and restart rules (SPEC §5: a started call
 is never run twice, five deaths within 180 s) -- all started by the one launcher of the
 sandbox (one profile, one provider, one learning run). A call goes to the worker with the
-fewest calls in flight (ties taken in turn), so concurrent calls spread and
-sequential ones alternate. When one worker fails closed, the whole sandbox does:
+fewest calls in flight (the first of them on a tie), so concurrent calls spread and a
+sequential caller stays on one warm worker. When one worker fails closed, the whole sandbox does:
 every further call raises ``SandboxProtocolError``, as with one worker.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 from typing import Any
 
@@ -50,7 +49,6 @@ class Pool:
         self._launcher = launcher
         shared = _SharedLauncher(launcher)
         self._clients = [Client(shared, **client_kwargs) for _ in range(workers)]
-        self._turn = itertools.count()
 
     @property
     def state(self) -> str:
@@ -119,13 +117,9 @@ class Pool:
             client.kill_worker()
 
     def _pick(self) -> Client:
-        clients = self._clients
-        n = len(clients)
-        first = next(self._turn) % n
         best = None
         load = 1 << 62
-        for i in range(n):
-            client = clients[(first + i) % n]
+        for client in self._clients:  # the first idle one: a sequential caller stays warm
             state = client.state
             if state == FAILED:  # one worker failed closed: so does the sandbox
                 raise SandboxProtocolError(client._fail_message)
