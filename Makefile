@@ -18,7 +18,7 @@ $(BIN)/.installed: pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	    "build>=1.2" "twine>=6.1" "hatchling>=1.27" "mkdocs-material>=9.5" \
 	    "mypy>=2.4,<2.5" "import-linter>=2.17,<3" "ray>=2.9" "uv>=0.4" \
 	    "requests>=2.31" "flask>=3.0" \
-	    "httpx>=0.27" "aiohttp>=3.9"  # the learning corpus; pysb-proxy's clients
+	    "httpx>=0.27" "aiohttp>=3.9" "h2>=4.1"  # the learning corpus; pysb-proxy's clients (h2: its HTTP/2 test, see its README)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse click pluggy stevedore pyyaml dnspython hatchling pytest
 	# the oldest versions pyproject.toml allows (tests/test_packaging.py installs them)
 	$(BIN)/pip wheel -q -w $(VENV)/wheelhouse $$($(BIN)/python -c "$$OLDEST_PINS")

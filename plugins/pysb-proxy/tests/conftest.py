@@ -26,6 +26,7 @@ def _load_servers() -> object:
 _servers = _load_servers()
 EchoServer = _servers.EchoServer  # type: ignore[attr-defined]
 LoopbackCA = _servers.LoopbackCA  # type: ignore[attr-defined]
+H2Server = _servers.H2Server  # type: ignore[attr-defined]
 
 
 @pytest.fixture

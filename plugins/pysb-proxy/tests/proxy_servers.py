@@ -17,6 +17,7 @@ import os
 import ssl
 import threading
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -173,3 +174,67 @@ class EchoServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class H2Server:
+    """An HTTP/2-only server over TLS (ALPN ``h2``) on 127.0.0.1:ephemeral, built on the
+    ``h2`` package: a connection that does not negotiate h2 is closed. Each request is
+    answered 200 with a body naming the protocol and the path, and recorded."""
+
+    def __init__(self, ca: LoopbackCA) -> None:
+        import socket
+
+        self.requests: list[dict[str, str]] = []
+        self.context = ca.server_context()
+        self.context.set_alpn_protocols(["h2"])
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(sock,), daemon=True).start()
+
+    def _connection(self, raw: Any) -> None:
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        with raw:
+            try:
+                sock = self.context.wrap_socket(raw, server_side=True)
+            except (OSError, ssl.SSLError):
+                return
+            with sock:
+                if sock.selected_alpn_protocol() != "h2":
+                    return
+                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+                conn.initiate_connection()
+                sock.sendall(conn.data_to_send())
+                while True:
+                    try:
+                        data = sock.recv(65536)
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    for event in conn.receive_data(data):
+                        if isinstance(event, h2.events.RequestReceived):
+                            headers = {k.decode(): v.decode() for k, v in event.headers}
+                            seen = {"method": headers[":method"], "path": headers[":path"]}
+                            self.requests.append(seen)
+                            body = json.dumps({"protocol": "h2", **seen}).encode()
+                            conn.send_headers(
+                                event.stream_id,
+                                [(":status", "200"), ("content-length", str(len(body)))],
+                            )
+                            conn.send_data(event.stream_id, body, end_stream=True)
+                    sock.sendall(conn.data_to_send())
+
+    def close(self) -> None:
+        self.listener.close()

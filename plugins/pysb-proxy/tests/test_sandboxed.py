@@ -486,3 +486,58 @@ def test_urllib_requests_httpx_and_aiohttp_go_through_the_proxy(
     assert out["urllib"] == out["requests"] == [200, "NetworkDeniedError"], out
     assert out["httpx"] == out["aiohttp"] == [200, 403], out
     assert [r["path"] for r in https_server.requests] == ["/v1/ok"] * 4
+
+
+H2_CLIENT = r"""
+import json, ssl, sys
+import httpx
+verify = ssl.create_default_context(cafile=sys.argv[2])
+with httpx.Client(http2=True, verify=verify, timeout=20) as c:  # the proxy from HTTPS_PROXY
+    r = c.get(sys.argv[1])
+    again = c.get(sys.argv[1] + "?again=1")  # the same tunnel, a second stream
+print(json.dumps({"version": r.http_version, "status": r.status_code, "body": r.json(),
+                  "again": [again.http_version, again.status_code]}))
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_http2_goes_through_a_tunnel_that_is_not_decrypted(
+    provider: str, project: Project, ca: LoopbackCA
+) -> None:
+    """HTTP/2 (ALPN h2 inside TLS) through the proxy's CONNECT tunnel: an HTTPS rule without
+    path or method is tunnelled after the SNI check, never decrypted, so the proxy relays
+    the h2 frames as bytes and the server, which speaks only h2, answers both streams."""
+    pytest.importorskip("h2")
+    pytest.importorskip("httpx")
+    if provider != "subprocess":
+        require_provider(provider)
+    from proxy_servers import H2Server
+
+    server = H2Server(ca)
+    try:
+        origin = f"https://localhost:{server.port}"
+        (project.root / "test-ca.pem").write_bytes(ca.ca_file.read_bytes())
+        _profile(
+            project,
+            "imports: ['*']",
+            "files:",
+            "  expose-ro: [.]",
+            "egress:",
+            f"  - allow {origin}",
+        )
+        (project.root / "h2client.py").write_text(H2_CLIENT)
+        url = f"{origin}/v1/h2"
+        result = project.run("run", "--provider", provider, "h2client.py", url, "test-ca.pem")
+        if _firejail_refuses_a_normal_user(provider, result):
+            return
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        assert out["version"] == "HTTP/2" and out["status"] == 200, out
+        assert out["body"] == {"protocol": "h2", "method": "GET", "path": "/v1/h2"}, out
+        assert out["again"] == ["HTTP/2", 200], out
+        assert server.requests == [
+            {"method": "GET", "path": "/v1/h2"},
+            {"method": "GET", "path": "/v1/h2?again=1"},
+        ]
+    finally:
+        server.close()
