@@ -46,6 +46,7 @@ ports_ready() {
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+stage "kernel booted"
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 # /dev/shm and /tmp are bounded by the profile's `limits: tmp` (pysb/tmp-size, in bytes).
@@ -184,7 +185,7 @@ READER=$!
 # and the interpreter closes it as its last step before the program (pysb_qemu.started),
 # or at its exit.
 mkfifo -m 600 /run/started || fail "cannot create the start FIFO"
-( read -r _ < /run/started; echo "start" >&250 ) &
+( read -r _ < /run/started; stage "bootstrap done"; echo "start" >&250 ) &
 stage "program starts"
 /bb/sh /pysb/run
 rc=$?

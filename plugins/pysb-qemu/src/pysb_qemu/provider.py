@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -235,6 +236,8 @@ class QemuProvider(Provider):
         lifeline's read end. Nothing is written to disk; the lifeline's write end stays
         here until the plan's clean-ups.
         """
+        debug = bool(os.environ.get("PYSB_QEMU_DEBUG"))
+        times = [("launch", time.monotonic())] if debug else []
         filter_setup = seccomp_child_setup()  # inside the guest: its own kernel's vsock...
         if filter_setup is not None:
             plan.add_child_setup(filter_setup)
@@ -242,6 +245,8 @@ class QemuProvider(Provider):
         plan.add_child_setup(ChildSetup("pysb_qemu.started", "announce", {"fd": started.FD}))
         plan.seal()
         spec, archive = self.build(plan, one_output=_one_output(popen_kwargs))
+        if debug:
+            times.append(("guest archive built", time.monotonic()))
         qemu = assets_mod.find_qemu()
         names = [p.name for p in spec.ports]
         pairs = vm.socketpairs(["console", *names])
@@ -277,7 +282,9 @@ class QemuProvider(Provider):
                 "marker": spec.marker,
                 "lifeline_fd": lifeline_r,
                 "started_fd": started_w,
-                "debug": bool(os.environ.get("PYSB_QEMU_DEBUG")),
+                "debug": debug,
+                # PYSB_QEMU_DEBUG: host phases, printed by the supervisor (CLOCK_MONOTONIC)
+                "debug_times": times,
             }
             config_fd = os.memfd_create("pysb-qemu-config", os.MFD_CLOEXEC)
             opened.append(config_fd)

@@ -234,9 +234,20 @@ class Supervisor:
         self.qemu_exited.set()
         self.status.set()
 
+    def stamp(self, event: str) -> None:
+        """PYSB_QEMU_DEBUG: a host phase on stderr, on the clock every process shares
+        (benchmarks/qemu_start.py reads these beside the guest's stage lines)."""
+        if self.config.get("debug"):
+            with contextlib.suppress(OSError):
+                _write_all(2, f"pysb-host: {time.monotonic():.6f}: {event}\n".encode())
+
     def run(self) -> int:
         cfg = self.config
         parent = os.getpid()
+        for event, at in cfg.get("debug_times", []):
+            with contextlib.suppress(OSError):
+                _write_all(2, f"pysb-host: {at:.6f}: {event}\n".encode())
+        self.stamp("supervisor started")
         self.qemu = subprocess.Popen(
             cfg["qemu_argv"],
             pass_fds=cfg["qemu_fds"],
@@ -246,6 +257,7 @@ class Supervisor:
             start_new_session=True,
             preexec_fn=lambda: _die_with_parent(parent),
         )
+        self.stamp("qemu spawned")
         for fd in cfg["qemu_fds"]:
             os.close(fd)
         for signum in FORWARDED_SIGNALS:
@@ -268,14 +280,17 @@ class Supervisor:
         self._thread(self.wait_qemu)
         while not self.status.wait(0.5):
             pass
+        self.stamp("status received")
         if self.rc is not None:
             # The program is done; its last bytes may still be in flight.
             for done in self.outputs_done:
                 while not done.wait(0.2):
                     if self.qemu_exited.is_set():
                         break
+        self.stamp("outputs ended")
         self.kill_qemu()
         self.qemu_exited.wait(10)
+        self.stamp("qemu stopped")
         if self.rc is not None:
             return self.rc
         self.report_failure()
