@@ -176,3 +176,12 @@ def test_an_answer_above_its_kinds_bound_is_refused_before_decoding(
     with pytest.raises(SandboxProtocolError, match="above the bound of 16"):
         decode_answer(answer.encode(transport.RESULT, pickle.dumps("x" * 64)))
     assert decode_answer(answer.encode(transport.RESULT, pickle.dumps("x"))) == "x"
+
+
+def test_encoded_calls_go_through_a_pool_of_workers(mod, tmp_path: Path) -> None:
+    """``sandboxes(workers=N)``: the encoded call takes the pool's path like any call."""
+    profile = tmp_path / ".pysb.yaml"
+    profile.write_text(profile_text("subprocess", tmp_path, tmp_path))
+    with sandboxes(profile=str(profile), provider="subprocess", cwd=str(tmp_path), workers=2):
+        answers = [decode_answer(call_encoded(mod.double, i)) for i in range(6)]
+    assert answers == [2 * i for i in range(6)]
