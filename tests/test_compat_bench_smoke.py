@@ -90,3 +90,33 @@ def test_a_known_difference_explains_only_the_counts_it_names() -> None:
     assert not compat.explain("landlock", "test_json", plain, out)  # nothing known
     hung = {"result": "TIMEOUT", "run": 0}
     assert not compat.explain("landlock", "test_os", plain, hung)
+
+
+def test_a_difference_under_subprocess_fails_the_run_even_when_known(tmp_path: Path) -> None:
+    """The Python layer alone must give plain Python's result (issue 28): a KNOWN entry
+    explains a difference of an OS provider, never one under ``subprocess``."""
+    compat = _compat_module()
+    plain = {"result": "SUCCESS", "run": 317, "skipped": 51}
+    boxed = {"result": "FAILURE", "run": 317, "skipped": 51, "failures": 6, "errors": 2}
+
+    def data(provider: str, boxed: dict = boxed) -> dict:
+        return {
+            "when": "now",
+            "python": "3",
+            "modules": ["test_os"],
+            "providers": [provider],
+            "unavailable": {},
+            "qemu_modules": [],
+            "results": {"test_os": {"plain": plain, provider: boxed}},
+            "differences": [
+                {"module": "test_os", "provider": provider, "plain": plain, "sandboxed": boxed}
+            ],
+        }
+
+    md = str(tmp_path / "out.md")
+    assert compat.explain("subprocess", "test_os", plain, boxed)  # KNOWN has it
+    assert compat.report(data("subprocess"), md) == 1
+    # bwrap's own KNOWN counts (+9 failed, +1 skipped): explained, the run passes
+    bwrap = {**boxed, "failures": 7, "skipped": 52}
+    assert compat.explain("bwrap", "test_os", plain, bwrap)
+    assert compat.report(data("bwrap", bwrap), md) == 0
