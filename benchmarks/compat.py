@@ -12,9 +12,9 @@ networking). Per module and run: the regrtest result and its test counts. Every 
 from plain Python must be listed in :data:`KNOWN` with its reason (a documented limit);
 any other one is *unexplained* and makes the exit status 1, as does any difference under
 the ``subprocess`` provider (the Python layer alone must give plain Python's result,
-explained or not). Every module runs plain first, then under each provider in turn;
-``--budget`` stops starting runs after that many seconds (the rest are ``n/r``: not
-reached), so the last providers of the list are the ones cut short. A full run (every module)
+explained or not). Every module runs plain first, then under ``subprocess``, then under
+the OS providers module by module; ``--budget`` stops starting runs after that many
+seconds (the rest are ``n/r``: not reached). A full run (every module)
 rewrites the generated part of ``docs/compat.md``; any run writes
 ``benchmarks/results/compat.json``. Exit status 2 for a usage error.
 """
@@ -678,9 +678,9 @@ def run_all(
     jobs: int,
     deadline: float | None,
 ) -> None:
-    """Every module plain, then under each provider in turn (plain and ``subprocess``
-    first: with a ``--budget``, the providers last in the list are the ones cut short).
-    ``jobs`` runs go at once, each in a scratch directory of its own."""
+    """Every module plain, then under ``subprocess``, then under the other providers module
+    by module (with a ``--budget``, every OS provider is cut at the same module). ``jobs``
+    runs go at once, each in a scratch directory of its own."""
     from concurrent.futures import ThreadPoolExecutor
 
     modules = data["modules"]
@@ -709,9 +709,17 @@ def run_all(
         print(f"{column:10} {module:40} {_cell(entry)} ({entry.get('seconds', 0)} s)", flush=True)
         return module, column, entry
 
+    # plain, then subprocess (the Python layer alone: the column that must match), then
+    # the OS providers module by module, so that a budget cuts every one at the same place
+    phases = [[(m, None) for m in modules]]
+    rest = [p for p in providers if p != "subprocess"]
+    if "subprocess" in providers:
+        phases.append([(m, "subprocess") for m in modules])
+    phases.append([(m, p) for m in modules for p in rest])
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        for provider in (None, *providers):
-            for module, column, entry in pool.map(one, modules, [provider] * len(modules)):
+        for tasks in phases:
+            found = pool.map(one, [t[0] for t in tasks], [t[1] for t in tasks])
+            for module, column, entry in found:
                 results[module][column] = entry
     for module in modules:
         row = results[module]
