@@ -59,6 +59,7 @@ EXTENSION_ROOTS: Any = None  # type: ignore[assignment]  # sealed
 DYNLOAD: Any = None  # type: ignore[assignment]  # sealed
 INTERPRETER_MODULES: Any = None  # type: ignore[assignment]  # sealed
 EXPOSED: Any = None  # type: ignore[assignment]  # sealed
+NEW_VALUE: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -334,6 +335,11 @@ def _e_find_action(name):
     module = STATE["stash"].get(name)
     if module is not None:
         return ("stash", module)
+    module = STATE["first"].get(name)
+    if module is not None and _e_guarded_key(name):
+        # such a module taken out of sys.modules by the program: a new instance is refused
+        # (_e_judge_create), so an import hands the first one back
+        return ("stash", module)
     if name in STATE["patchers"]:
         return ("patch", None)
     return None
@@ -407,24 +413,44 @@ def _e_spec_name(spec):
     return name if type(name) is str else None
 
 
-def _e_judge_create(args, kwargs):
+def _e_judge_create(args, kwargs, dynamic=False):
     """``_imp.create_builtin`` / ``create_dynamic``: the import decision, and no second
-    instance of a loaded C module (it would come with unpatched functions). The face
-    handed us a private namespace holding the spec's exact name and origin."""
+    instance of a C module the guards patched (``_e_guarded_key``): it would come with
+    unpatched functions. Any other C module may have several instances, as in CPython
+    (importlib's own tests load a second ``errno``). The face handed us a private
+    namespace holding the spec's exact name and origin."""
     spec = args[0] if args else None
     if type(spec) is not NAMESPACE:
         return REFUSE(TypeError("pysb: module specs reach _imp through the guard's face"))
     name = _e_spec_name(spec)
     if name is None:
         return REFUSE(TypeError("pysb: a module spec needs a str name"))
-    for module in (_e_loaded(name), STATE["stash"].get(name)):
-        if module is not None and id(module) in STATE["created"]:
-            message = (
-                f"a second instance of the C module '{name}' refused by the sandbox "
-                "(it would come without the guards' patches)"
-            )
-            return REFUSE(DEFER(DENIED, message, target=name))
+    key = _e_ext_key(name, dynamic)
+    if key in STATE["first_keys"] and _e_guarded_key(key):
+        message = (
+            f"a second instance of the C module '{key}' refused by the sandbox "
+            "(it would come without the guards' patches)"
+        )
+        return REFUSE(DEFER(DENIED, message, target=name))
     return _e_decide(name)
+
+
+def _e_ext_key(name, dynamic):
+    """The C module a create call makes, as the guards' patches name it. A built-in module
+    is found by its full name; an extension file's init function is ``PyInit_<last part of
+    the name>`` (``pkg._socket`` runs ``_socket``'s), so that part names what it makes --
+    unless patches are registered for the full name."""
+    if not dynamic or name in STATE["patchers"]:
+        return name
+    return name.rpartition(".")[2]
+
+
+def _e_guarded_key(key):
+    """True for a C module whose instance carries faces the guards placed at install
+    (``STATE["faced"]``, taken at arm) or that is one of the interpreter's own (KEEP,
+    ALWAYS): a new instance would come without them. A module patched as it loads
+    (``on_import``) gets its patches on every instance (``_e_post_create``)."""
+    return key in STATE["faced"] or key in KEEP or key in ALWAYS
 
 
 def _e_realpath(path):
@@ -480,7 +506,7 @@ def _e_judge_dynamic(args, kwargs):
     registered for its own), and the name of a module of the interpreter (built in, or in
     ``lib-dynload``) only from that file; the C function is handed the canonical path, so
     that the file loaded is the file judged."""
-    verdict = _e_judge_create(args, kwargs)
+    verdict = _e_judge_create(args, kwargs, True)
     if verdict is not None:
         return verdict
     spec = args[0]
@@ -506,13 +532,10 @@ def _e_judge_dynamic(args, kwargs):
         # dlopen opens the file with C code of its own (no audit event): a library
         # directory on sys.path that the profile does not expose stays closed.
         return _e_extension_refusal(name, origin, f"'{canon}' is not exposed to the sandbox")
-    filename = canon.rpartition("/")[2]
-    stem = filename.partition(".")[0]
-    if name.rpartition(".")[2] != stem:
-        return _e_extension_refusal(name, origin, f"'{filename}' is not the module '{name}'")
+    # The name may be another than the file's (importlib's tests load _testmultiphase as
+    # _testmultiphase_nonmodule, pkg._testmultiphase...): the name chooses the init function
+    # in the file judged, and the patches follow the module made (_e_ext_key).
     in_dynload = canon.rpartition("/")[0] == DYNLOAD
-    if in_dynload and name != stem:
-        return _e_extension_refusal(name, origin, f"'{filename}' is the module '{stem}'")
     if not in_dynload and name in INTERPRETER_MODULES:
         return _e_extension_refusal(
             name, origin, f"'{name}' is a module of the interpreter, not of this file"
@@ -523,27 +546,72 @@ def _e_judge_dynamic(args, kwargs):
 
 
 def _e_post_create(module, args, kwargs):
+    """A new C module instance: recorded under the key of its patches, which run now (a
+    single-phase module comes populated) and again when it is executed."""
     name = _e_spec_name(args[0])
-    STATE["created"][id(module)] = name
-    STATE["pending"][id(module)] = name
+    dynamic = DICT_GET(NS_DICT(args[0]), "origin") not in (None, "built-in")
+    key = _e_ext_key(name, dynamic) if name is not None else None
+    STATE["created"][id(module)] = key
+    STATE["pending"][id(module)] = key
+    if key is not None:
+        STATE["first_keys"].add(key)
+        STATE["first"].setdefault(key, module)
+        _e_run_patchers(key, module)
     return module
 
 
 def _e_judge_exec(args, kwargs):
+    """Only a C module the doors just created is executed; any other call (a reload, a
+    second exec) does nothing and answers 0, as CPython does for a module whose state is
+    set up: running its exec slots again would put unpatched functions back."""
     module = args[0] if args else None
-    key = id(module)
-    if key not in STATE["pending"] and key not in STATE["created"]:
-        message = "pysb: executing a C module the sandbox did not create"
-        return REFUSE(DEFER(DENIED, message))
+    if id(module) not in STATE["pending"]:
+        return NEW_VALUE(0)
     return None
 
 
 def _e_post_exec(result, args, kwargs):
     module = args[0]
-    name = STATE["pending"].pop(id(module), None)
-    if name is not None:
-        _e_run_patchers(name, module)
+    key = STATE["pending"].pop(id(module), None)
+    if key is not None:
+        _e_run_patchers(key, module)
     return result
+
+
+def _e_taken(name, module):
+    """The program imported a set-aside module (``name``): it leaves the stash, so that a
+    later import after ``del sys.modules[name]`` loads a new module, and a reload runs its
+    code, as in CPython. A C module carrying the guards' patches stays (a second instance
+    is refused): importing it again hands the same module back."""
+    if type(name) is not str:
+        return
+    stash = STATE["stash"]
+    if stash.get(name) is not module:
+        return
+    if name in STATE["first_keys"] and _e_guarded_key(name):
+        return
+    for kept in STATE["kept"]:
+        if kept is module:  # importlib._bootstrap is _frozen_importlib: always that one,
+            return  # as in CPython (importlib's tests re-import it while it is blocked)
+    del stash[name]
+
+
+def _e_mark_faced():
+    """The C modules holding a face of the guards (a second instance would not): read at
+    arm, when every family has placed its faces."""
+    faced = STATE["faced"]
+    stash = STATE["stash"]
+    for name in list(STATE["first_keys"]):
+        module = MODULES.get(name) or stash.get(name)
+        if module is None or type(name) is not str:
+            continue
+        ns = NS_DICT(module)
+        if type(ns) is not dict:
+            continue
+        for value in list(dict.values(ns)):
+            if IS_FACE(value):
+                faced.add(name)
+                break
 
 
 def _e_visit(visitor):
@@ -580,6 +648,7 @@ def _e_evict():
 
 
 def _e_arm():
+    _e_mark_faced()
     STATE["armed"] = True
     # Modules the other families imported while installing are set aside once more: the
     # program finds in sys.modules only what the interpreter keeps there.

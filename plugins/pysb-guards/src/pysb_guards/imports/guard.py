@@ -222,6 +222,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     # its first test allows on the name alone (see _seal's gates). Program modules join
     # them until the guards are armed.
     fast = {n for n in allowed | program if n and n not in never}
+    first = _c_modules()
     b = _seal.builders()
     # The finder's own frames are the import system's, not an importer's.
     import_codes = [*_PATCHING_LOADER_CODES, _ReinsertLoader.load_module.__code__]
@@ -249,6 +250,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "roots": (),
             "fast": fast,
             "extension_doors": set(),  # code ids of the doors of _imp's four C functions
+            "first_keys": set(first),  # C modules with an instance (see _e_ext_key)
+            "first": first,  # key -> its first instance
+            "faced": set(),  # those of them holding a guard's face (filled at arm)
+            "kept": [sys.modules[n] for n in sorted(KEEP | ALWAYS) if n in sys.modules],
         },
         RECORDER=_seal.private_recorder(recorder),
         DENIED=ImportDeniedError,
@@ -282,6 +287,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         EXPOSED=_exposed_prefixes(policy),
         IMPORT_NAME=import_name,
         EXTENDED_ARG=extended_arg,
+        NEW_VALUE=b["NEW_VALUE"],
     )
     ns["IS_LIBRARY"] = ns["is_library_file"]
     state = ns["STATE"]
@@ -289,7 +295,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
 
     decide = _seal.make_face(_seal.make_door(ns["_e_find_action"], allow, name="decide"))
     patch = _seal.make_face(_seal.make_door(ns["_e_run_patchers"], allow, name="patch"))
-    state["find_face"] = _make_find_spec(decide, patch)
+    taken = _seal.make_face(_seal.make_door(ns["_e_taken"], allow, name="taken"))
+    state["find_face"] = _make_find_spec(decide, patch, taken)
     import_codes.append(state["find_face"].__code__)
     ns["IMPORT_CODES"].add(id(state["find_face"].__code__))
     ns["_e_restore_finder"]()
@@ -483,7 +490,26 @@ def _prepare_create(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return (types.SimpleNamespace(name=name, origin=origin), *args[1:]), {}
 
 
-def _make_find_spec(decide: Callable[[str], Any], patch: Callable[[str, Any], None]) -> Any:
+def _c_modules() -> dict[str, Any]:
+    """The C modules loaded now (built in, or an extension file), by name: each has an
+    instance already, so a second one is judged (``_e_judge_create``)."""
+    import _imp
+
+    names = {}
+    for name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        extension = isinstance(origin, str) and origin.endswith(".so")
+        if origin == "built-in" or _imp.is_builtin(name) or extension:
+            names[name] = module
+    return names
+
+
+def _make_find_spec(
+    decide: Callable[[str], Any],
+    patch: Callable[[str, Any], None],
+    taken: Callable[[str, Any], None],
+) -> Any:
     """The guard finder's ``find_spec``.
 
     Plain code on purpose: it asks the other finders for a spec, and they (or the path
@@ -499,8 +525,10 @@ def _make_find_spec(decide: Callable[[str], Any], patch: Callable[[str, Any], No
         if action is None:
             return None
         kind, module = action
-        if kind == "stash":
-            return module_spec(name, _ReinsertLoader(module))  # type: ignore[arg-type]
+        # importlib.reload(module) (a target): its code runs again, with its own loader (a
+        # C module's exec does nothing a second time: _e_judge_exec)
+        if kind == "stash" and target is None:
+            return module_spec(name, _ReinsertLoader(module, taken))  # type: ignore[arg-type]
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if find is None or find is find_spec:
@@ -517,14 +545,18 @@ def _make_find_spec(decide: Callable[[str], Any], patch: Callable[[str, Any], No
 
 class _ReinsertLoader:
     """A loader without ``exec_module``: importlib then takes ``sys.modules[name]`` as it
-    is and keeps the module's own ``__spec__`` and ``__loader__``."""
+    is and keeps the module's own ``__spec__`` and ``__loader__``. Used once per module
+    (``taken``): after that, the name is imported as CPython imports it."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, taken: Callable[[str, Any], None]) -> None:
         self.module = module
+        self.taken = taken
 
     def load_module(self, fullname: str) -> Any:
-        sys.modules[fullname] = self.module
-        return self.module
+        module = self.module
+        sys.modules[fullname] = module
+        self.taken(fullname, module)
+        return module
 
 
 def _patching_loader(loader: Any, name: str, patch: Callable[[str, Any], None]) -> Any:
