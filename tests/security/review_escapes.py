@@ -402,7 +402,7 @@ CASES: dict[str, Case] = {
         ("os", "threading", "time"),
         api=("threads",),
         project_ro=True,
-        controls=("chdir refusals ['PermissionError']", "control chdir True"),
+        controls=("chdir refusals []", "control chdir True"),
     ),
 }
 

@@ -70,6 +70,7 @@ _BUILDER_NAMES = (
     "_refuse_tb",
     "_restore",
     "_allow",
+    "_same",
     "make_door",
     "make_gate",
     "make_face",
@@ -159,7 +160,11 @@ def _allow(args, kwargs):
     return None
 
 
-def make_door(original, judge, post=None, name="door"):
+def _same(result, args, kwargs):
+    return result
+
+
+def make_door(original, judge, post=None, name="door", fix=None):
     """A sealed function: ``judge(args, kwargs)`` then ``original(*args, **kwargs)``.
 
     The judge returns None (go on), ``(args, kwargs)`` (call with these instead), a
@@ -168,6 +173,9 @@ def make_door(original, judge, post=None, name="door"):
     """
     if judge is None or judge is ALLOW_ALL:
         judge = _allow
+    if fix is not None:  # ``fix(exception)`` sees what the original raised, first
+        post = _same if post is None else post
+        return _door("door_fix", name, {"@J": judge, "@O": original, "@P": post, "@F": fix})
     template = "door" if post is not None else "door_nopost"
     return _door(template, name, {"@J": judge, "@O": original, "@P": post})
 

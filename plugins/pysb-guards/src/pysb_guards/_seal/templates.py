@@ -111,6 +111,29 @@ def _t_door(*args, **kwargs):
     return ("@P" if 1 else 0)(r, args, kwargs)
 
 
+def _t_door_fix(*args, **kwargs):
+    if kwargs:
+        for k in kwargs:
+            if ("@TYPE" if 1 else 0)(k) is not ("@STR" if 1 else 0):
+                return ("@R" if 1 else 0)(("@TE" if 1 else 0)("keywords must be strings"), None)
+    try:
+        v = ("@J" if 1 else 0)(args, kwargs)
+    except "@BE" as e:  # noqa: B030
+        return ("@R" if 1 else 0)(e, None)
+    if ("@LEN" if 1 else 0)("@PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
+    if v is not None:
+        if ("@TYPE" if 1 else 0)(v) is not ("@T" if 1 else 0):
+            return v
+        args, kwargs = v
+    try:
+        r = ("@O" if 1 else 0)(*args, **kwargs)
+    except "@BE" as e:  # noqa: B030
+        ("@F" if 1 else 0)(e)
+        return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
+    return ("@P" if 1 else 0)(r, args, kwargs)
+
+
 def _t_door_nopost(*args, **kwargs):
     if kwargs:
         for k in kwargs:

@@ -55,6 +55,13 @@ TYPE_MRO: Any = None  # type: ignore[assignment]  # sealed
 THREAD_COUNT: Any = None  # type: ignore[assignment]  # sealed
 METHOD_DESCRIPTOR: Any = None  # type: ignore[assignment]  # sealed
 SHM_WRITE_FLAGS: Any = None  # type: ignore[assignment]  # sealed
+GET_IDENT: Any = None  # type: ignore[assignment]  # sealed
+CWD_LOCK: Any = None  # type: ignore[assignment]  # sealed
+OSERROR: Any = None  # type: ignore[assignment]  # sealed
+FILENAME: Any = None  # type: ignore[assignment]  # sealed
+FILENAME2: Any = None  # type: ignore[assignment]  # sealed
+OPEN_TYPES: Any = None  # type: ignore[assignment]  # sealed
+OBJECT_SETATTR: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _f_text(p):
@@ -67,14 +74,95 @@ def _f_text(p):
 
 
 def _f_cwd():
+    cwd = _f_real_cwd()
+    return cwd if cwd is not None else ST["cwd_hint"] or "/"
+
+
+def _f_real_cwd():
+    """The working directory (None when it cannot be read). Kept only when no ``chdir``
+    ended while it was read: ``getcwd`` lets other threads run, and an old answer stored
+    after a ``chdir`` would resolve the next relative path against the old directory."""
     cwd = ST["cwd"]
     if cwd is None:
+        gen = ST["cwd_gen"]
         try:
             cwd = GETCWD()
         except OSError:
-            cwd = ST["cwd_hint"] or "/"
-        ST["cwd"] = cwd
+            return None
+        if ST["cwd_gen"] == gen:
+            ST["cwd"] = cwd
     return cwd
+
+
+def _f_rebase(value):
+    """``value`` made absolute against the working directory when it is a relative str or
+    bytes path and other threads run, else None. The face judges and calls with it: another
+    thread's ``os.chdir`` between the judgment and the kernel's look-up would otherwise
+    make the path opened another than the path judged (issue 28, item 1)."""
+    kind = type(value)
+    if kind is str:
+        if value.startswith("/"):
+            return None
+        text = value
+    elif kind is bytes:
+        if value.startswith(b"/"):
+            return None
+        text = value.decode(FSENC, "surrogateescape")
+    else:
+        return None
+    if not THREAD_COUNT():
+        return None
+    cwd = _f_real_cwd()
+    if cwd is None or not cwd.startswith("/"):
+        return None  # a removed working directory: the kernel answers for it
+    absolute = cwd + "/" + text if cwd != "/" else "/" + text
+    return absolute if kind is str else absolute.encode(FSENC, "surrogateescape")
+
+
+def _f_record_rebase(pairs):
+    ST["rebased"][GET_IDENT()] = pairs
+
+
+def _f_fix_error(exc):
+    """A door's ``fix``: an error of the original names the path as the program gave it,
+    not its absolute form (``FileNotFoundError.filename``). C member access only."""
+    pairs = ST["rebased"].pop(GET_IDENT(), None)
+    if not pairs:
+        return
+    for cls in TYPE_MRO(type(exc)):
+        if cls is OSERROR:
+            break
+    else:
+        return
+    for getset in (FILENAME, FILENAME2):
+        name = getset.__get__(exc)
+        for new, old in pairs:
+            if name is new:
+                getset.__set__(exc, old)
+                break
+
+
+def _f_fix_error_unlock(exc):
+    _f_fix_error(exc)
+    _f_unlock()
+
+
+def _f_lock():
+    """Held around a relative ``scandir`` (its entries carry the path as given, so it is
+    not rebased) and around ``chdir``, while other threads run: no ``chdir`` happens between
+    the listing's judgment and its look-up. Re-entrant (a signal handler in between)."""
+    held = ST["held"].setdefault(GET_IDENT(), [])
+    if THREAD_COUNT():
+        CWD_LOCK.acquire()
+        held.append(True)
+    else:
+        held.append(False)
+
+
+def _f_unlock():
+    held = ST["held"].get(GET_IDENT())
+    if held and held.pop():
+        CWD_LOCK.release()
 
 
 def _f_mode(st):
@@ -520,11 +608,21 @@ def _f_make_face(original, params, options, prepare, name="door"):
     post_kind = options.get("post")
 
     def judge(args, kwargs):
+        if locks:
+            _f_lock()
+            verdict = judge_all(args, kwargs)
+            if verdict is not None and type(verdict) is not tuple:
+                _f_unlock()  # refused: neither the original nor the post runs
+            return verdict
+        return judge_all(args, kwargs)
+
+    def judge_all(args, kwargs):
         if mutates or is_chdir:
             ST["cache"].clear()
             if is_chdir:
                 ST["cwd"] = None
         new_args = None
+        rebased = None
         for pos, kw, dfd_kw, write, follow, kind, default in params:
             if pos < len(args):
                 value = args[pos]
@@ -552,7 +650,16 @@ def _f_make_face(original, params, options, prepare, name="door"):
             if type(follow) is str:
                 flag = kwargs.get(follow, True)
                 follow = flag if type(flag) is bool else True
-            verdict = _f_check(value, write, follow, dir_fd, kind)
+            absolute = None if dir_fd is not None or not rebases else _f_rebase(value)
+            if absolute is not None:
+                verdict = _f_check(absolute, write, follow, None, kind)
+                if verdict is None:
+                    verdict = absolute
+                if type(verdict) is not REFUSAL:
+                    rebased = [] if rebased is None else rebased
+                    rebased.append((verdict, value))
+            else:
+                verdict = _f_check(value, write, follow, dir_fd, kind)
             if verdict is None:
                 continue
             if type(verdict) is REFUSAL:
@@ -574,12 +681,19 @@ def _f_make_face(original, params, options, prepare, name="door"):
             verdict = _f_check_symlink_target(src, dst, dir_fd)
             if verdict is not None:
                 return verdict
+        if is_io and rebased is not None and _f_has_opener(args, kwargs):
+            return None  # the opener gets the path as given (and opens through a face)
+        if rebased is not None:
+            _f_record_rebase(rebased)
         if new_args is None:
             return None
         return (tuple(new_args[0]), new_args[1])
 
+    locks = is_chdir or post_kind == "scandir"
+    rebases = post_kind != "scandir"
     simple = (
-        len(params) == 1
+        not locks
+        and len(params) == 1
         and params[0][0] == 0
         and type(params[0][3]) is bool
         and type(params[0][4]) is bool
@@ -591,11 +705,28 @@ def _f_make_face(original, params, options, prepare, name="door"):
 
         def judge(args, kwargs):
             if not kwargs and len(args) == 1:
+                absolute = _f_rebase(args[0])
+                if absolute is not None:
+                    return general(args, kwargs)
                 verdict = _f_check(args[0], s_write, s_follow, None, s_kind)
                 if verdict is None or type(verdict) is REFUSAL:
                     return verdict
                 return ((verdict,), {})
             return general(args, kwargs)
+
+    if is_io and not ST["renames"]:
+        # open() without renames: the audit hook judges every open; the face only rebases
+        # a relative path while other threads run (judged there in its absolute form).
+
+        def judge(args, kwargs):
+            value = args[0] if args else kwargs.get("file")
+            absolute = _f_rebase(value)
+            if absolute is None or _f_has_opener(args, kwargs):
+                return None
+            _f_record_rebase([(absolute, value)])
+            if args:
+                return ((absolute, *args[1:]), kwargs)
+            return (args, {**kwargs, "file": absolute})
 
     post = None
     if post_kind == "listdir":
@@ -608,7 +739,12 @@ def _f_make_face(original, params, options, prepare, name="door"):
         post = _f_post_getcwd
     elif post_kind == "chdir":
         post = _f_post_chdir
-    door = MAKE_DOOR(original, judge, post, name=name)
+    elif is_io:
+        post = _f_post_open
+    fix = _f_fix_error_unlock if locks else _f_fix_error
+    door = MAKE_DOOR(original, judge, post, name=name, fix=fix)
+    if is_chdir:
+        ST["chdir_doors"].add(DOOR_CODE_ID(door))
     if name == "open" and not is_io:  # os.open: the audit event it raises was judged here
         ST["open_doors"].add(DOOR_CODE_ID(door))
     return MAKE_FACE(door, original, prepare)
@@ -791,6 +927,7 @@ def _f_post_listdir(result, args, kwargs):
 
 
 def _f_post_scandir(result, args, kwargs):
+    _f_unlock()
     if ST["learning"] or not ST["ignore"]:
         return result
     base = _f_dir_of(args, kwargs)
@@ -850,7 +987,33 @@ def _f_post_chdir(result, args, kwargs):
     """After the working directory changed: judging ``chdir``'s own (relative) path read the
     old one into ``ST["cwd"]``, which the next relative path must not be judged against."""
     ST["cwd"] = None
+    ST["cwd_gen"] += 1
     ST["cache"].clear()
+    _f_unlock()
+    return result
+
+
+def _f_has_opener(args, kwargs):
+    return len(args) > 7 or kwargs.get("opener") is not None
+
+
+def _f_post_open(result, args, kwargs):
+    """``open()`` of a rebased path: the file object keeps the name the program gave (its
+    ``name``, its ``repr``). Set on the raw ``FileIO`` by C calls only."""
+    pairs = ST["rebased"].pop(GET_IDENT(), None)
+    if not pairs:
+        return result
+    new, old = pairs[0]
+    raw = result
+    text, buffered, fileio, buffer_of, raw_of = OPEN_TYPES
+    if type(raw) is text:
+        raw = buffer_of(raw)
+    for kind in buffered:
+        if type(raw) is kind:
+            raw = raw_of[kind](raw)
+            break
+    if type(raw) is fileio and args and args[0] is new:
+        OBJECT_SETATTR(raw, "name", old)
     return result
 
 
@@ -876,16 +1039,20 @@ def _f_caller_is_door():
     return f is not None and IS_DOOR_FRAME(f) and id(FRAME_CODE(f)) in ST["open_doors"]
 
 
+def _f_caller_is_chdir_door():
+    f = GETFRAME(4)  # this function, the handler, the dispatcher, the audit hook's door
+    return f is not None and IS_DOOR_FRAME(f) and id(FRAME_CODE(f)) in ST["chdir_doors"]
+
+
 def _f_chdir_with_threads():
-    """The refusal of ``os.chdir`` / ``os.fchdir`` while other threads run. A relative path
-    is judged against the working directory and then opened by the kernel against the
-    working directory of that moment: another thread's ``chdir`` in between would make
-    the path opened another than the path judged. With one thread nothing runs between."""
+    """The refusal, while other threads run, of a ``chdir`` that did not come through the
+    faces of ``os.chdir`` / ``os.fchdir`` (the C function reached some other way): only
+    those hold the lock a relative ``scandir`` takes and keep the working directory the
+    guard knows in step."""
     RECORDER.deny("files", "os.chdir", "chdir", "")
     return PermissionError(
-        "pysb: os.chdir while other threads run is refused by the sandbox: the file guard "
-        "judges relative paths against the working directory, which must not change "
-        "between a thread's judgment and its open; change directory before starting threads"
+        "pysb: a change of directory while other threads run goes through os.chdir or "
+        "os.fchdir in the sandbox; this one reached the C function another way"
     )
 
 
@@ -931,7 +1098,7 @@ def _f_make_handlers(events):
             if event in ("os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link"):
                 ST["cache"].clear()
             if event == "os.chdir":
-                if THREAD_COUNT() and not ST["learning"]:
+                if THREAD_COUNT() and not ST["learning"] and not _f_caller_is_chdir_door():
                     return _f_chdir_with_threads()
                 ST["cwd"] = None
                 ST["cache"].clear()

@@ -317,6 +317,10 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
             "denied": set(),
             "learning": bool(recorder.learning),
             "open_doors": set(),
+            "chdir_doors": set(),  # code ids of the doors of os.chdir / os.fchdir
+            "cwd_gen": 0,  # chdirs ended (see _f_real_cwd)
+            "rebased": {},  # thread -> [(absolute, as given)] of its last rebased call
+            "held": {},  # thread -> whether each open _f_lock took the lock
             "prepare_database": _make_prepare(((0, "database"),)),
             "set_authorizer": None,  # sqlite3.Connection's, taken when _sqlite3 loads
             "sqlite_doors": set(),  # code ids of the doors of sqlite3.connect's faces
@@ -356,8 +360,26 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
         THREAD_COUNT=_thread._count,  # threads started through _thread (threading's too)
         METHOD_DESCRIPTOR=type(str.__dict__["join"]),
         SHM_WRITE_FLAGS=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC,
+        GET_IDENT=_thread.get_ident,
+        CWD_LOCK=_thread.RLock(),
+        OSERROR=OSError,
+        FILENAME=OSError.__dict__["filename"],
+        FILENAME2=OSError.__dict__["filename2"],
+        OPEN_TYPES=_open_types(),
+        OBJECT_SETATTR=object.__setattr__,
     )
     return ns
+
+
+def _open_types() -> tuple[Any, ...]:
+    """What ``open()`` returns, and the C readers from a text file to its buffer and from a
+    buffer to its raw ``FileIO`` (see ``_f_post_open``)."""
+    import _io
+
+    buffered = (_io.BufferedReader, _io.BufferedWriter, _io.BufferedRandom)
+    raw_of = {kind: kind.__dict__["raw"].__get__ for kind in buffered}
+    buffer_of = _io.TextIOWrapper.__dict__["buffer"].__get__
+    return (_io.TextIOWrapper, buffered, _io.FileIO, buffer_of, raw_of)
 
 
 def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
@@ -369,7 +391,7 @@ def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
 
     from pysb_guards._patch import defer_sweep, set_attr
 
-    ignore, renames = tables["ignore"], tables["renames"]
+    ignore = tables["ignore"]
     # Faces on os and posix (the same C functions under two names).
     faces: dict[Any, Any] = {}  # original -> face (for the sweep of captured references)
     for name, spec in FACES.items():
@@ -385,23 +407,22 @@ def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
             if getattr(module, name, None) is original:
                 set_attr(module, name, face)
 
-    # open() and friends need a face only to translate SRC:DEST renames; the audit hook
-    # judges every open.
-    if renames:
-        opener = ns["_f_make_face"](
-            io.open,
-            (_param(0, "file", None, "mode", True, "read"),),
-            {"io": True},
-            _make_prepare(((0, "file"),)),
-            "open",
-        )
-        faces[io.open] = opener
-        import _io
-        import builtins
+    # open() and friends: a face translates SRC:DEST renames and rebases a relative path
+    # while other threads run (_f_rebase); the audit hook judges every open.
+    opener = ns["_f_make_face"](
+        io.open,
+        (_param(0, "file", None, "mode", True, "read"),),
+        {"io": True},
+        _make_prepare(((0, "file"),)),
+        "open",
+    )
+    faces[io.open] = opener
+    import _io
+    import builtins
 
-        for module in (builtins, io, _io):
-            if getattr(module, "open", None) is io.open:
-                set_attr(module, "open", opener)
+    for module in (builtins, io, _io):
+        if getattr(module, "open", None) is io.open:
+            set_attr(module, "open", opener)
     defer_sweep(faces)
 
 
