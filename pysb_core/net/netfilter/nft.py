@@ -176,11 +176,8 @@ def _nat_chains(plan: FilterPlan, sets: list[NftSet]) -> list[Chain]:
             nat_pre_sets[proto] = name
             ports = f"@{name}"
         else:
-            ports = (
-                forwarded[0]
-                if len(forwarded) == 1
-                else "{ " + ", ".join(map(str, forwarded)) + " }"
-            )
+            listed = ", ".join(map(str, forwarded))
+            ports = listed if len(forwarded) == 1 else "{ " + listed + " }"
         nat_out.append(f"ip daddr 127.0.0.1 {proto} dport {ports} accept")
     done: set[tuple[str, str]] = set()
     for proto, keep, spec in entries:
