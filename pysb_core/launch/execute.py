@@ -17,7 +17,7 @@ request to end because of what the sandbox does.
 
 from __future__ import annotations
 
-import signal
+import _signal as signal  # the C module: `signal` costs ~0.5 ms more at every start
 import sys
 import time
 

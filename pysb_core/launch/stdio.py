@@ -26,7 +26,7 @@ def _is_file(fd: int) -> bool:
 
 
 def _pump(src: int, dst: int, close_dst: bool) -> None:
-    import signal
+    import _signal as signal
 
     from pysb_core.launch.execute import FORWARDED
 

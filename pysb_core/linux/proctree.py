@@ -63,7 +63,7 @@ def end_adopted(known: set[int], *, timeout: float = 5.0) -> list[int]:
     """SIGKILL and reap every child of ours not in ``known`` (the processes pysb started
     itself): orphans of the sandbox adopted as subreaper, until none is left. Only our own
     children are signalled, by PID. Returns the PIDs ended."""
-    import signal
+    import _signal as signal  # the C module: `signal` would import enum, at every run's end
     import time
 
     ended: list[int] = []
