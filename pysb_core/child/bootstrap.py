@@ -335,7 +335,7 @@ def _send_tmp_dirs(watch: dict) -> None:
     """Hand pysb's parent descriptors of the sandbox's private /tmp and /dev/shm (its tmp
     watch, ``pysb_core.launch.tmpwatch``; firejail sizes neither), then close the channel:
     this runs before the program, which never holds it."""
-    import socket
+    import _socket  # the C module: socket.py would add enum and selectors to the child
 
     fds = []
     try:
@@ -344,9 +344,10 @@ def _send_tmp_dirs(watch: dict) -> None:
                 fds.append(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
             except OSError:
                 pass
-        sock = socket.socket(fileno=int(watch["fd"]))
+        sock = _socket.socket(fileno=int(watch["fd"]))
+        packed = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
         try:
-            socket.send_fds(sock, [b"tmp"], fds)
+            sock.sendmsg([b"tmp"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, packed)])
         finally:
             sock.close()
     finally:

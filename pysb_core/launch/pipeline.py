@@ -579,10 +579,10 @@ class Session:
             plan.tmp_watch_inside = own + ([shm.target] if shm is not None else [])
         tmp_channel = None
         if plan.tmp_watch_inside:
-            import socket
+            import _socket  # the C module: socket.py (enum, selectors) stays off the start path
 
             # The bootstrap hands the parent descriptors of these directories here.
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
             tmp_channel = {"fd": theirs.detach(), "dirs": plan.tmp_watch_inside}
             plan.tmp_watch_channel = (ours.detach(), tmp_channel["fd"])
             plan.pass_fds.append(tmp_channel["fd"])

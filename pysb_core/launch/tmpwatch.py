@@ -88,12 +88,12 @@ class TmpWatch:
         """Take the sandbox's directory descriptors once they are sent (not yet: later)."""
         if self._channel is None:
             return
+        import _socket as socket  # the C module: socket.py imports enum, selectors...
         import array
-        import socket
 
         fds = array.array("i")
         sock = socket.socket(fileno=os.dup(self._channel))
-        sock.setblocking(False)  # socket.recv_fds ignores its flags (CPython 3.11-3.13)
+        sock.setblocking(False)  # (socket.recv_fds would ignore its flags)
         try:
             _msg, ancdata, _flags, _addr = sock.recvmsg(
                 64, socket.CMSG_SPACE(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC
