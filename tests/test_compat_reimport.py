@@ -5,7 +5,9 @@ program's first import of it (no second execution). That hand-out was forever: a
 ``del sys.modules['types']`` the next ``import types`` gave the old object again, a reload
 did not run the module's code, and a reload of a module without ``__loader__`` left pysb's
 internal ``_ReinsertLoader`` there (importlib's tests: ``'_ReinsertLoader' object has no
-attribute 'path'``). Now the hand-out is once: then the name imports as in CPython.
+attribute 'path'``), and the first import raised an ``ImportWarning`` (a loader without
+``exec_module``), an error in test suites. Now the hand-out is once, by a loader with
+``exec_module``: then the name imports as in CPython.
 
 Item 5: extension modules loaded only under their file's name, and a second instance of any
 C module pysb had created was refused (a second ``errno``): importlib's own extension
@@ -25,6 +27,9 @@ from pysb_core.testing import Project, require_provider
 PROVIDERS = ["subprocess", "landlock", "bwrap"]
 
 REIMPORT = """\
+import warnings
+
+warnings.simplefilter("error", ImportWarning)  # as test suites do
 import importlib
 import sys
 import types

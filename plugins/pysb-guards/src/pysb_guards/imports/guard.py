@@ -225,7 +225,11 @@ def install(policy: Policy, recorder: Recorder) -> None:
     first = _c_modules()
     b = _seal.builders()
     # The finder's own frames are the import system's, not an importer's.
-    import_codes = [*_PATCHING_LOADER_CODES, _ReinsertLoader.load_module.__code__]
+    import_codes = [
+        *_PATCHING_LOADER_CODES,
+        *(f.__code__ for f in (_ReinsertLoader.load_module, _ReinsertLoader.exec_module)),
+        _ReinsertLoader.create_module.__code__,
+    ]
     ns = _seal.seal_group(
         [
             *(fn for name, fn in vars(engine).items() if name.startswith("_e_")),
@@ -544,13 +548,27 @@ def _make_find_spec(
 
 
 class _ReinsertLoader:
-    """A loader without ``exec_module``: importlib then takes ``sys.modules[name]`` as it
-    is and keeps the module's own ``__spec__`` and ``__loader__``. Used once per module
+    """The loader of a set-aside module's first import: ``create_module`` hands importlib
+    the module itself and ``exec_module`` runs nothing, then gives the module back its own
+    ``__spec__`` (importlib set this loader's there); ``__loader__`` stays the module's.
+    With ``exec_module`` importlib warns of nothing (a loader without it is a legacy one:
+    an ``ImportWarning``, which test suites turn into errors). Used once per module
     (``taken``): after that, the name is imported as CPython imports it."""
 
     def __init__(self, module: Any, taken: Callable[[str, Any], None]) -> None:
         self.module = module
         self.taken = taken
+        self.spec = getattr(module, "__spec__", None)
+
+    def create_module(self, spec: Any) -> Any:
+        return self.module
+
+    def exec_module(self, module: Any) -> None:
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is dict and namespace.get("__spec__") is not self.spec:
+            namespace["__spec__"] = self.spec
+        name = getattr(self.spec, "name", None)
+        self.taken(name if isinstance(name, str) else "", module)
 
     def load_module(self, fullname: str) -> Any:
         module = self.module
