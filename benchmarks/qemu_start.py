@@ -11,7 +11,8 @@ median of each phase. The phases come from two clocks:
   The guest's clock zero on the host is estimated as the smallest (arrival - U) over
   its lines: a line can arrive late, never early.
 
-Usage: ``.venv/bin/python benchmarks/qemu_start.py [-n 5] [--no-python-guards]``.
+Usage: ``.venv/bin/python benchmarks/qemu_start.py [-n 5] [--no-python-guards]
+[--pysb A --pysb B]`` (two pysbs, e.g. two worktrees' venvs: an interleaved A/B).
 Not a test: it prints figures, it asserts nothing about them.
 """
 
@@ -96,55 +97,66 @@ def timed(argv: list[str]) -> tuple[float, float]:
     return time.monotonic() - start, usage.ru_utime + usage.ru_stime
 
 
+def ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:7.0f} ({min(values) * 1000:5.0f})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=5, help="runs (median; default 5)")
-    ap.add_argument("--pysb", default=str(Path(sys.executable).with_name("pysb")))
+    ap.add_argument(
+        "--pysb",
+        action="append",
+        help="a pysb to time (default: this venv's); give two for an interleaved A/B",
+    )
     ap.add_argument("--no-python-guards", action="store_true")
     args = ap.parse_args()
+    pysbs = args.pysb or [str(Path(sys.executable).with_name("pysb"))]
     work = Path(tempfile.mkdtemp(prefix="pysb-qemu-start-"))
     profile = work / "start.pysb.yaml"
     profile.write_text(f"version: 1\nimports: [json]\nfiles:\n  expose-ro: [{work}]\n")
-    argv = [args.pysb, "run", "--profile", str(profile), "--provider", "qemu"]
-    if args.no_python_guards:
-        argv.append("--no-python-guards")
-    argv += ["-c", "pass"]
+    flags = ["--no-python-guards"] if args.no_python_guards else []
+    argvs = [
+        [p, "run", "--profile", str(profile), "--provider", "qemu", *flags, "-c", "pass"]
+        for p in pysbs
+    ]
     env = {**os.environ, "PYSB_QEMU_DEBUG": "1", "PWD": str(work)}
-    one_run(argv, env)  # warm-up: the guest assets' cache, the page cache
-    runs, walls, cpus, floor, floor_cpu = [], [], [], [], []
+    for argv in argvs:
+        one_run(argv, env)  # warm-up: the guest assets' cache, the page cache
+    runs: list[list[dict[str, float]]] = [[] for _ in argvs]
+    walls: list[list[float]] = [[] for _ in argvs]
+    cpus: list[list[float]] = [[] for _ in argvs]
+    floor, floor_cpu = [], []
     load = os.getloadavg()
     for _ in range(args.n):
         w, c = timed([sys.executable, "-c", "pass"])
         floor.append(w)
         floor_cpu.append(c)
-        events, wall, cpu = one_run(argv, env)
-        runs.append(events)
-        walls.append(wall)
-        cpus.append(cpu)
+        for k, argv in enumerate(argvs):
+            events, wall, cpu = one_run(argv, env)
+            runs[k].append(events)
+            walls[k].append(wall)
+            cpus[k].append(cpu)
     print(
-        f"qemu start, {args.n} runs (median), load average {load[0]:.1f} -> "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        f"qemu start, {args.n} runs each, median (min) in ms, load average "
+        f"{load[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    print(f"{'phase':45} {'median':>9} {'min':>9}")
+    for k, p in enumerate(pysbs):
+        print(f"  [{k}] {p}")
+    print(f"{'phase':45}" + "".join(f" {'[' + str(k) + ']':>15}" for k in range(len(pysbs))))
     for name, a, b in PHASES:
-        spans = [r[b] - r[a] for r in runs if a in r and b in r]
-        if spans:
-            print(
-                f"{name:45} {statistics.median(spans) * 1000:7.0f} ms {min(spans) * 1000:7.0f} ms"
-            )
-        else:
-            print(f"{name:45} {'(no event)':>9}")
+        cells = []
+        for k in range(len(argvs)):
+            spans = [r[b] - r[a] for r in runs[k] if a in r and b in r]
+            cells.append(ms(spans) if spans else "(no event)")
+        print(f"{name:45}" + "".join(f" {c:>15}" for c in cells))
+    print(f"{'total wall':45}" + "".join(f" {ms(w):>15}" for w in walls))
     print(
-        f"{'total wall':45} {statistics.median(walls) * 1000:7.0f} ms {min(walls) * 1000:7.0f} ms"
-    )
-    print(
-        f"{'total CPU (user+sys, pysb and children)':45} "
-        f"{statistics.median(cpus) * 1000:7.0f} ms {min(cpus) * 1000:7.0f} ms"
+        f"{'total CPU (user+sys, pysb and children)':45}" + "".join(f" {ms(c):>15}" for c in cpus)
     )
     print(
         f"{'python -c pass (floor, same run)':45} "
-        f"{statistics.median(floor) * 1000:7.1f} ms, "
-        f"CPU {statistics.median(floor_cpu) * 1000:.1f} ms"
+        f"{statistics.median(floor) * 1000:7.1f}, CPU {statistics.median(floor_cpu) * 1000:.1f}"
     )
     return 0
 
