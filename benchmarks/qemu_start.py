@@ -112,7 +112,11 @@ def main() -> int:
     ap.add_argument("--no-python-guards", action="store_true")
     args = ap.parse_args()
     pysbs = args.pysb or [str(Path(sys.executable).with_name("pysb"))]
-    work = Path(tempfile.mkdtemp(prefix="pysb-qemu-start-"))
+    with tempfile.TemporaryDirectory(prefix="pysb-qemu-start-") as tmp:
+        return measure(args, pysbs, Path(tmp))
+
+
+def measure(args: argparse.Namespace, pysbs: list[str], work: Path) -> int:
     profile = work / "start.pysb.yaml"
     profile.write_text(f"version: 1\nimports: [json]\nfiles:\n  expose-ro: [{work}]\n")
     flags = ["--no-python-guards"] if args.no_python_guards else []
