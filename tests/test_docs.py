@@ -166,7 +166,10 @@ def test_the_examples_of_the_page_run(page: Path, tmp_path: Path) -> None:
         (tmp_path / name).write_text(block.code)
         if block.action == "file":
             continue
-        env = {**BASE_ENV, "PYTHONPATH": str(tmp_path)}
+        # RAY_ADDRESS=local: a Ray example starts its own cluster, as on a user's machine,
+        # instead of joining one another test run left alive (ray.init() otherwise
+        # connects to the newest cluster in /tmp/ray, and refuses num_cpus= then).
+        env = {**BASE_ENV, "PYTHONPATH": str(tmp_path), "RAY_ADDRESS": "local"}
         r = subprocess.run(
             [sys.executable, name],
             cwd=tmp_path,

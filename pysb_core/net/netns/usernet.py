@@ -364,6 +364,20 @@ class Pasta(UserNet):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise self._fail("did not bring the namespace's network up")
             time.sleep(0.002)
+        # ... and its -T/-U listeners on the namespace's loopback may come after the route
+        # (thousands of ports take a while under load): the program connecting first got
+        # ECONNREFUSED from an allowed host port. Wait until every one is bound.
+        missing = {proto: _expand(self.loopback_ports.get(proto, [])) for proto in ("tcp", "udp")}
+        while True:
+            missing = {
+                proto: ports - _bound(pid, proto) for proto, ports in missing.items() if ports
+            }
+            if not missing:
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                count = sum(len(p) for p in missing.values())
+                raise self._fail(f"did not listen on {count} of the loopback ports it forwards")
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -383,6 +397,32 @@ def _remove_tree(path: str | None) -> None:
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _expand(specs: list[str]) -> set[int]:
+    """The ports of ``"P"`` / ``"A-B"`` specifications."""
+    out: set[int] = set()
+    for spec in specs:
+        low, _, high = spec.partition("-")
+        out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _bound(pid: int, proto: str) -> set[int]:
+    """Local ports with a listening TCP socket (or a bound UDP one) on 127.0.0.1 in the
+    network namespace of ``pid`` (``/proc/PID/net/tcp``: ``0100007F:PORT``, state 0A)."""
+    state = "0A" if proto == "tcp" else "07"
+    try:
+        with open(f"/proc/{pid}/net/{proto}") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return set()
+    ports = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == state and fields[1].startswith("0100007F:"):
+            ports.add(int(fields[1][9:], 16))
+    return ports
 
 
 def _has_default_route(pid: int, device: str) -> bool:
