@@ -227,8 +227,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     # The finder's own frames are the import system's, not an importer's.
     import_codes = [
         *_PATCHING_LOADER_CODES,
-        *(f.__code__ for f in (_ReinsertLoader.load_module, _ReinsertLoader.exec_module)),
-        _ReinsertLoader.create_module.__code__,
+        *_REINSERT_LOADER_CODES,
     ]
     ns = _seal.seal_group(
         [
@@ -532,7 +531,7 @@ def _make_find_spec(
         # importlib.reload(module) (a target): its code runs again, with its own loader (a
         # C module's exec does nothing a second time: _e_judge_exec)
         if kind == "stash" and target is None:
-            return module_spec(name, _ReinsertLoader(module, taken))  # type: ignore[arg-type]
+            return module_spec(name, _reinsert_loader(module, taken))  # type: ignore[arg-type]
         for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
             if find is None or find is find_spec:
@@ -545,36 +544,6 @@ def _make_find_spec(
         return None
 
     return find_spec
-
-
-class _ReinsertLoader:
-    """The loader of a set-aside module's first import: ``create_module`` hands importlib
-    the module itself and ``exec_module`` runs nothing, then gives the module back its own
-    ``__spec__`` (importlib set this loader's there); ``__loader__`` stays the module's.
-    With ``exec_module`` importlib warns of nothing (a loader without it is a legacy one:
-    an ``ImportWarning``, which test suites turn into errors). Used once per module
-    (``taken``): after that, the name is imported as CPython imports it."""
-
-    def __init__(self, module: Any, taken: Callable[[str, Any], None]) -> None:
-        self.module = module
-        self.taken = taken
-        self.spec = getattr(module, "__spec__", None)
-
-    def create_module(self, spec: Any) -> Any:
-        return self.module
-
-    def exec_module(self, module: Any) -> None:
-        namespace = getattr(module, "__dict__", None)
-        if type(namespace) is dict and namespace.get("__spec__") is not self.spec:
-            namespace["__spec__"] = self.spec
-        name = getattr(self.spec, "name", None)
-        self.taken(name if isinstance(name, str) else "", module)
-
-    def load_module(self, fullname: str) -> Any:
-        module = self.module
-        sys.modules[fullname] = module
-        self.taken(fullname, module)
-        return module
 
 
 def _patching_loader(loader: Any, name: str, patch: Callable[[str, Any], None]) -> Any:
@@ -635,3 +604,43 @@ def _loader_codes() -> tuple[Any, ...]:
 
 
 _PATCHING_LOADER_CODES = _loader_codes()
+
+
+def _reinsert_loader(module: Any, taken: Callable[[str, Any], None]) -> Any:
+    """The loader of a set-aside module's first import: ``create_module`` hands importlib
+    the module itself and ``exec_module`` runs nothing, then gives the module back its own
+    ``__spec__`` (importlib set this loader's there); ``__loader__`` stays the module's.
+    With ``exec_module`` importlib warns of nothing (a loader without it is a legacy one:
+    an ``ImportWarning``, which test suites turn into errors). Used once per module
+    (``taken``): after that, the name is imported as CPython imports it.
+
+    A ``SimpleNamespace`` of closures, as :func:`_patching_loader`: a class of ours would be
+    reachable through the class graph, and its methods replaceable by the program."""
+    own_spec = getattr(module, "__spec__", None)
+
+    def create_module(spec: Any) -> Any:
+        return module
+
+    def exec_module(loaded: Any) -> None:
+        namespace = getattr(loaded, "__dict__", None)
+        if type(namespace) is dict and namespace.get("__spec__") is not own_spec:
+            namespace["__spec__"] = own_spec
+        name = getattr(own_spec, "name", None)
+        taken(name if isinstance(name, str) else "", loaded)
+
+    def load_module(fullname: str) -> Any:
+        sys.modules[fullname] = module
+        taken(fullname, module)
+        return module
+
+    return _SimpleNamespace(
+        create_module=create_module, exec_module=exec_module, load_module=load_module
+    )
+
+
+def _reinsert_codes() -> tuple[Any, ...]:
+    sample = _reinsert_loader(None, None)  # type: ignore[arg-type]
+    return tuple(f.__code__ for f in (sample.create_module, sample.exec_module, sample.load_module))
+
+
+_REINSERT_LOADER_CODES = _reinsert_codes()
