@@ -29,6 +29,13 @@ def _skip_reason(ctx: Context, provider: str) -> str | None:
     return None
 
 
+def _os_only_host(provider: str) -> str:
+    """The host of the OS-only profile's network rules: any host under Landlock (it filters
+    TCP ports, not addresses); the loopback address under a namespace provider, as in the
+    guarded profile, so that the port stays on the sandbox's own loopback there too."""
+    return "*" if provider == "landlock" else "127.0.0.1"
+
+
 def run(ctx: Context) -> dict[str, Any]:
     port = free_port()
     ours, ref = profiles.guards(ctx.workdir, port)
@@ -48,9 +55,11 @@ def run(ctx: Context) -> dict[str, Any]:
             continue
         argv = [ctx.pysb, "run", "--profile", str(ours), "--provider", name, *loop_args]
         jobs.append(("pysb", name, argv))
-        if name == "landlock":
-            # The OS layer alone: what the kernel's checks cost, without the Python guards.
-            bare = profiles.guards_os_only(ctx.workdir, port)
+        if name != "subprocess":
+            # The OS layer alone: what the kernel's checks cost without the Python guards
+            # (Landlock's rulesets; a namespace's loopback with its netfilter rules and
+            # conntrack), the floor each guarded figure is read against.
+            bare = profiles.guards_os_only(ctx.workdir, port, host=_os_only_host(name))
             argv = [ctx.pysb, "run", "--profile", str(bare), "--provider", name]
             argv += ["--no-python-guards", *loop_args]
             jobs.append(("pysb", NO_GUARDS.format(name), argv))
@@ -73,8 +82,14 @@ def run(ctx: Context) -> dict[str, Any]:
             # A provider that refuses loopback rules (firejail filters only on a bridge):
             # measure the rest without them, and say why connect is missing.
             ctx.log(f"guards: pysb under {name} again, without the network rule")
-            no_net, _ = profiles.guards(ctx.workdir, 0)
-            retry = [ctx.pysb, "run", "--profile", str(no_net), "--provider", name]
+            if name.endswith(NO_GUARDS.format("")):
+                provider = name[: -len(NO_GUARDS.format(""))]
+                no_net = profiles.guards_os_only(ctx.workdir, 0)
+                retry = [ctx.pysb, "run", "--profile", str(no_net), "--provider", provider]
+                retry.append("--no-python-guards")
+            else:
+                no_net, _ = profiles.guards(ctx.workdir, 0)
+                retry = [ctx.pysb, "run", "--profile", str(no_net), "--provider", name]
             got = run_json(
                 [*retry, "_guard_loops.py", "0", scale, reps], ctx.workdir, 300, env, name
             )

@@ -59,17 +59,19 @@ def guards(workdir: Path, port: int) -> tuple[Path, Path]:
     return ours, ref
 
 
-def guards_os_only(workdir: Path, port: int) -> Path:
+def guards_os_only(workdir: Path, port: int, host: str = "*") -> Path:
     """Guard loops with the Python guards off: only rules the OS layer enforces.
 
-    No ``imports``/``api`` (the Python layer's alone); the network rule names any host,
-    as Landlock filters TCP ports, not addresses.
+    No ``imports``/``api`` (the Python layer's alone). ``host``: ``*`` for Landlock, which
+    filters TCP ports, not addresses; ``127.0.0.1`` for a namespace provider. ``port`` 0:
+    no network rule.
     """
-    ours = workdir / f"guards-os-{port}.pysb.yaml"
+    name = "any" if host == "*" else host
+    ours = workdir / f"guards-os-{name}-{port}.pysb.yaml"
+    network = f"network:\n  - allow tcp {host} {port} in\n  - allow tcp {host} {port} out\n"
     ours.write_text(
         "version: 1\n"
         "env: {BENCH_VAR: x}\n"
-        f"files:\n  expose-ro: [{workdir}]\n"
-        f"network:\n  - allow tcp * {port} in\n  - allow tcp * {port} out\n"
+        f"files:\n  expose-ro: [{workdir}]\n" + (network if port else "")
     )
     return ours

@@ -42,9 +42,12 @@ number. "reference" columns are pysandboxes 0.7.0 measured in the same run.
   "CPU ÷ python" compares user+system CPU time, which the load moves less than wall
   time (hyperfine counts the CPU of the processes it waits for: helpers reaped inside a
   PID namespace may be missing).
-- "landlock, no Python guards" rows run the same with `--no-python-guards`
-  (`python_guards=False`), to show what the Python layer costs; for the guard loops that
-  profile keeps only the rules the OS layer enforces (files, env, the port).
+- "no Python guards" rows run the same with `--no-python-guards`
+  (`python_guards=False`), to show what the Python layer costs: landlock's for start-up and
+  partial mode, every OS provider's for the guard loops, where they are the floor of the
+  guarded rows (the kernel's own checks: Landlock's rulesets; a namespace's loopback with
+  its netfilter rules and connection tracking); that profile keeps only the rules the OS
+  layer enforces (files, env, the port).
 - Partial mode runs with pysb's defaults (Python guards on when pysb-guards is
   installed); the reference runs with its Python layer on (its default).
 - qemu runs under TCG (software emulation) on this machine: its figures measure a VM
@@ -61,8 +64,9 @@ number. "reference" columns are pysandboxes 0.7.0 measured in the same run.
 - The reference runs with reduced repetition counts (3 starts, 1,000 calls, 3 payloads of
   each size): it needs about a second per start and 0.2 s per MiB sent.
 - pysandboxes' qemu provider is never started (it downloads a cloud image from the
-  internet); pysb's firejail provider refuses loopback network rules (it filters only on
-  a bridge), so its `connect` loop is not run.
+  internet); pysb's firejail provider refuses loopback network rules for a normal user (it
+  filters only on a bridge there), so a normal user's run measures its other loops
+  without `connect`.
 """
 
 
