@@ -17,10 +17,12 @@ Order matters:
 
 Only the standard library modules already loaded by the interpreter (plus json) are used
 here, so the sandbox imports little and starts fast.
-"""
 
-# Over 400 lines on purpose: the sandboxed interpreter's first code runs from one file: each
-# module more is one more import before the program, inside the sandbox.
+Why one module: it is the sandboxed interpreter's first code, imported by the ``-c`` stub before
+any guard: every extra module would be one more import at each start and one more file that must
+be trusted before the guards exist. The numbered steps above are one ordered procedure, and
+:func:`main` is easier to check for order when its helpers sit beside it.
+"""
 
 from __future__ import annotations
 

@@ -10,10 +10,13 @@ The format (one ``key=value`` per line, ``#`` comments outside quotes, ``include
 
 Variables are kept as written (pysb expands the same ``${NAME}`` and ``${NAME:-default}``
 forms at run time); only include paths are expanded, at conversion time, to read them.
-"""
 
-# Over 400 lines on purpose: one foreign format (pysandboxes 0.7.0), read and converted in
-# one place so that nothing else knows it.
+Why one module: it is one converter of one foreign format: reading lines and includes, and one
+small handler per key, all of which report into the same :class:`Converted` (rules, dropped
+entries, errors). A new key of the format is one handler here; splitting reader from handlers
+would separate each key from the line rules it depends on, and in one place nothing else in pysb
+needs to know the format.
+"""
 
 from __future__ import annotations
 

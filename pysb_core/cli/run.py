@@ -4,9 +4,6 @@ This path does not import click: ``pysb run -c pass`` must start fast, and CPyth
 argument splitting is not click's job anyway. ``pysb run --help`` goes through click.
 """
 
-# Over 400 lines on purpose: ``pysb run``'s fast path without click: argument handling, the
-# session and the exit, in one import.
-
 from __future__ import annotations
 
 import os

@@ -5,11 +5,13 @@ provider, pins DNS names and decides, fail closed, whether every rule is enforce
 layer. ``Session.spawn`` builds the launch plan and starts the sandboxed interpreter;
 ``Session.finish`` collects what the sandbox reported and writes a learning run's profile.
 Complete mode (``pysb run``) and partial mode (``sandboxes()``) both go through here.
-"""
 
-# Over 400 lines on purpose: the session is one sequence (create, spawn, wait, learn) whose
-# steps share the session's state; its parts with a job of their own are already modules of
-# launch/.
+Why one module: it is the one path every run takes, complete or partial mode: most of it is
+:class:`Session`, whose create/spawn/finish share the loaded provider, the policy and the
+decision of what each layer enforces. The stages around it (provider loading, drivers,
+execution, stdio, the temporary directory) are already their own modules; what remains is the
+order they are called in, which is best read in one place.
+"""
 
 from __future__ import annotations
 

@@ -36,10 +36,12 @@ whole (``ENOSYS``): their ``socketcall``/``ipc`` multiplexers hide the arguments
 Only little-endian x86_64 and aarch64 are covered; elsewhere :func:`program` is ``None``.
 
 Only built-in modules are used: the sandboxed interpreter loads this before user code.
-"""
 
-# Over 400 lines on purpose: one BPF program (the rules, their assembly and its
-# installation) that every provider loads; the parts mean nothing apart.
+Why one module: it is one BPF program: the tables of calls, the blocks that judge their
+arguments and the assembler that joins them must agree on jump offsets and return values, and
+the sandboxed interpreter loads this before user code with built-in modules only (a split would
+be more imports at every start).
+"""
 
 from __future__ import annotations
 

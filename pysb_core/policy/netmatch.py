@@ -15,10 +15,13 @@ judged by the explicit deny rules of that IPv4 host, host-name rules match their
 name passes only if every address of it does. It reads the rules the parent already parsed
 and canonicalised (:func:`pysb_core.policy.netrules.parse_rule`); a rule in another spelling (a
 netmask, a legacy IPv4 form) raises ``ValueError``, so the guard fails to install.
-"""
 
-# Over 400 lines on purpose: the guard's matcher is sealed as one group of functions with
-# private globals (``_seal.seal_group``): splitting it would split the group.
+Why one module: the network guard copies these functions into its sealed namespace as one set
+(:mod:`pysb_guards.network.engine`), and they may import nothing but ``_socket``; every extra
+module would be one more import at each sandbox start and one more thing a program could
+replace. Address parsing, network algebra and the decision are therefore one sealed group
+(``_seal.seal_group``), and splitting the module would split the group.
+"""
 
 from __future__ import annotations
 

@@ -5,10 +5,12 @@ and must be existing directories, network rules are parsed, limits get their uni
 child environment is computed (nothing from the host but what ``env`` names), and the
 ``learn: false`` lock refuses additions. Every problem of every file is collected first
 and raised together as one :class:`ProfileError`.
-"""
 
-# Over 400 lines on purpose: one pass from the merged view to the Policy, a section after
-# another, sharing the error collector and the lock.
+Why one module: it is the one place where profile values get their meaning; :class:`_Compiler`
+collects every problem of every file before raising, and the CLI/API additions and learning lock
+must go through the same collector. Splitting would mean passing that collector across modules,
+and the profile room already holds loading, variables and merging apart.
+"""
 
 from __future__ import annotations
 

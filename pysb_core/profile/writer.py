@@ -15,10 +15,11 @@ The result is parsed again before anything is written; should the text merge eve
 produce something that does not hold every learned rule, the original is left untouched
 and the rules go to ``FILE.learned.yaml`` instead (said so in the summary). Writes are
 atomic (temp file + rename) and the previous version is kept as ``FILE.bak``.
-"""
 
-# Over 400 lines on purpose: one job (merge learned rules into a file while keeping what a
-# person wrote: comments, order, spelling), whose helpers serve only it.
+Why one module: the text merge is one algorithm: locating blocks with PyYAML, deciding what is
+already covered, rendering new entries and checking the result before an atomic write depend on
+the same notion of a section's shape, and the byte-for-byte promise holds only if they agree.
+"""
 
 from __future__ import annotations
 

@@ -4,10 +4,12 @@ One sandbox per host process, reference counted: nested or concurrent ``sandboxe
 share it and only the last exit stops it; sync and async callers share it too. Inside the
 sandboxed interpreter (or under ``pysb run``) ``@sandbox`` calls the function directly and
 ``sandboxes()`` starts nothing.
-"""
 
-# Over 400 lines on purpose: the public partial-mode API (``@sandbox``, ``sandboxes()``,
-# ``run()``) and their shared options, in the module users read.
+Why one module: it is the whole public partial-mode surface (``@sandbox``, ``sandboxes()``,
+``run()``) and the one reference-counted sandbox they share, with the SIGTERM handling that
+shared sandbox needs; the three entry points differ only in how they reach that shared state,
+and this is the module users read. The transport, client and worker are in their own modules.
+"""
 
 from __future__ import annotations
 

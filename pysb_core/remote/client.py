@@ -15,10 +15,12 @@ the call. When the worker dies, a call whose id is there raises
 :class:`SandboxProtocolError` (or is sent again with ``retry_on_crash``); every other
 pending call is sent to the restarted worker, in order. The fifth death within 180 s
 fails the sandbox closed; the host is never touched.
-"""
 
-# Over 400 lines on purpose: one worker's life cycle (start, calls, crash and restart, stop)
-# over one socket; the transport, the unpickler and the exceptions are modules of their own.
+Why one module: most of it is :class:`Client`, one state machine: the leader hand-off, the
+watcher, the crash rules and the restarts all touch the same pending calls under the same
+condition, and the issue-30 and SPEC §5 guarantees are only checkable when those transitions sit
+together. The transport, the unpickler and the exceptions are modules of their own.
+"""
 
 from __future__ import annotations
 

@@ -22,6 +22,11 @@ under that name (:class:`_SourceLines`: no list as long as the line number). Nam
 lines are printed with their control characters escaped (no escape sequences or forged
 lines in the host's terminal or logs). The frame is placed at its line number by
 ``co_firstlineno``, not by compiling that many newlines.
+
+Why one module: describing a chain (child side) and rebuilding it (parent side) are the two
+halves of one wire format; the bounds, the descriptor fields and the synthetic-frame rules must
+change together, and keeping them side by side is what lets a reader check that every field the
+child sends is checked before the parent uses it.
 """
 
 from __future__ import annotations

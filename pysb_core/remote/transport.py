@@ -12,6 +12,11 @@ nor slowed down. Every frame is::
 
 A frame is written with one ``writev`` (no copy of large payloads) under a lock, so that
 frames of concurrent calls never interleave.
+
+Why one module: the frame layout, its writer, its readers (a buffered one for the caller, an
+exact one for the worker's epoll threads) and the started-call log all share the header format
+and the captured fd functions; one module keeps a single definition of both, which the two sides
+of partial mode import before any guard is installed.
 """
 
 from __future__ import annotations

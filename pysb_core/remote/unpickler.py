@@ -32,6 +32,11 @@ the list never receive a lazy iterable (``set(range(10**12))``, ``deque(ip_netwo
 and ``Fraction`` never an exponent that would build a huge integer. A violation raises
 :class:`~pysb_core.errors.SandboxProtocolError`; a class the caller did not allow raises
 :class:`RestrictedResultError` naming it.
+
+Why one module: the opcode scan, the allowlist and the reconstructors are one defence against
+hostile pickles: the scan's bounds are only sound for the constructors the list admits, and a
+change to one needs a check of the others. Keeping them in one module keeps that review in one
+place.
 """
 
 from __future__ import annotations

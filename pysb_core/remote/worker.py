@@ -14,10 +14,13 @@ which then runs the call itself -- one wake-up per call, no hand-off, no thunder
 ``async def`` functions run on one event loop thread. Each call's ``print()`` goes up as
 OUT/ERR frames tagged with its call id (a context variable says which call a thread or
 task is serving), before its RESULT, so the caller sees them in order and unmixed.
-"""
 
-# Over 400 lines on purpose: the sandboxed side of partial mode is one serve loop and the
-# calls it runs, imported in the sandbox as one module.
+Why one module: everything the worker uses after arming must be created or captured before, in
+this one start-up: the argument unpickler, the per-call streams, the epoll server and the thread
+hand-off all share those captured functions and the per-call context. Splitting them would make
+each new module an import made before the guards, and a place where the capture rule could be
+broken unseen.
+"""
 
 from __future__ import annotations
 

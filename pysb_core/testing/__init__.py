@@ -14,11 +14,12 @@ run. For end-to-end runs of ``pysb`` (a guard's tests): the ``project`` fixture 
 Tests that claim enforcement run real programs under real providers. A provider that is
 not available here is a skip -- unless its name is in ``PYSB_REQUIRE_PROVIDERS`` (CI sets
 it), where it is a failure, so a run cannot silently skip the OS layer.
-"""
 
-# Over 400 lines on purpose: the pytest plugin's fixtures for plugin authors are the one
-# module pytest loads; partial.py, netfilter.py and interpreters.py hold the parts with a
-# job of their own.
+Why one module: it is the pytest plugin a third party enables with one ``pytest_plugins`` line;
+its fixtures, the helpers behind them and the hooks that turn a required provider's skip into a
+failure must be registered together, in the one module pytest loads. The parts with a job of
+their own are already apart: :mod:`.partial`, :mod:`.netfilter` and :mod:`.interpreters`.
+"""
 
 from __future__ import annotations
 

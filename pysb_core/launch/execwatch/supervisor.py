@@ -15,6 +15,12 @@ ever refused) after turning the call into at most two :class:`~pysb_core.events.
 Accesses inside an implicit exposure (the interpreter, its libraries, the private
 temporary directory) are not recorded, as the guard does not record them. The records are
 bounded (:data:`MAX_RECORDS`); a watch that stops recording says so.
+
+Why one module: nearly all of it is :class:`Watch`, one thread's loop over one listener:
+receiving a notification, reading the caller's path or address from its memory and descriptors,
+deciding whether to record it and answering ``CONTINUE`` are steps of one call that must stay in
+order (the caller is blocked meanwhile); the set-up of the child's side is already in
+:mod:`.child`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ Order matters and is what makes it fail closed::
 
 If any step fails, :meth:`NetnsNetwork.attach` stops what it started and raises
 :class:`SandboxError`; the caller must then kill the sandbox, which never ran the program.
+
+Why one module: it is the ordered attach sequence written once (filter, helper, forwarded ports)
+with the undo of each step in the same class; the fail-closed argument is only readable when
+every step and its clean-up sit together. The helpers it starts live in :mod:`.usernet`, the
+namespace entry in :mod:`.enter`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ traffic it turns into ordinary host sockets. It never outlives pysb:
 
 Which helper is used is decided by :func:`choose_helper` (slirp4netns first: its host-loopback
 address lets the packet filter see and DNAT every connection; pasta is the fallback).
+
+Why one module: the two user-mode helpers (slirp4netns and pasta) are interchangeable
+implementations of one :class:`UserNet` interface, with the same lifeline rule and the same stop
+by the PID pysb started; :func:`choose_helper` chooses between them, and keeping them side by
+side keeps their behaviour comparable line for line.
 """
 
 from __future__ import annotations

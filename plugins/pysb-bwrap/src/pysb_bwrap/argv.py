@@ -18,6 +18,11 @@ unit tests can check the command for any host. The order of the mount arguments 
 The environment is *not* on this command line: ``--setenv NAME VALUE`` would show every
 value in ``/proc/PID/cmdline``, which any user of the host can read. bwrap hands its own
 environment to the program, so the provider starts bwrap with exactly ``plan.env``.
+
+Why one module: bwrap applies its mount arguments in order, a later mount covering an earlier
+one, so the six steps above are one ordered computation; each function builds one step and
+:func:`build_argv` calls them in that order, which is the security argument. Pure, with its host
+facts in :mod:`pysb_bwrap.hostfs`.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ in command-line order, a later one covering an earlier one):
 The environment is *not* on this command line (``--env`` values would be world-readable
 in ``/proc/PID/cmdline``): firejail hands its own environment to the program, and the
 provider's child set-up removes what firejail adds.
+
+Why one module: firejail applies its options in command-line order, a later one covering an
+earlier one, so the sections above are one ordered computation; each function builds one
+section, and the order they are called in by :func:`build_argv` is the security argument. Pure,
+with its host facts in :mod:`pysb_firejail.hostfs`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ which PEP 578 audit events its C code raises (the API guard's backstop: an origi
 without its face still meets the policy).
 
 ``python -m pysb_guards.registry`` prints docs/api-registry.md (a test checks it is current).
+
+Why one module: the table is the module: most of its lines are the entries themselves, and the
+few functions beside them (look-up, platform filter, the Markdown page) read that one table.
+Split by guard, the alias groups that span modules (``os.system`` and ``posix.system``) would be
+cut apart, and the docs page would no longer come from the same place as the patches.
 """
 
 from __future__ import annotations

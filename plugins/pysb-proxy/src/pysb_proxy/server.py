@@ -15,6 +15,11 @@ Three ways through:
   proxy terminates TLS with a certificate of the run's own CA (:mod:`pysb_proxy.tls`)
   and judges each request inside, as below;
 - an absolute-form ``GET http://host/path``: judged per request, forwarded to the host.
+
+Why one module: the three ways through (judged tunnel, terminated TLS, plain request) share one
+client session, one refusal format and one forwarding path, and every one of them reads hostile
+bytes under the same bounds; one module keeps those bounds in one place. The rules, the SNI
+reader and the CA are already separate modules.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ shared: ``passwd``, ``group``, ``hosts`` and ``resolv.conf`` are synthesized.
 
 Everything that changes from run to run goes into a small second cpio archive appended to
 the cached base initramfs; ``/init`` (guest_init.sh) reads it.
+
+Why one module: it is the one description of what the guest sees: the shares (read-only,
+read-write, renamed), the synthesized ``/etc``, the run script and the per-run archive all
+derive from the same :class:`GuestLayout`, and the guest's ``/init`` reads what this module
+writes. Split, the host and the archive could disagree about a path.
 """
 
 from __future__ import annotations

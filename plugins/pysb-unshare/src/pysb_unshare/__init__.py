@@ -6,6 +6,11 @@ binds, and a kernel-filtered user-mode network.
 the PID namespace's init and starts the program with no capabilities (see its docstring).
 Network rules are enforced by :class:`pysb_core.net.netns.NetnsNetwork` (nftables inside the
 namespace + slirp4netns/pasta), loaded before the program is released.
+
+Why one module: it is the provider class (the plugin's entry point) and the host side of its
+start-up hand-shake with :mod:`pysb_unshare.nsinit`: waiting for the namespaces, reading the
+status pipe and raising the early errors are the same protocol and change with it; the root's
+layout (:mod:`pysb_unshare.rootfs`) and the init already live in their own modules.
 """
 
 from __future__ import annotations

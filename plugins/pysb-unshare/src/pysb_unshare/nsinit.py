@@ -24,6 +24,11 @@ few milliseconds and nothing from the host's ``sys.path`` is trusted. Three proc
 The program runs in its own session with no controlling terminal (so it cannot push input
 into the user's shell with TIOCSTI); signals the terminal sends to the foreground process
 group (Ctrl-C, window size) reach P0 and P1, and P1 alone forwards them to the program.
+
+Why one module: the three processes above are one program started once per run: P0, P1 and P2
+share the libc calls, the mount operations and the pipes' protocol with pysb, and each forks the
+next from the same code. It must stay standard-library only (see above), which is checked most
+easily for one file, and one module is one cached bytecode file to load in the new namespaces.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@ the audit hook installed once, and the faces this package hands out.
 
 Made once, at import: the module keeps only faces of the seal's namespace. Every face
 refuses once the guards are armed (``close()`` of :func:`audit_registry`).
+
+Why one module: it runs once, at import, and builds the one sealed namespace; the builders it
+copies, the audit hook it installs and the faces it hands out all close over that namespace, and
+its security rests on no other module's globals seeing it. Splitting it would spread that
+namespace over module boundaries, which is what the seal exists to avoid.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ private namespace (made by :mod:`pysb_guards._seal.core`, at import), which hold
 the tables and the records of the guards' own code; ``builders()`` hands those copies out.
 The module's ``make_door``, ``make_gate``, ``make_face`` and ``guard`` are replaced there by
 faces over the sealed copies.
+
+Why one module: its functions never run with this module's globals: :mod:`._seal.core` copies
+all of them into one sealed namespace at import, where they call one another by name. A second
+module would be a second set of globals to copy and keep consistent; one module is one
+namespace's source.
 """
 
 from __future__ import annotations

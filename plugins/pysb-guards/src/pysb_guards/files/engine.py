@@ -4,6 +4,10 @@ These functions never run with this module's globals: :func:`pysb_guards.files.g
 re-creates every ``_f_*`` function in one private namespace that also holds the names
 declared below (``ST``, ``RECORDER``, ``LSTAT``...). The module-level values here are
 placeholders for linters and readers only.
+
+Why one module: its ``_f_*`` functions are re-created together in one sealed namespace where
+they call one another by name and share the decision cache; one module is one namespace's
+source, and a split would add globals to copy and keep consistent with the seal.
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ Resolved decisions are cached per absolute path; the cache is dropped whenever t
 renames, removes or links something, and ``os.chdir`` refreshes the working directory. A
 path whose resolution followed a link below ``/proc`` (``/proc/self/fd/N/..``, ``/dev/fd/N``,
 a symlink to either) is never cached: ``dup2`` re-points it without a call the guard sees.
+
+Why one module: it is the file guard's install: the audit hook, the faces on ``os``/``posix``
+and the patches all take their decision from one sealed engine made here
+(:func:`_sealed_engine`), so their wiring must be written together; the decisions themselves are
+in :mod:`.engine`, the family's ``hooks/guard/engine`` shape.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ These functions never run with this module's globals: :func:`pysb_guards.imports
 re-creates every ``_e_*`` function in one private namespace that also holds the names
 declared below (``STATE``, ``RECORDER``, ``SYS_DICT``...). None of them raises on purpose: a
 refusal is returned (a ``Refusal``) and raised by a face.
+
+Why one module: its ``_e_*`` functions are re-created together in one sealed namespace where
+they call one another by name; one module is one namespace's source. Splitting it would add
+modules whose globals must be copied and kept consistent with the seal.
 """
 
 from __future__ import annotations

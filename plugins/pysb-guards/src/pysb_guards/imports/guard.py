@@ -23,6 +23,11 @@ files, network and api guards. Refusals raise :class:`~pysb_core.errors.ImportDe
 
 Modules patched by other guards when they load (``subprocess``, ``ctypes``, ``pickle``...)
 are patched here, as the loader finishes executing them (see :func:`on_import`).
+
+Why one module: it is the import guard's install: the finder, the ``__import__`` doors, the
+set-aside modules' loader and the audit hook all take their decision from one sealed engine made
+here, and their wiring (which door is kept at the head of ``sys.meta_path``, what is evicted)
+must be read together; the decisions are in :mod:`.engine`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ These functions never run with this module's globals: :func:`pysb_guards.network
 re-creates every ``_n_*`` function (with :mod:`pysb_core.policy.netmatch`'s) in one private
 namespace holding the compiled rules (``_seal.seal_group``); the names in capitals are the
 values given there. The faces' judges are closures made in those sealed frames.
+
+Why one module: its ``_n_*`` functions are re-created together in one sealed namespace (with
+netmatch's), where they call one another by name and the faces' judges are closures of those
+frames; one module is one namespace's source, and a split would add globals to copy and keep
+consistent.
 """
 
 from __future__ import annotations
