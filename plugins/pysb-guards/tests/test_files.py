@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import textwrap
 from pathlib import Path
 
 import guarded
@@ -305,3 +307,44 @@ def test_everyday_library_code_works_inside_the_exposures(project: Path, python:
     assert r["zip"] == ("ok", "b'data'")
     assert r["rmtree_ro"][0] == "WriteDeniedError"
     assert (project / "data" / "x.txt").exists()
+
+
+def test_bad_path_types_get_cpythons_errors(project: Path, python: str) -> None:
+    """A path of a type CPython refuses gets CPython's own TypeError (the C function's
+    words: ``stat: path should be string, bytes, os.PathLike or integer, not float``), a bad
+    ``dir_fd`` CPython's TypeError or OverflowError, and before 3.12 a bytes-like path is
+    taken with CPython's DeprecationWarning, attributed to the program's line (CPython's
+    ``test_posix``: 1 failure and 3 errors under the guards; they said ``pysb: a path must be
+    str or bytes``, or raised AttributeError for ``dir_fd='x'``)."""
+    import subprocess
+
+    (project / "out" / "f").write_text("x")
+    body = """
+        import os, warnings
+        warnings.simplefilter("error")
+        t("float", lambda: os.stat(1.5))
+        t("none", lambda: os.stat(None))
+        t("list", lambda: os.stat(list("out")))
+        t("rename", lambda: os.rename("out/f", 1.5))
+        t("open", lambda: open(1.5))
+        t("fd_str", lambda: os.stat("out", dir_fd="x"))
+        t("fd_float", lambda: os.stat("out", dir_fd=1.0))
+        t("fd_big", lambda: os.stat("out", dir_fd=10**20))
+        t("bytearray", lambda: os.listdir(bytearray(b"out")))
+        t("memoryview", lambda: os.stat(memoryview(b"out")).st_size > 0)
+        warnings.simplefilter("always")
+        def warned():
+            with warnings.catch_warnings(record=True) as seen:
+                line = __sys._getframe().f_lineno + 1
+                names = os.listdir(bytearray(b"out"))
+            return names, [(str(w.message), w.lineno == line) for w in seen]
+        t("warned", warned)
+    """
+    boxed = _run(project, body, python=python)
+    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
+    plain = subprocess.run(
+        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
+    )
+    expected = ast.literal_eval(plain.stdout.splitlines()[-1])
+    assert boxed == expected
+    assert expected["float"][0] == "TypeError"

@@ -406,7 +406,8 @@ def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
         params, options = spec
         if options.get("post") == "listdir" and not ignore:
             options = {**options, "post": None}
-        face = ns["_f_make_face"](original, params, options, _make_prepare(params), name)
+        prepare = _make_prepare(params, original)
+        face = ns["_f_make_face"](original, params, options, prepare, name)
         faces[original] = face
         for module in (os, posix):
             if getattr(module, name, None) is original:
@@ -418,7 +419,7 @@ def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
         io.open,
         (_param(0, "file", None, "mode", True, "read"),),
         {"io": True},
-        _make_prepare(((0, "file"),)),
+        _make_prepare(((0, "file"),), io.open),
         "open",
     )
     faces[io.open] = opener
@@ -469,23 +470,55 @@ def _path_type_error(path: Any) -> TypeError:
     return TypeError(f"pysb: a path must be str or bytes, not {type(path).__name__}")
 
 
-def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
+def _make_prepare(
+    params: tuple, original: Callable[..., Any] | None = None
+) -> Callable[[tuple, dict], tuple[tuple, dict]]:
     """Normalise path-like arguments to exact str/bytes, flags to exact ints and bools,
     *before* the judge: judges never run the program's code.
+
+    A path of a type CPython refuses gets CPython's own TypeError, worded by the C
+    ``original`` itself: it is called with a stand-in of the same type name that no
+    converter accepts (no ``__fspath__``, buffer or ``__index__``), so it fails in its
+    argument parsing, before any system call. Before 3.12 CPython takes a bytes-like path
+    (``bytearray``, ``memoryview``) with a DeprecationWarning: so does the face, warning
+    with that same text and passing the path on as exact bytes.
 
     No global name is looked up when it runs (everything is bound here, at install): a face
     may be called from sealed code (another guard's judge), and a global -- this module's,
     or a builtin -- could be the program's by then.
     """
+    import _warnings
     import os
+    import sys
 
     fspath = os.fspath
     slots = [(p[0], p[1]) for p in params]
     str_, bytes_, int_, bool_, tuple_, list_ = str, bytes, int, bool, tuple, list
     type_, len_, isinstance_ = type, len, isinstance
     type_error = TypeError
+    memoryview_, hasattr_, warn = memoryview, hasattr, _warnings.warn
+    dict_, float_, deprecation, overflow = dict, float, DeprecationWarning, OverflowError
+    name_of = type.__dict__["__name__"].__get__
+    c_original = original if type(original) is type(len) else None
+    buffers = sys.version_info < (3, 12)  # bytes-like paths: deprecated, still taken
 
-    def norm(value: Any) -> Any:
+    def cpython_error(value: Any, pos: int, kw: str, args: list, kwargs: dict) -> Any:
+        """CPython's own TypeError for ``value`` at ``pos``/``kw`` (None: no C original)."""
+        if c_original is None:
+            return None
+        stand_in = type_(name_of(type_(value)), (), {"__slots__": ()})()
+        probe, probe_kwargs = list_(args), dict_(kwargs)
+        if pos < len_(probe):
+            probe[pos] = stand_in
+        else:
+            probe_kwargs[kw] = stand_in
+        try:
+            c_original(*probe, **probe_kwargs)
+        except type_error as exc:
+            return exc
+        return None  # never reached: no converter takes the stand-in
+
+    def norm(value: Any, pos: int, kw: str, args: list, kwargs: dict) -> Any:
         kind = type_(value)
         if kind is str_ or kind is bytes_ or kind is int_ or value is None:
             return value
@@ -493,11 +526,22 @@ def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
             return str_.__str__(value) if isinstance_(value, str_) else bytes_(value)
         if isinstance_(value, int_):
             return int_(value)
-        try:
-            value = fspath(value)
-        except type_error:
-            return value
-        return norm(value)
+        if buffers and c_original is not None:
+            try:
+                data = bytes_(memoryview_(value))
+            except type_error:
+                data = None
+            if data is not None:
+                error = cpython_error(value, pos, kw, args, kwargs)
+                if error is not None:
+                    warn(str_(error), deprecation, 4)  # the program's line (norm, prepare, face)
+                    return data
+        if not hasattr_(kind, "__fspath__"):
+            error = cpython_error(value, pos, kw, args, kwargs)
+            if error is not None:
+                raise error
+            return value  # refused by the judge (pysb's TypeError)
+        return norm(fspath(value), pos, kw, args, kwargs)  # its own errors are CPython's
 
     def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if not kwargs and len_(args) == 1 and type_(args[0]) is str_:
@@ -506,13 +550,25 @@ def _make_prepare(params: tuple) -> Callable[[tuple, dict], tuple[tuple, dict]]:
             values = list_(args)
             for pos, kw in slots:
                 if pos < len_(values):
-                    values[pos] = norm(values[pos])
+                    values[pos] = norm(values[pos], pos, kw, values, kwargs)
                 elif kw in kwargs:
-                    kwargs = {**kwargs, kw: norm(kwargs[kw])}
+                    kwargs = {**kwargs, kw: norm(kwargs[kw], pos, kw, values, kwargs)}
             args = tuple_(values)
         for key in ("dir_fd", "src_dir_fd", "dst_dir_fd"):
-            if key in kwargs and kwargs[key] is not None and type_(kwargs[key]) is not int_:
-                kwargs = {**kwargs, key: int_(kwargs[key].__index__())}
+            if key in kwargs and type_(kwargs[key]) is int_:
+                fd = kwargs[key]
+                if fd > 2147483647 or fd < -2147483648:  # a C int (CPython's words)
+                    raise overflow(
+                        "fd is greater than maximum" if fd > 0 else "fd is less than minimum"
+                    )
+            elif key in kwargs and kwargs[key] is not None:
+                fd = kwargs[key]
+                if isinstance_(fd, float_) or not hasattr_(type_(fd), "__index__"):
+                    # CPython's words (3.11 to 3.13)
+                    raise type_error(
+                        f"argument should be integer or None, not {name_of(type_(fd))}"
+                    )
+                kwargs = {**kwargs, key: int_(fd.__index__())}
         if "follow_symlinks" in kwargs and type_(kwargs["follow_symlinks"]) is not bool_:
             kwargs = {**kwargs, "follow_symlinks": bool_(kwargs["follow_symlinks"])}
         if len_(args) > 1 and type_(args[1]) is not int_ and isinstance_(args[1], int_):
