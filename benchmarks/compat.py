@@ -385,6 +385,32 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
+        ("unshare",),
+        "test_pty",
+        3,
+        1,
+        (
+            "no pseudo-terminal to open: unshare's `/dev` holds `null`, `zero`, `full`, "
+            "`random`, `urandom` and `tty` only, no `ptmx` and no devpts (docs/providers.md), so "
+            "`test_fork`, `test_master_read` and `test_spawn_doesnt_hang` err ('out of pty "
+            "devices') and `test_openpty` skips itself ('Pseudo-terminals (seemingly) not "
+            "functional'), as `test_os`'s `test_openpty`."
+        ),
+    ),
+    Known(
+        ("landlock",),
+        "test_pty",
+        3,
+        1,
+        (
+            "no pseudo-terminal to open: `/dev/ptmx` is the host's device, which only "
+            "`expose-rw: [/dev]` would grant (a file, not a directory; the profile exposes `/` "
+            "read-only), so `test_fork`, `test_master_read` and `test_spawn_doesnt_hang` err "
+            "('out of pty devices') and `test_openpty` skips itself, as `test_os`'s "
+            "`test_openpty`."
+        ),
+    ),
+    Known(
         ("landlock",),
         "test_shutil",
         0,
