@@ -205,14 +205,15 @@ def make_gate(kind, original, slow, fast, norm=None):
     return _door("gate_" + kind, kind, subst)
 
 
-def make_face(door, like=None, prepare=None, kind=""):
+def make_face(door, like=None, prepare=None, kind="", module=None):
     """The public side of ``door``: raise refusals, answer values, look like ``like``.
 
     ``prepare(args, kwargs)`` normalises arguments before the door sees them; when it
     says ``skips_lone_str``, a call with one exact ``str`` argument skips it. ``kind``
     (one of :data:`GATES`) gives the face that gate's signature: explicit parameters are
     cheaper to pass on than ``*args, **kwargs``. Only C code reads ``like`` (the program
-    may have made it).
+    may have made it). ``module`` (a ``str``), when given, is the face's ``__module__``
+    instead of ``like``'s (see ``api.engine._OWN_MODULE_FACES``).
     """
     if kind:
         template = "face_" + kind
@@ -231,6 +232,8 @@ def make_face(door, like=None, prepare=None, kind=""):
             setattr(face, attr, value)
         except (AttributeError, TypeError):
             pass
+    if type(module) is str:
+        face.__module__ = module  # before staticmethod() copies it
     face.__pysb_face__ = True
     text = _face_signature(like)
     if type(like) is C_CALLABLES[0] and text is not None:

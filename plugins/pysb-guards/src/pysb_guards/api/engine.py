@@ -43,6 +43,18 @@ FRAMEWORK_CALLS: Any = None  # type: ignore[assignment]  # sealed
 GET_IDENT: Any = None  # type: ignore[assignment]  # sealed
 POSTS: Any = None  # type: ignore[assignment]  # sealed
 TERMINAL_IOCTLS: Any = None  # type: ignore[assignment]  # sealed
+OWN_MODULE_FACES: Any = None  # type: ignore[assignment]  # sealed
+
+#: The modules whose faces of C functions say the module itself as ``__module__``, not the
+#: C module behind it (``signal``, not ``_signal``). A face is a Python function, no
+#: builtin, and for a module without ``__all__`` the tools that list a module's contents
+#: take a routine that is not built in as the module's only when its ``__module__`` names
+#: it (pydoc; CPython's test_signal checks that every routine of ``signal`` that is not
+#: built in says ``'signal'``, as signal.py's own Python functions over ``_signal`` do,
+#: bpo-27718). With ``'_signal'`` the faces would drop out of ``help(signal)``. The other
+#: public modules of faced C functions (os, pickle, threading) list them in ``__all__``,
+#: so their faces keep CPython's value (plugins/pysb-guards/tests/test_faces.py).
+_OWN_MODULE_FACES = frozenset({"signal"})
 
 
 def _a_arm():
@@ -198,7 +210,9 @@ def _a_make_patcher(members):
                 door = MAKE_DOOR(original, _a_make_judge(qualname), post, name=name)
                 ST["door_groups"][DOOR_CODE_ID(door)] = group
                 prepare = FRAME_ARGS if qualname in ("builtins.eval", "builtins.exec") else None
-                face = MAKE_FACE(door, original, prepare)
+                public = group.rpartition(".")[0]
+                module_name = public if public in OWN_MODULE_FACES else None
+                face = MAKE_FACE(door, original, prepare, "", module_name)
                 ST["faces"][id(original)] = face
                 if not ST["armed"]:
                     ST["originals"].append((original, face))

@@ -132,6 +132,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         FRAME_ARGS=_caller_namespaces,
         INIT_EXEMPT=engine._INIT_EXEMPT,
         TERMINAL_IOCTLS=engine._TERMINAL_IOCTLS,
+        OWN_MODULE_FACES=engine._OWN_MODULE_FACES,
         FRAMEWORK_CALLS=engine._FRAMEWORK_CALLS,
         GET_IDENT=_thread.get_ident,
         # Entries whose result is filtered (exact str keys and values: the names of
