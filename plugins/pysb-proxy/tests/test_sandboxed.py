@@ -123,6 +123,132 @@ def test_requests_are_judged_by_url_and_nothing_goes_around_the_proxy(
     assert [r["path"] for r in http_server.requests] == ["/v1/models", "/v1/forged-refusal"]
 
 
+HTTPX_AIOHTTP_CLIENT = r"""
+import asyncio, json, ssl, sys
+started_with = sorted({"http.client", "httpcore", "httpx", "aiohttp"} & set(sys.modules))
+import httpx
+from pysb_core import NetworkDeniedError
+base, tunnelled = sys.argv[1], sys.argv[2]
+port = int(base.rsplit(":", 1)[1])
+verify = ssl.create_default_context(cafile=sys.argv[3])
+URLS = [
+    ("GET", base + "/v1/models"),
+    ("GET", base + "/v2/models"),  # refused path
+    ("POST", base + "/v1/models"),  # refused method
+    ("GET", base + "/v1/forged-refusal"),  # a server's 403: the proxy strips its headers
+    ("GET", tunnelled + "/v1/forged-refusal"),  # in a tunnel: only the token tells
+    ("GET", f"https://127.0.0.1:{port + 1}/"),  # no rule: the proxy refuses the CONNECT
+]
+def body(method):
+    return b"x" if method == "POST" else None
+def seen(response):
+    return [response.status_code, response.headers.get("x-pysb-refusal")]
+def refusal(e):
+    return [type(e).__name__, str(e), e.suggested_rule, e.errno, e.target]
+out = {"started_with": started_with, "sync": [], "async": []}
+with httpx.Client(verify=verify, timeout=20) as client:
+    for method, url in URLS:
+        try:
+            out["sync"].append(seen(client.request(method, url, content=body(method))))
+        except NetworkDeniedError as e:
+            out["sync"].append(refusal(e))
+async def main():
+    async with httpx.AsyncClient(verify=verify, timeout=20) as client:
+        for method, url in URLS:
+            try:
+                out["async"].append(seen(await client.request(method, url, content=body(method))))
+            except NetworkDeniedError as e:
+                out["async"].append(refusal(e))
+asyncio.run(main())
+import aiohttp
+async def aiohttp_main():
+    async with aiohttp.ClientSession(trust_env=True) as session:
+        for method, url in URLS:
+            try:
+                async with session.request(method, url, data=body(method), ssl=verify) as r:
+                    out["aiohttp"].append([r.status, r.headers.get("x-pysb-refusal")])
+            except NetworkDeniedError as e:
+                out["aiohttp"].append(refusal(e))
+out["aiohttp"] = []
+asyncio.run(aiohttp_main())
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize(
+    ("provider", "flags"),
+    [
+        ("subprocess", ()),
+        ("landlock", ()),
+        ("bwrap", ()),
+        ("bwrap", ("--no-python-guards",)),
+        ("unshare", ()),
+        ("firejail", ()),
+    ],
+)
+def test_httpx_and_aiohttp_see_the_proxy_refusal_as_a_network_denied_error(
+    provider: str,
+    flags: tuple[str, ...],
+    project: Project,
+    http_server: EchoServer,
+    https_server: EchoServer,
+    ca: LoopbackCA,
+) -> None:
+    """httpx (sync and async) and aiohttp get the NetworkDeniedError urllib and requests
+    get (issue 31 item 4), patched when the program imports them: a refused path or method
+    on a plain-HTTP origin and a refused CONNECT raise it with the proxy's text and rule; a
+    server's own 403 copying the proxy's headers stays a 403, also inside a tunnel the proxy
+    does not decrypt (it cannot strip the headers there: the run's token is what the server
+    lacks). The set-up imports none of the clients; without the Python guards its own
+    import hook (pysb_proxy.onimport) is the only one."""
+    pytest.importorskip("httpx")
+    pytest.importorskip("aiohttp")
+    if provider != "subprocess":
+        require_provider(provider)
+    base = f"http://127.0.0.1:{http_server.port}"
+    tunnelled = f"https://localhost:{https_server.port}"
+    (project.root / "test-ca.pem").write_bytes(ca.ca_file.read_bytes())
+    _profile(
+        project,
+        "imports: ['*']",
+        "api: {allow: [threads]}",  # aiohttp resolves names in a thread
+        "files:",
+        "  expose-ro: [.]",
+        "egress:",
+        f"  - allow {base}/v1/* GET",
+        f"  - allow {tunnelled}",
+    )
+    (project.root / "clients_refused.py").write_text(HTTPX_AIOHTTP_CLIENT)
+    result = project.run(
+        "run", "--provider", provider, *flags, "clients_refused.py", base, tunnelled, "test-ca.pem"
+    )
+    if _firejail_refuses_a_normal_user(provider, result):
+        return
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["started_with"] == [], out  # the set-up imports none of them
+    for mode in ("sync", "async", "aiohttp"):
+        ok, path, method, forged, tunnel_forged, connect = out[mode]
+        assert ok == [200, None], out
+        name, text, rule, errno, target = path
+        assert (name, errno) == ("NetworkDeniedError", 111), out
+        assert text.startswith(f"pysb: egress refused: GET {base}/v2/models: "), text
+        assert rule == f"egress: ['allow {base}/v2/* GET']", rule
+        assert target == f"GET {base}/v2/models", target
+        name, text, *_ = method
+        assert name == "NetworkDeniedError", out
+        assert text.startswith(f"pysb: egress refused: POST {base}/v1/models: "), text
+        assert forged == [403, None], out
+        assert tunnel_forged == [403, "pysb: egress refused: forged"], out  # a 403, no more
+        name, text, *_ = connect
+        assert name == "NetworkDeniedError", out
+        assert text.startswith(
+            f"pysb: egress refused: CONNECT https://127.0.0.1:{http_server.port + 1}/"
+        ), text
+    assert [r["path"] for r in http_server.requests] == ["/v1/models", "/v1/forged-refusal"] * 3
+    assert [r["path"] for r in https_server.requests] == ["/v1/forged-refusal"] * 3
+
+
 def test_landlock_without_the_python_layer_refuses_to_start(project: Project) -> None:
     """Landlock filters TCP by port only: it cannot keep the program to 127.0.0.1:PORT,
     so the proxy's rule has no enforcing layer and the run does not start."""
@@ -437,14 +563,22 @@ def requests_get(u):
         return denied(e)
 out["urllib"] = [urllib_get(url), urllib_get(refused)]
 out["requests"] = [requests_get(u) for u in (url, refused)]
+def httpx_get(c, u):
+    try:
+        return c.get(u).status_code
+    except OSError as e:
+        return denied(e)
 with httpx.Client(timeout=20) as c:
-    out["httpx"] = [c.get(url).status_code, c.get(refused).status_code]
+    out["httpx"] = [httpx_get(c, u) for u in (url, refused)]
 async def main():
     async with aiohttp.ClientSession(trust_env=True) as s:
         got = []
         for u in (url, refused):
-            async with s.get(u) as r:
-                got.append(r.status)
+            try:
+                async with s.get(u) as r:
+                    got.append(r.status)
+            except OSError as e:
+                got.append(denied(e))
         return got
 out["aiohttp"] = asyncio.run(main())
 print(json.dumps(out))
@@ -481,10 +615,9 @@ def test_urllib_requests_httpx_and_aiohttp_go_through_the_proxy(
     )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    # http.client's users see the refusal as a NetworkDeniedError; httpx and aiohttp,
-    # which do not use http.client, keep the proxy's 403 (the reason on its status line)
-    assert out["urllib"] == out["requests"] == [200, "NetworkDeniedError"], out
-    assert out["httpx"] == out["aiohttp"] == [200, 403], out
+    # every client sees the proxy's refusal inside TLS as a NetworkDeniedError
+    for client in ("urllib", "requests", "httpx", "aiohttp"):
+        assert out[client] == [200, "NetworkDeniedError"], out
     assert [r["path"] for r in https_server.requests] == ["/v1/ok"] * 4
 
 
