@@ -621,6 +621,55 @@ def test_urllib_requests_httpx_and_aiohttp_go_through_the_proxy(
     assert [r["path"] for r in https_server.requests] == ["/v1/ok"] * 4
 
 
+CERTIFI_CLIENT = r"""
+import json, ssl, sys, urllib.request
+started_with = "certifi" in sys.modules
+import certifi
+context = ssl.create_default_context(cafile=certifi.where())  # certifi's, not SSL_CERT_FILE
+with urllib.request.urlopen(sys.argv[1], context=context, timeout=20) as r:
+    print(json.dumps({"status": r.status, "started_with": started_with,
+                      "run_ca": "pysb-proxy-ca-" in certifi.where(),
+                      "contents": certifi.contents() == open(certifi.where()).read()}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("provider", "flags"),
+    [(p, ()) for p in PROVIDERS] + [("bwrap", ("--no-python-guards",))],
+)
+def test_certifi_names_the_bundle_with_the_runs_ca(
+    provider: str,
+    flags: tuple[str, ...],
+    project: Project,
+    https_server: EchoServer,
+    ca: LoopbackCA,
+) -> None:
+    """A program that builds its TLS context from ``certifi.where()`` (not from
+    SSL_CERT_FILE) trusts the run's CA on a connection the proxy decrypts (issue 31 item 3:
+    the certifi bundle seen by the child); certifi is patched when the program imports it."""
+    pytest.importorskip("certifi")
+    if provider != "subprocess":
+        require_provider(provider)
+    origin = f"https://localhost:{https_server.port}"
+    _profile(project, "imports: ['*']", "egress:", f"  - allow {origin}/v1/* GET")
+    (project.root / "certifi_client.py").write_text(CERTIFI_CLIENT)
+    result = project.run(
+        "run",
+        "--provider",
+        provider,
+        *flags,
+        "certifi_client.py",
+        f"{origin}/v1/ok",
+        env={"SSL_CERT_FILE": str(ca.ca_file)},
+    )
+    if _firejail_refuses_a_normal_user(provider, result):
+        return
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out == {"status": 200, "started_with": False, "run_ca": True, "contents": True}
+    assert [r["path"] for r in https_server.requests] == ["/v1/ok"]
+
+
 H2_CLIENT = r"""
 import json, ssl, sys
 import httpx

@@ -28,7 +28,9 @@ them: a run that never speaks HTTP pays nothing):
   ``AsyncHTTPProxy.handle_async_request``, the pools ``httpx`` builds for a proxy (the
   ``ProxyError`` of a ``CONNECT``, a 403 response);
 - ``aiohttp``: ``ClientSession._request``, under every ``get``/``request``/``ws_connect``
-  (the ``ClientHttpProxyError`` of a ``CONNECT``, a 403 response).
+  (the ``ClientHttpProxyError`` of a ``CONNECT``, a 403 response);
+- ``certifi``, for a run whose proxy decrypts: ``where()`` and ``contents()`` give the
+  bundle the sandbox trusts (:func:`trust_bundle`).
 
 Libraries wrap what they see: ``urllib`` raises the denial itself for a plain request and
 a ``URLError`` whose ``reason`` is it for a refused tunnel, ``requests`` a
@@ -77,6 +79,32 @@ def install_refusals(host: str, port: int, token: str) -> None:
     when_imported("http.client", lambda module: _patch_http_client(module, host, port, token))
     when_imported("httpcore", lambda module: _patch_httpcore(module, host, port, token))
     when_imported("aiohttp", lambda module: _patch_aiohttp(module, token))
+
+
+def trust_bundle(bundle: str) -> None:
+    """Have ``certifi`` name the run's bundle (the host's CAs and the run's CA) when the
+    program imports it (issue 31 item 3: the certifi bundle seen by the child).
+
+    Why: ``SSL_CERT_FILE`` and ``REQUESTS_CA_BUNDLE`` reach OpenSSL's defaults and
+    ``requests``, but code that builds its context from ``certifi.where()`` itself
+    (``ssl.create_default_context(cafile=certifi.where())``, common with ``aiohttp`` and
+    ``websockets``) would read certifi's own file, which lacks the run's CA, and fail the
+    proxy's decrypted connections. The bundle is a file pysb exposes read-only."""
+    when_imported("certifi", lambda module: _patch_certifi(module, bundle))
+
+
+def _patch_certifi(module: Any, bundle: str) -> None:
+    def where() -> str:
+        return bundle
+
+    def contents() -> str:
+        with open(bundle, encoding="ascii") as f:
+            return f.read()
+
+    for holder in (module, getattr(module, "core", None)):
+        if holder is not None:
+            holder.where = _wraps(holder.where, where)
+            holder.contents = _wraps(holder.contents, contents)
 
 
 def refusal_of(status: int, header: Callable[[str], Any], token: str) -> str | None:

@@ -101,10 +101,14 @@ def pysb_contribute(policy: Policy, plan: LaunchPlan) -> None:
 
     proxy.acquire()
     plan.add_cleanup(proxy.release)
-    plan.env.update(child_environment(policy, proxy, plan))
+    env = child_environment(policy, proxy, plan)
+    plan.env.update(env)
     # Inside, the proxy's 403 becomes a NetworkDeniedError (pysb_proxy.child).
     args = {"host": "127.0.0.1", "port": proxy.port, "token": TOKEN}
     plan.add_child_setup(ChildSetup("pysb_proxy.child", "install_refusals", args))
+    if proxy.interceptor is not None:  # certifi.where() names the bundle with the run's CA
+        bundle = {"bundle": env["SSL_CERT_FILE"]}
+        plan.add_child_setup(ChildSetup("pysb_proxy.child", "trust_bundle", bundle))
 
 
 @hookimpl
