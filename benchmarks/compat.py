@@ -269,6 +269,17 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
+        _NO_CAPS,
+        "test_import",
+        0,
+        -1,
+        (
+            "1 test more runs (and passes): `test_unwritable_directory` skips itself as root "
+            "(`skip_if_dac_override`: root may write a read-only directory); without "
+            "CAP_DAC_OVERRIDE it runs, as for an ordinary user."
+        ),
+    ),
+    Known(
         ("qemu",),
         "test_tempfile",
         1,

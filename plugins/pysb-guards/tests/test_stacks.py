@@ -193,3 +193,70 @@ def test_current_frames_gives_the_calling_threads_own_frame(tmp_path: Path, pyth
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == plain.stdout
+
+
+TRACED = r"""
+import json, os, sys, threading
+
+seen, errors = [], []
+
+
+def tracer(frame, event, arg):
+    try:  # what CPython's test_import's tracer reads (test_concurrency)
+        seen.append(frame.f_code.co_filename)
+    except BaseException as e:
+        errors.append(repr(e))
+    return None
+
+
+def work():
+    sys.path.insert(0, {folder!r})
+    import fresh_module  # the import gate, the finder (a door), pysb's plain code
+    os.stat(".")  # a guarded call: a face and a door
+    return fresh_module.VALUE
+
+
+out = {{}}
+for setter, getter in ((sys.settrace, sys.gettrace), (sys.setprofile, sys.getprofile)):
+    sys.modules.pop("fresh_module", None)
+    setter(tracer)
+    same = getter() is tracer
+    work()
+    setter(None)
+    out[setter.__name__] = {{"same": same, "unset": getter() is None}}
+threading.settrace(tracer)
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+threading.settrace(None)
+out["own"] = sorted({{f for f in seen if f.startswith("<pysb") or "pysb_" in f}})
+out["errors"] = errors
+out["program"] = "fresh_module" in "".join(seen)
+print(json.dumps(out))
+"""
+
+
+def test_trace_and_profile_functions_see_the_programs_frames_only(
+    tmp_path: Path, python: str
+) -> None:
+    """A trace or profile function is called for the program's frames, not pysb's: it
+    read ``f_code`` of the import finder's door (CPython's test_import.test_concurrency
+    raised 'the code of a guard door is not readable'), and ``sys.gettrace()`` gives the
+    program's function back (issue 28)."""
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    (folder / "fresh_module.py").write_text("def f():\n    return 1\n\nVALUE = f()\n")
+    result = guarded.run(
+        TRACED.format(folder=str(folder)),
+        python=python,
+        cwd=tmp_path,
+        exposures=[guarded.expose(str(tmp_path))],
+        api=(("allow", "introspection"), ("allow", "threads")),
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    assert out["errors"] == [], out
+    assert out["own"] == [], out
+    assert out["program"] is True, out  # the program's own frames were traced
+    for setter in ("settrace", "setprofile"):
+        assert out[setter] == {"same": True, "unset": True}, out

@@ -44,6 +44,12 @@ GET_IDENT: Any = None  # type: ignore[assignment]  # sealed
 POSTS: Any = None  # type: ignore[assignment]  # sealed
 TERMINAL_IOCTLS: Any = None  # type: ignore[assignment]  # sealed
 OWN_MODULE_FACES: Any = None  # type: ignore[assignment]  # sealed
+TRACE_ARGS: Any = None  # type: ignore[assignment]  # sealed
+TRACE_SETTERS: Any = None  # type: ignore[assignment]  # sealed
+FRAME_TYPE: Any = None  # type: ignore[assignment]  # sealed
+PARTIAL: Any = None  # type: ignore[assignment]  # sealed
+OWN_DIRS: Any = None  # type: ignore[assignment]  # sealed
+NO_TRACE: Any = None  # type: ignore[assignment]  # sealed
 
 #: The modules whose faces of C functions say the module itself as ``__module__``, not the
 #: C module behind it (``signal``, not ``_signal``). A face is a Python function, no
@@ -187,6 +193,36 @@ def _a_current_frames_post(result, args, kwargs):
     return result
 
 
+def _a_trace_judge(args, kwargs):
+    """The judge of the trace door (``guard._traced_args``): C calls a trace or profile
+    function ``(frame, event, arg)`` for every frame, the guards' own too -- a door's,
+    whose code the program may not read, a face's, sealed code's, pysb's plain code's
+    (the import finder). Under CPython there are no such frames: for one of them the
+    program's function is not called, and no local trace function is set (``NO_TRACE``,
+    a Value of None)."""
+    if len(args) != 4 or kwargs:
+        return None
+    frame = args[1]
+    if type(frame) is not FRAME_TYPE:
+        return None
+    if IS_GUARD_FRAME(frame):
+        return NO_TRACE
+    name = FRAME_CODE(frame).co_filename
+    if type(name) is str and str.startswith(name, OWN_DIRS):
+        return NO_TRACE
+    return None
+
+
+def _a_untraced(result, args, kwargs):
+    """``sys.gettrace()`` / ``getprofile()``'s post step: the program's own function, not
+    the wrapper ``sys.settrace`` put in its place (``partial(trace face, function)``)."""
+    if type(result) is PARTIAL and result.func is ST["trace_face"]:
+        wrapped = result.args
+        if type(wrapped) is tuple and len(wrapped) == 1:
+            return wrapped[0]
+    return result
+
+
 def _a_make_patcher(members):
     """The patch of one module: a face for each of its registry entries (``PATCHES``
     indices). The module is read and written by C code only (``RESOLVE`` / ``PLACE``): it
@@ -210,6 +246,8 @@ def _a_make_patcher(members):
                 door = MAKE_DOOR(original, _a_make_judge(qualname), post, name=name)
                 ST["door_groups"][DOOR_CODE_ID(door)] = group
                 prepare = FRAME_ARGS if qualname in ("builtins.eval", "builtins.exec") else None
+                if group in TRACE_SETTERS:
+                    prepare = TRACE_ARGS
                 public = group.rpartition(".")[0]
                 module_name = public if public in OWN_MODULE_FACES else None
                 face = MAKE_FACE(door, original, prepare, "", module_name)

@@ -77,12 +77,16 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | None:
 def install(policy: Policy, recorder: Recorder) -> None:
     if _runtime:
         return
+    import _functools
+    import _operator
     import _thread
     import os
 
     import pysb_core
+    import pysb_core.errors
     from pysb_core.guardkit import ApiDeniedError
     from pysb_guards._patch import defer_sweep
+    from pysb_guards._seal.audithook import own_dirs
     from pysb_guards._where import is_library_file, library_prefixes
     from pysb_guards.imports import guard as imports
 
@@ -113,6 +117,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "learned": set(),
             "close": close_registration,
             "posts": {},  # name -> the sealed post step (filled below)
+            "trace_face": None,  # what sys.settrace's function is called through (below)
         },
         # Read by judges: exact str values only (registry.Entry is a class the program can
         # write properties into).
@@ -133,6 +138,14 @@ def install(policy: Policy, recorder: Recorder) -> None:
         INIT_EXEMPT=engine._INIT_EXEMPT,
         TERMINAL_IOCTLS=engine._TERMINAL_IOCTLS,
         OWN_MODULE_FACES=engine._OWN_MODULE_FACES,
+        TRACE_ARGS=_traced_args,
+        TRACE_SETTERS=_TRACE_SETTERS,
+        FRAME_TYPE=type(sys._getframe()),
+        PARTIAL=_functools.partial,
+        # pysb's plain code in a stack, and its errors' classes (a refusal the file guard
+        # builds for importlib's stat of a hidden path runs their __new__ and __init__)
+        OWN_DIRS=(*own_dirs(), pysb_core.errors.__file__),
+        NO_TRACE=b["NEW_VALUE"](None),
         FRAMEWORK_CALLS=engine._FRAMEWORK_CALLS,
         GET_IDENT=_thread.get_ident,
         # Entries whose result is filtered (exact str keys and values: the names of
@@ -140,6 +153,11 @@ def install(policy: Policy, recorder: Recorder) -> None:
         POSTS={"sys._current_frames": "_a_current_frames_post"},
     )
     ns["IS_LIBRARY"] = ns["is_library_file"]
+    # A trace or profile function is called through this face (operator.call(function,
+    # frame, event, arg) behind a door whose judge passes over pysb's own frames).
+    trace_door = b["MAKE_DOOR"](_operator.call, ns["_a_trace_judge"], name="trace")
+    ns["ST"]["trace_face"] = b["MAKE_FACE"](trace_door)
+    _tracing[:] = [_functools.partial, ns["ST"]["trace_face"]]
     ns["ST"]["posts"]["_a_current_frames_post"] = ns["_a_current_frames_post"]
 
     modules: dict[str, list[int]] = {}
@@ -147,6 +165,12 @@ def install(policy: Policy, recorder: Recorder) -> None:
         modules.setdefault(module_name, []).append(i)
     for module_name, members in modules.items():
         imports.on_import(module_name, ns["_a_make_patcher"](tuple(members)))
+    for name in ("gettrace", "getprofile"):  # give the program's function back
+        original = getattr(sys, name)
+        door = b["MAKE_DOOR"](original, None, ns["_a_untraced"], name=name)
+        face = b["MAKE_FACE"](door, original)
+        b["PLACE"](sys, name, face)
+        ns["ST"]["originals"].append((original, face))
     defer_sweep(list(ns["ST"]["originals"]))
 
     events: dict[str, list[str]] = {}
@@ -162,6 +186,32 @@ def install(policy: Policy, recorder: Recorder) -> None:
     add_handler("exec", ns["_a_dynamic_event"])
     add_handler("compile", ns["_a_dynamic_event"])
     _runtime.append(_seal.guard(ns["_a_arm"], None))
+
+
+#: The functions that set a trace or profile function (the api guard's faces over them
+#: take :func:`_traced_args` as their prepare step).
+_TRACE_SETTERS = frozenset(
+    {"sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads"}
+)
+_tracing: list[Any] = []  # [functools.partial, the trace face] once installed
+
+
+def _traced_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``sys.settrace(function)`` (and ``setprofile``...): C calls ``function`` for every
+    new frame, the guards' own too, and a door's code is not readable (CPython's
+    test_import: a tracer reading ``frame.f_code`` of the import finder's door raised). So
+    it is set as ``partial(trace face, function)``, which calls it for the program's
+    frames only (``engine._a_trace_judge``); ``sys.gettrace()`` gives ``function`` back.
+    What the function returns (its local trace function) is set as CPython sets it.
+    Plain code: the program may change this step, and with it only what its own trace
+    function sees (the ``introspection`` category is no boundary, docs/security.md)."""
+    if len(args) != 1 or kwargs or args[0] is None or len(_tracing) != 2:
+        return args, kwargs
+    partial, face = _tracing
+    function = args[0]
+    if type(function) is partial and function.func is face:
+        return args, kwargs  # sys.settrace(sys.gettrace()) of a wrapper: set it as it is
+    return (partial(face, function),), kwargs
 
 
 def _caller_namespaces(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
