@@ -120,3 +120,34 @@ def test_a_difference_under_subprocess_fails_the_run_even_when_known(tmp_path: P
     bwrap = {**boxed, "failures": 3, "skipped": 52}
     assert compat.explain("bwrap", "test_os", plain, bwrap)
     assert compat.report(data("bwrap", bwrap), md) == 0
+
+
+ZIPFILE_CHECK = r"""
+import email, os, test
+# test_zipfile's PyZipFileTests.requiresWriteAccess, for the two packages it compiles in place
+print([os.access(os.path.dirname(m.__file__), os.W_OK,
+                 effective_ids=os.access in os.supports_effective_ids) for m in (test, email)])
+"""
+
+
+@pytest.mark.skipif(not _has_test_package(), reason="no `test` package (see above)")
+def test_the_profile_lets_test_zipfile_write_where_plain_python_does(tmp_path: Path) -> None:
+    """Plain Python (root here) may write into the standard library's ``test`` and ``email``
+    packages, which PyZipFile's tests compile in place; under the benchmark's profile they
+    were read-only, and 4 tests skipped themselves (test_zipfile differed under
+    subprocess). The other modules keep the read-only standard library."""
+    compat = _compat_module()
+    plain = subprocess.run([sys.executable, "-c", ZIPFILE_CHECK], capture_output=True, text=True)
+    results = {}
+    for module in ("test_zipfile", "test_json"):
+        work = tmp_path / module
+        (work / "tmp").mkdir(parents=True)
+        profile = work / "compat.pysb.yaml"
+        profile.write_text(compat.profile_text(work, "subprocess", module))
+        pysb = Path(sys.executable).with_name("pysb")
+        run = [str(pysb), "run", "--provider", "subprocess", "--profile", str(profile)]
+        r = subprocess.run([*run, "-c", ZIPFILE_CHECK], capture_output=True, text=True, cwd=work)
+        assert r.returncode == 0, r.stderr
+        results[module] = r.stdout.strip()
+    assert results["test_zipfile"] == plain.stdout.strip() == "[True, True]", results
+    assert results["test_json"] == "[False, False]", results
