@@ -670,6 +670,131 @@ def test_certifi_names_the_bundle_with_the_runs_ca(
     assert [r["path"] for r in https_server.requests] == ["/v1/ok"]
 
 
+SAFETY_CLIENT = r"""
+import json, socket, ssl, sys, urllib.error, urllib.request
+import requests
+from pysb_core import NetworkDeniedError
+origin, other, plain, name = sys.argv[1:5]
+proxy = urllib.request.getproxies()["https"].rsplit(":", 1)
+out = {}
+# a redirect to another host: the proxy adds the secret to localhost only
+r = requests.get(f"{origin}/redirect?to={other}/landed", timeout=20)
+out["redirect"] = [r.status_code, r.json()["watched"]]
+def sni(target, server_name):
+    # CONNECT one host, then a ClientHello naming another: the proxy closes the tunnel
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection((proxy[0][len("http://"):], int(proxy[1])), 20) as s:
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        answer = s.recv(4096).split(b"\r\n")[0].decode()
+        try:
+            with context.wrap_socket(s, server_hostname=server_name) as tls:
+                tls.sendall(b"GET /v1/sni HTTP/1.1\r\nHost: x\r\n\r\n")
+                data = tls.recv(4096)
+                return [answer, "answered " + data[:12].decode() if data else "closed"]
+        except (OSError, ssl.SSLError) as e:
+            return [answer, type(e).__name__]
+out["sni-tunnel"] = sni(other.split("://")[1], "localhost")
+out["sni-decrypted"] = sni(origin.split("://")[1], "elsewhere.example")
+def get(url):
+    try:
+        return urllib.request.urlopen(url, timeout=20).status
+    except NetworkDeniedError as e:
+        return str(e)
+out["admin"] = get(f"{plain}/admin/keys?token=hidden-query")
+if name:  # a name (not localhost) that resolves to 127.0.0.1 on the host
+    out["loopback-name"] = get(f"http://{name}:{plain.rsplit(':', 1)[1]}/v1/x")
+print(json.dumps(out))
+"""
+
+
+def _loopback_name() -> str:
+    """A name of this machine other than localhost that resolves to loopback alone (the
+    host name, in /etc/hosts), or "" when there is none."""
+    import ipaddress
+    import socket
+
+    name = socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(name, 80, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return ""
+    loopback = all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+    return name if infos and loopback and name.lower() != "localhost" else ""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_redirects_server_names_and_addresses_are_judged_inside_the_sandbox(
+    provider: str,
+    project: Project,
+    http_server: EchoServer,
+    https_server: EchoServer,
+    ca: LoopbackCA,
+) -> None:
+    """Issue 31 item 7 under every provider, from a program inside the sandbox: a redirect
+    to another host carries no secret; a ClientHello whose server name is not the CONNECT
+    host closes the tunnel, tunnelled or decrypted, and reaches no server; a name that
+    resolves to 127.0.0.1 is refused though a rule names it; --events records each refusal
+    with the URL without its query string, the method and the rule's line."""
+    if provider != "subprocess":
+        require_provider(provider)
+    other = EchoServer("127.0.0.1", tls=ca.server_context(), watch="Authorization")
+    try:
+        origin = f"https://localhost:{https_server.port}"
+        tunnelled = f"https://127.0.0.1:{other.port}"
+        plain = f"http://127.0.0.1:{http_server.port}"
+        name = _loopback_name()
+        _profile(
+            project,
+            "imports: ['*']",
+            "egress:",
+            f"  - allow {origin}/* GET",
+            f"  - allow {tunnelled}",
+            f"  - allow {plain}/*",
+            f"  - deny {plain}/admin/*",
+            *([f"  - allow http://{name}:{http_server.port}/*"] if name else []),
+            "secrets:",
+            "  - host: localhost",
+            "    header: Authorization",
+            '    value: "Bearer ${EXAMPLE_API_KEY}"',
+        )
+        (project.root / "safety.py").write_text(SAFETY_CLIENT)
+        events = project.root / "events.jsonl"
+        env = {"EXAMPLE_API_KEY": SECRET_KEY, "SSL_CERT_FILE": str(ca.ca_file)}
+        args = ["safety.py", origin, tunnelled, plain, name]
+        result = project.run("run", "--provider", provider, "--events", str(events), *args, env=env)
+        if _firejail_refuses_a_normal_user(provider, result):
+            return
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+    finally:
+        other.close()
+    assert out["redirect"] == [200, False], out
+    assert https_server.requests[0]["watched"] is True  # the secret's host got it
+    assert other.requests[0]["path"] == "/landed" and other.requests[0]["watched"] is False
+    for key in ("sni-tunnel", "sni-decrypted"):
+        answer, *outcome = out[key]
+        assert answer == "HTTP/1.1 200 Connection established", out
+        assert not outcome[0].startswith("answered"), (key, out[key])  # closed, no HTTP
+    assert "/v1/sni" not in [r["path"] for r in https_server.requests + other.requests]
+    assert out["admin"].startswith(f"pysb: egress refused: GET {plain}/admin/keys: denied by ")
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    denials = [r for r in records if r.get("guard") == "egress" and r.get("action") == "deny"]
+    assert "hidden-query" not in events.read_text()
+    (admin,) = [d for d in denials if d["target"] == f"{plain}/admin/keys"]
+    assert admin["layer"] == "os" and admin["detail"] == out["admin"], admin  # method, rule
+    assert ": denied by .pysb.yaml:7: deny " in admin["detail"], admin
+    reasons = [d["detail"] for d in denials]
+    assert any("'localhost' is not the CONNECT host '127.0.0.1'" in r for r in reasons), reasons
+    assert any("'elsewhere.example' is not the CONNECT host 'localhost'" in r for r in reasons)
+    if name:
+        text = out["loopback-name"]
+        assert text.startswith(f"pysb: egress refused: GET http://{name}:"), text
+        assert "127.0.0.1" in text, text
+    assert [r["path"] for r in http_server.requests] == []
+    assert SECRET_KEY not in events.read_text() and SECRET_KEY not in result.stdout
+
+
 H2_CLIENT = r"""
 import json, ssl, sys
 import httpx

@@ -16,7 +16,7 @@ from typing import Any
 
 from pysb_core.guardkit import Event, LaunchPlan, Located, Policy
 from pysb_proxy.rules import EgressRule, EgressRules, RuleError, normalize_host, parse_rule
-from pysb_proxy.server import Decided, EgressProxy, Secrets
+from pysb_proxy.server import Decided, EgressProxy, Secrets, refusal_text
 
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 #: A shorter variable value is not taken for a part of a secret (``1``, ``yes``).
@@ -115,7 +115,11 @@ def build_proxy(policy: Policy, emit: Callable[[Event], None]) -> EgressProxy:
                 guard="egress",
                 action="learn" if decided.kind == "learn" else "deny",
                 target=request.url,
-                detail=decided.reason,
+                # the refusal's own text: the method, the URL and the rule (or why), which
+                # --events keeps (its lines carry no ``data``; SPEC §7)
+                detail=decided.reason
+                if decided.kind == "learn"
+                else refusal_text(request, decided.reason),
                 suggested_rule="" if decided.kind == "learn" else _suggestion(decided),
                 data={
                     "method": request.method,

@@ -25,8 +25,8 @@ from typing import Any
 
 import h11
 
-from pysb_proxy.rules import RuleError, is_ip, normal_path
-from pysb_proxy.server import _Stream, forward, next_cycle, send_refusal
+from pysb_proxy.rules import Request, RuleError, is_ip, normal_path
+from pysb_proxy.server import Decided, _Stream, forward, next_cycle, send_refusal
 
 HANDSHAKE_TIMEOUT = 15.0
 
@@ -164,6 +164,10 @@ class Interceptor:
             return
         try:
             if not _sni_is(tls, host):
+                name = getattr(tls, "pysb_server_name", None)
+                reason = f"the TLS server name {name!r} is not the CONNECT host {host!r}"
+                request = Request("https", host, port, "/", "CONNECT")
+                proxy.report(Decided("deny", request, reason, None))
                 return
             stream = _Stream(tls, h11.SERVER)
 
