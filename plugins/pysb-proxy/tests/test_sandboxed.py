@@ -184,6 +184,7 @@ print(json.dumps(out))
         ("bwrap", ("--no-python-guards",)),
         ("unshare", ()),
         ("firejail", ()),
+        ("qemu", ()),
     ],
 )
 def test_httpx_and_aiohttp_see_the_proxy_refusal_as_a_network_denied_error(
