@@ -7,10 +7,9 @@ import, lets the other finders find the module, and wraps the loader so that the
 right after the module's code, before the importer gets it.
 
 This is a convenience, not a guard: the proxy on the host enforces every rule whatever the
-program does to this finder. Without pysb-guards (``--no-python-guards``) it is the only
-import hook; with them the import guard's finder stays first in ``sys.meta_path`` (its audit
-hook puts it back) and, for a module it allows, leaves the finding to the finders after it,
-this one among them.
+program does to this finder. It serves runs without the import guard (``--no-python-guards``):
+with it, :func:`pysb_proxy.child.when_imported` registers the patches with the guard's own
+``on_import`` instead, which also patches a module the guard set aside at its install.
 """
 
 from __future__ import annotations
