@@ -169,6 +169,12 @@ async def aiohttp_main():
                     out["aiohttp"].append([r.status, r.headers.get("x-pysb-refusal")])
             except NetworkDeniedError as e:
                 out["aiohttp"].append(refusal(e))
+        try:  # a WebSocket handshake the proxy refuses (ws_connect requests through _request;
+            # an http:// URL: aiohttp takes ws:// to WS_PROXY, which pysb does not set)
+            async with session.ws_connect(base + "/v2/ws"):
+                out["aiohttp-ws"] = "connected"
+        except NetworkDeniedError as e:
+            out["aiohttp-ws"] = refusal(e)
 out["aiohttp"] = []
 asyncio.run(aiohttp_main())
 print(json.dumps(out))
@@ -246,6 +252,10 @@ def test_httpx_and_aiohttp_see_the_proxy_refusal_as_a_network_denied_error(
         assert text.startswith(
             f"pysb: egress refused: CONNECT https://127.0.0.1:{http_server.port + 1}/"
         ), text
+    name, text, *_ = out["aiohttp-ws"]
+    assert name == "NetworkDeniedError" and text.startswith(
+        f"pysb: egress refused: GET {base}/v2/ws: "
+    ), out
     assert [r["path"] for r in http_server.requests] == ["/v1/models", "/v1/forged-refusal"] * 3
     assert [r["path"] for r in https_server.requests] == ["/v1/forged-refusal"] * 3
 
