@@ -350,8 +350,10 @@ def test_keep_alive_and_streamed_bodies_both_ways(http_server: EchoServer) -> No
     assert [r["path"] for r in http_server.requests] == ["/one", "/two"]
 
 
-def test_a_websocket_upgrade_is_relayed() -> None:
-    """``Upgrade: websocket`` crosses the proxy and bytes flow both ways after the 101."""
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_a_websocket_upgrade_is_relayed(scheme: str) -> None:
+    """``Upgrade: websocket`` crosses the proxy and bytes flow both ways after the 101; a
+    ``ws://`` absolute-form target (aiohttp's, through WS_PROXY) is judged as ``http://``."""
     import threading
 
     server = socket.socket()
@@ -378,7 +380,7 @@ def test_a_websocket_upgrade_is_relayed() -> None:
     try:
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
             s.sendall(
-                f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"GET {scheme}://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                 "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n".encode()
             )
             answer = b""

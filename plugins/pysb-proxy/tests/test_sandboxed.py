@@ -170,8 +170,8 @@ async def aiohttp_main():
             except NetworkDeniedError as e:
                 out["aiohttp"].append(refusal(e))
         try:  # a WebSocket handshake the proxy refuses (ws_connect requests through _request;
-            # an http:// URL: aiohttp takes ws:// to WS_PROXY, which pysb does not set)
-            async with session.ws_connect(base + "/v2/ws"):
+            # a ws:// URL goes to WS_PROXY, judged as http://)
+            async with session.ws_connect(base.replace("http", "ws", 1) + "/v2/ws"):
                 out["aiohttp-ws"] = "connected"
         except NetworkDeniedError as e:
             out["aiohttp-ws"] = refusal(e)

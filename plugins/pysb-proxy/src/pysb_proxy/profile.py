@@ -159,7 +159,8 @@ def child_environment(policy: Policy, proxy: EgressProxy, plan: LaunchPlan) -> d
     """The proxy variables every common client reads, and the secrets' variables gone."""
     url = f"http://127.0.0.1:{proxy.port}"
     env = {}
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+    # WS_PROXY/WSS_PROXY: aiohttp's ws_connect to a ws:// or wss:// URL reads only them
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY"):
         env[name] = env[name.lower()] = url
     # Everything goes through the proxy, loopback included (it refuses what no rule names).
     env["NO_PROXY"] = env["no_proxy"] = ""

@@ -377,7 +377,9 @@ class _ClientSession:
         """Forward one absolute-form request; False when the connection must close."""
         target = event.target.decode("ascii", "replace")
         scheme, sep, rest = target.partition("://")
-        if not sep or scheme.lower() != "http":
+        # ws:// is HTTP's own Upgrade on the same origin (RFC 6455 §3): judged as http://
+        # (aiohttp sends a WebSocket handshake to WS_PROXY in this form)
+        if not sep or scheme.lower() not in ("http", "ws"):
             self._answer(400, f"pysb: egress: {target[:200]!r} is not an http:// URL")
             return False
         authority, slash, path = rest.partition("/")
