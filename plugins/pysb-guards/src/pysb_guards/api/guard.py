@@ -83,7 +83,6 @@ def install(policy: Policy, recorder: Recorder) -> None:
     import os
 
     import pysb_core
-    import pysb_core.errors
     from pysb_core.guardkit import ApiDeniedError
     from pysb_guards._patch import defer_sweep
     from pysb_guards._seal.audithook import own_dirs
@@ -144,7 +143,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         PARTIAL=_functools.partial,
         # pysb's plain code in a stack, and its errors' classes (a refusal the file guard
         # builds for importlib's stat of a hidden path runs their __new__ and __init__)
-        OWN_DIRS=(*own_dirs(), pysb_core.errors.__file__),
+        OWN_DIRS=(*own_dirs(), sys.modules[ApiDeniedError.__module__].__file__),
         NO_TRACE=b["NEW_VALUE"](None),
         FRAMEWORK_CALLS=engine._FRAMEWORK_CALLS,
         GET_IDENT=_thread.get_ident,
