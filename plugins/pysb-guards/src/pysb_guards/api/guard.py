@@ -143,7 +143,10 @@ def install(policy: Policy, recorder: Recorder) -> None:
         PARTIAL=_functools.partial,
         # pysb's plain code in a stack, and its errors' classes (a refusal the file guard
         # builds for importlib's stat of a hidden path runs their __new__ and __init__)
-        OWN_DIRS=(*own_dirs(), sys.modules[ApiDeniedError.__module__].__file__),
+        OWN_DIRS=(
+            *own_dirs(),
+            os.path.join(os.path.dirname(os.path.abspath(pysb_core.__file__)), "errors.py"),
+        ),
         NO_TRACE=b["NEW_VALUE"](None),
         FRAMEWORK_CALLS=engine._FRAMEWORK_CALLS,
         GET_IDENT=_thread.get_ident,
