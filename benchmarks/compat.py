@@ -316,18 +316,6 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
-        ("*",),
-        "test_re",
-        3,
-        0,
-        (
-            "3 failures of `test_deprecated_modules`: the DeprecationWarning of importing "
-            "`sre_compile` & co is attributed, by the C `warnings` code's stack level, to the "
-            "import gate's door frame (`<pysb-door>`) instead of the test's line "
-            "(docs/compat.md, Stacks)."
-        ),
-    ),
-    Known(
         ("subprocess",),
         "test_os",
         2,

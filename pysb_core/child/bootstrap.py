@@ -158,8 +158,9 @@ def _apply_limits(limits: dict) -> None:
     cap(resource.RLIMIT_CPU, limits.get("cpu_time"), slack=1)
 
 
-#: Frames of pysb's own making that a program's traceback must not show.
-_OWN_NAMES = ("<pysb guard>", "<pysb-door>")
+#: Frames of pysb's own making that a program's traceback must not show: the code file
+#: names of the guards' faces and doors (pysb_guards._seal.templates: FACE_FILE, DOOR_FILE).
+_OWN_NAMES = ("<pysb guard (importlib._bootstrap)>", "<pysb-door (importlib._bootstrap)>")
 _OWN_DIRS: list[str] = [_HERE]
 
 

@@ -3,7 +3,8 @@ guarded call runs -- an ``opener=`` callback of ``open``, code passed to the gua
 ``exec`` -- and a thread blocked in a guarded call, as a watchdog (pytest-timeout) dumps
 it. ``traceback.print_stack``/``format_stack``, ``inspect.stack``, ``logging``'s
 ``stack_info`` and ``faulthandler.dump_traceback`` neither raise nor show a frame of the
-guards (``<pysb guard>``, ``<pysb-door>``), on every interpreter here (3.11-3.13)."""
+guards (``<pysb guard (importlib._bootstrap)>``, ``<pysb-door (importlib._bootstrap)>``), on
+every interpreter here (3.11-3.13)."""
 
 from __future__ import annotations
 

@@ -4,20 +4,26 @@ A guarded call runs its face and its door below whatever the call itself runs: c
 passed to the guarded ``exec``, a callback of a guarded function, and in another thread
 anything blocked in one (a watchdog dumping every thread while the program waits in a
 guarded call). ``f_back`` is not audited, so a walk up the stack meets the door, whose
-code is not readable (``AttributeError``), and C code that prints frames shows
-``<pysb guard>`` and ``<pysb-door>``. In the sandbox these Python-level walkers are
-replaced by versions that leave pysb's frames out, as CPython shows an unguarded call:
+code is not readable (``AttributeError``), and C code that prints frames shows the faces'
+and doors' (``<pysb guard (importlib._bootstrap)>``, ``<pysb-door (importlib._bootstrap)>``).
+In the sandbox these Python-level walkers are replaced by versions that leave pysb's frames
+out, as CPython shows an unguarded call:
 
 - ``traceback.walk_stack`` -- behind ``traceback.print_stack``, ``format_stack``,
   ``extract_stack``, ``StackSummary.extract`` and ``logging``'s ``stack_info``;
 - ``inspect.getouterframes`` -- behind ``inspect.stack``;
-- ``faulthandler.dump_traceback`` -- the explicit dump, in faulthandler's own format.
+- ``faulthandler.dump_traceback`` -- the explicit dump, in faulthandler's own format;
+- ``warnings``' Python implementation's ``_is_internal_frame`` and ``_next_external_frame``
+  (``warn``'s ``stacklevel``): they read every frame's code, a door's too. Like the C one
+  they take the faces and doors for the import system's frames (their code file names say
+  ``importlib._bootstrap``, see ``pysb_guards._seal.templates``' ``FACE_FILE``), and pass
+  over them.
 
 What stays C (``faulthandler.dump_traceback_later``, ``register``, ``enable``'s fatal
 error dump) must work when the interpreter cannot run Python code (a held GIL, a crash),
 so it is left as it is: docs/compat.md says what it shows.
 
-A frame is pysb's when its code is refused (a door), is a face's (``<pysb guard>``), or
+A frame is pysb's when its code is refused (a door), is a face's (``FACE_FILE``), or
 lies in pysb's plain code that can stand in a program's stack (the guards' package and
 the child's bootstrap), and the start-up stub that calls the bootstrap (the outermost
 ``<string>``): the program's stack then ends at its ``<module>`` as under ``python``.
@@ -33,6 +39,7 @@ import os
 import sys
 
 from pysb_guards._seal.audithook import own_dirs
+from pysb_guards._seal.templates import DOOR_FILE, FACE_FILE
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
 if TYPE_CHECKING:
@@ -40,7 +47,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: Code file names of the guards' faces and doors.
-_OWN_NAMES = ("<pysb guard>", "<pysb-door>")
+_OWN_NAMES = (FACE_FILE, DOOR_FILE)
 #: faulthandler's limits (Python/traceback.c): frames per thread, threads, string length.
 _MAX_FRAMES = 100
 _MAX_THREADS = 100
@@ -198,6 +205,39 @@ def dump_traceback(file: Any = None, all_threads: bool = True) -> None:
 dump_traceback.__module__ = "faulthandler"
 
 
+def _is_internal_frame(frame: Any) -> bool:
+    """Signal whether the frame is an internal CPython implementation detail."""
+    try:
+        filename = frame.f_code.co_filename
+    except AttributeError:  # a door (its code is not readable): DOOR_FILE, as C reads it
+        return True
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+_is_internal_frame.__module__ = "warnings"
+
+
+def _next_external_frame(frame: Any, skip_file_prefixes: tuple[str, ...] = ()) -> Any:
+    """Find the next frame that doesn't involve Python or user internals."""
+    frame = frame.f_back
+    while frame is not None:
+        try:
+            filename = frame.f_code.co_filename
+        except AttributeError:  # a door, as above
+            frame = frame.f_back
+            continue
+        internal = "importlib" in filename and "_bootstrap" in filename
+        if not internal and not any(filename.startswith(p) for p in skip_file_prefixes):
+            break
+        frame = frame.f_back
+    return frame
+
+
+_next_external_frame.__module__ = "warnings"
+if sys.version_info < (3, 12):  # one argument, and CPython's words of the time
+    _next_external_frame.__doc__ = "Find the next frame that doesn't involve CPython internals."
+
+
 # -- install: sealed patchers (they run under the import guard's sealed code) ------------
 
 # Names of the patchers' own namespace (install); None in this module.
@@ -208,6 +248,7 @@ BUILTIN: Any = None
 WALK_STACK: Any = None
 OUTER_FRAMES: Any = None
 DUMP_TRACEBACK: Any = None
+WARNINGS_WALKERS: Any = None
 
 
 def _s_patch_traceback(module):
@@ -228,6 +269,13 @@ def _s_patch_faulthandler(module):
         PLACE(module, "dump_traceback", DUMP_TRACEBACK)
 
 
+def _s_patch_warnings(module):
+    for name, replacement in WARNINGS_WALKERS:
+        found = RESOLVE(module, name)
+        if found is not None and type(found[2]) is FUNCTION:
+            PLACE(module, name, replacement)
+
+
 def install(on_import: Any) -> None:
     """Register the patchers. They run under the import guard's sealed code, so they are
     sealed too and call nothing the program can change: they only place functions made
@@ -236,7 +284,7 @@ def install(on_import: Any) -> None:
 
     b = _seal.builders()
     ns = _seal.seal_group(
-        [_s_patch_traceback, _s_patch_inspect, _s_patch_faulthandler],
+        [_s_patch_traceback, _s_patch_inspect, _s_patch_faulthandler, _s_patch_warnings],
         RESOLVE=b["RESOLVE"],
         PLACE=b["PLACE"],
         FUNCTION=type(install),
@@ -244,7 +292,12 @@ def install(on_import: Any) -> None:
         WALK_STACK=walk_stack,
         OUTER_FRAMES=getouterframes,
         DUMP_TRACEBACK=dump_traceback,
+        WARNINGS_WALKERS=(
+            ("_is_internal_frame", _is_internal_frame),
+            ("_next_external_frame", _next_external_frame),
+        ),
     )
     on_import("traceback", ns["_s_patch_traceback"])
     on_import("inspect", ns["_s_patch_inspect"])
     on_import("faulthandler", ns["_s_patch_faulthandler"])
+    on_import("warnings", ns["_s_patch_warnings"])

@@ -68,10 +68,20 @@ from pysb_guards._seal.core import (
 from pysb_guards._seal.recorder import private_recorder
 from pysb_guards._seal.refusals import Refusal, Value, built, defer, refusal_of, value_of
 from pysb_guards._seal.signals import _PENDING_SIGNALS, _run_pending
-from pysb_guards._seal.templates import _FACE_NS, _TEMPLATES, DOOR_NS, GATE_LIMIT, GATES
+from pysb_guards._seal.templates import (
+    _FACE_NS,
+    _TEMPLATES,
+    DOOR_FILE,
+    DOOR_NS,
+    FACE_FILE,
+    GATE_LIMIT,
+    GATES,
+)
 
 __all__ = [
+    "DOOR_FILE",
     "DOOR_NS",
+    "FACE_FILE",
     "GATES",
     "GATE_LIMIT",
     "_FACE_NS",

@@ -63,7 +63,8 @@ _FACE_NS: dict[str, Any] = {
 # clause a bare literal draws no warning either).
 #
 # Doors (``_t_door``, ``_t_door_nopost``, the gates, ``_t_audit_hook``) show as
-# `File "<pysb-door>"`, faces (``_t_face*``) as `File "<pysb guard>"` in tracebacks.
+# `File "<pysb-door (importlib._bootstrap)>"`, faces (``_t_face*``) as
+# `File "<pysb guard (importlib._bootstrap)>"` in tracebacks (see FACE_FILE).
 #
 # A door refuses keyword names that are not exact ``str`` before its judge looks at them: a
 # ``str`` subclass whose hash collides with ``"dir_fd"`` would run its ``__eq__`` in
@@ -179,7 +180,7 @@ def _t_gate_import_module(name, package=None):
             if ("@LEN" if 1 else 0)("@FAST" if 1 else 0) < ("@LIMIT" if 1 else 0):
                 ("@FAST" if 1 else 0).add(name)
         try:
-            return ("@O" if 1 else 0)(name, package, ("@ZERO" if 1 else 0))
+            return ("@O" if 1 else 0)(name, package)
         except "@BE" as e:  # noqa: B030
             return ("@R" if 1 else 0)(e, e.__traceback__.tb_next)
     return ("@SLOW" if 1 else 0)(name, package)
@@ -285,10 +286,20 @@ def _renamed(code: Any, filename: str, name: str | None = None) -> Any:
     return code.replace(co_filename=filename, co_name=name, co_qualname=name, co_flags=flags)
 
 
+#: The code file names of faces and doors. Each holds ``importlib`` and ``_bootstrap``: the
+#: mark by which CPython's ``warnings`` (``Python/_warnings.c``'s ``is_internal_frame``,
+#: ``warnings.py``'s ``_is_internal_filename``, 3.11 to 3.13) passes over the import system's
+#: own frames when it counts a warning's ``stacklevel``. A warning raised under a guarded
+#: call (a module's body run by the import system through the guarded ``exec``, the
+#: ``__import__`` gate; code run by a guarded call) is then attributed to the program's
+#: line, as without the guards, and never to a face or door.
+FACE_FILE = "<pysb guard (importlib._bootstrap)>"
+DOOR_FILE = "<pysb-door (importlib._bootstrap)>"
+
 _TEMPLATES = {
-    name[3:]: _renamed(fn.__code__, "<pysb guard>", "face")
+    name[3:]: _renamed(fn.__code__, FACE_FILE, "face")
     if name.startswith("_t_face")
-    else _renamed(fn.__code__, "<pysb-door>")
+    else _renamed(fn.__code__, DOOR_FILE)
     for name, fn in list(globals().items())
     if name.startswith("_t_")
 }
@@ -299,9 +310,9 @@ _DEFAULTS = {
 }
 
 
-#: What each gate's original is called with: ``__import__`` itself; for ``import_module``,
-#: ``importlib._bootstrap._gcd_import(name, package, 0)`` -- what the standard
-#: ``import_module`` calls for an absolute name, one frame fewer.
+#: What each gate's original is: ``__import__`` itself; for ``import_module``, the standard
+#: ``importlib.import_module`` (not the ``_gcd_import`` it calls, a frame fewer: a warning's
+#: ``stacklevel`` counts that frame, as without the guards).
 GATES = ("__import__", "import_module")
 
 #: How many names a gate's set may hold (top-level names plus the dotted names it adds).

@@ -534,7 +534,8 @@ def _make_prepare(
             if data is not None:
                 error = cpython_error(value, pos, kw, args, kwargs)
                 if error is not None:
-                    warn(str_(error), deprecation, 4)  # the program's line (norm, prepare, face)
+                    # the program's line: norm, prepare, then the face (which warnings skips)
+                    warn(str_(error), deprecation, 3)
                     return data
         if not hasattr_(kind, "__fspath__"):
             error = cpython_error(value, pos, kw, args, kwargs)

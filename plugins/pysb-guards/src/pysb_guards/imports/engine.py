@@ -388,16 +388,17 @@ def _e_patch_importlib(module):
         code = im.__code__
         STATE["codes"].append(code)
         IMPORT_CODES.add(id(code))
-        gate = MAKE_GATE("import_module", GCD_IMPORT, door, STATE["fast"])
+        gate = MAKE_GATE("import_module", im, door, STATE["fast"])
         PLACE(module, "import_module", MAKE_FACE(gate, im, None, "import_module"))
     else:
         PLACE(module, "import_module", MAKE_FACE(door, im))
 
 
 def _e_is_standard_import_module(im):
-    """True when ``im`` is the standard ``importlib.import_module``: for an absolute name it
-    calls ``importlib._bootstrap._gcd_import(name, package, 0)``, which its gate may then call
-    itself. Anything else (replaced before the guards) keeps the plain door."""
+    """True when ``im`` is the standard ``importlib.import_module``, which calls
+    ``importlib._bootstrap._gcd_import``: its gate then calls it for a listed name (the
+    frame a warning's ``stacklevel`` counts, as without the guards). Anything else
+    (replaced before the guards) keeps the plain door."""
     if type(im) is not FUNCTION or GCD_IMPORT is None:
         return False
     code = im.__code__
