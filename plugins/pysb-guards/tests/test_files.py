@@ -348,3 +348,65 @@ def test_bad_path_types_get_cpythons_errors(project: Path, python: str) -> None:
     expected = ast.literal_eval(plain.stdout.splitlines()[-1])
     assert boxed == expected
     assert expected["float"][0] == "TypeError"
+
+
+def test_error_names_the_path_object_given_and_no_reference_is_kept(
+    project: Path, python: str
+) -> None:
+    """An OSError names the very path object the program gave: a ``bytearray`` or a
+    ``memoryview`` (3.11 takes them; the face judges and calls with an immutable copy, then
+    puts the original back in the error), a ``str`` or ``bytes`` subclass (an
+    ``os.PathLike`` as CPython does: by what its ``__fspath__`` returned); and a judged path
+    is not kept alive by the decision cache. CPython's ``test_os``: ``test_oserror_filename``
+    and ``test_rename`` (which counts the references to its path around a call) failed
+    under the guards."""
+    import subprocess
+
+    body = """
+        import os, pathlib, sys, warnings
+        warnings.simplefilter("ignore", DeprecationWarning)
+        class Str(str):
+            pass
+        class Bytes(bytes):
+            pass
+        class P:
+            def __fspath__(self):
+                return Str("out/no")
+        def same(name, fn):
+            try:
+                fn(name)
+            except OSError as e:
+                return e.filename is name, type(e).__name__
+            return "no error"
+        for label, name in (("bytes", b"out/no"), ("bytearray", bytearray(b"out/no")),
+                            ("memoryview", memoryview(b"out/no")), ("str", "out/no"),
+                            ("str_subclass", Str("out/no")), ("pathlike", pathlib.Path("out/no")),
+                            ("fspath_subclass", P()),
+                            ("bytes_subclass", Bytes(b"out/no"))):
+            t("stat_" + label, lambda: same(name, os.stat))
+            t("rmdir_" + label, lambda: same(name, os.rmdir))
+            t("rename_" + label, lambda: same(name, lambda n: os.rename(n, "out/dst")))
+            t("listdir_" + label, lambda: same(name, os.listdir))
+        ro = bytearray(b"data/no")
+        t("stat_read_only", lambda: same(ro, os.stat))
+        def refs(path):
+            before = sys.getrefcount(path)
+            for _ in range(3):
+                try:
+                    os.rename(path, 0)
+                except TypeError:
+                    pass
+                os.path.exists(path)
+            return sys.getrefcount(path) - before
+        t("refs_relative", lambda: refs("out/" + "f" * 3))
+        t("refs_absolute", lambda: refs(os.path.abspath("out") + "/" + "g" * 3))
+    """
+    boxed = _run(project, body, python=python)
+    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
+    plain = subprocess.run(
+        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
+    )
+    expected = ast.literal_eval(plain.stdout.splitlines()[-1])
+    assert boxed == expected
+    assert expected["refs_relative"] == ("ok", "0")
+    assert expected["stat_str"] == ("ok", "(True, 'FileNotFoundError')")

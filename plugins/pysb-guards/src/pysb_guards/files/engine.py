@@ -129,9 +129,13 @@ def _f_record_rebase(pairs):
 
 def _f_fix_error(exc):
     """A door's ``fix``: an error of the original names the path as the program gave it,
-    not its absolute form (``FileNotFoundError.filename``). C member access only."""
-    pairs = ST["rebased"].pop(GET_IDENT(), None)
-    if not pairs:
+    not its absolute form (``FileNotFoundError.filename``), nor the exact bytes a
+    bytes-like path was copied to (``ST["buffers"]``, filled by the face's prepare).
+    C member access only; objects compared by identity."""
+    ident = GET_IDENT()
+    pairs = ST["rebased"].pop(ident, None)
+    copies = ST["buffers"].pop(ident, None) if ST["buffers"] else None
+    if not pairs and not copies:
         return
     for cls in TYPE_MRO(type(exc)):
         if cls is OSERROR:
@@ -140,9 +144,14 @@ def _f_fix_error(exc):
         return
     for getset in (FILENAME, FILENAME2):
         name = getset.__get__(exc)
-        for new, old in pairs:
+        for new, old in pairs or ():
             if name is new:
                 getset.__set__(exc, old)
+                name = old  # a rebased copy of a bytes-like path: on to the original
+                break
+        for copy, given in copies or ():
+            if name is copy:
+                getset.__set__(exc, given)
                 break
 
 
@@ -366,6 +375,14 @@ def _f_decide(canon, write, kind):
             ENOENT,
         )
     if write:
+        refused = (
+            not exp[2]
+            or canon in ST["profile"]
+            or canon in ST["state"]
+            or canon.startswith(ST["state_below"])
+        )
+        if not refused:
+            return None  # the kernel answers (EEXIST, ENOENT) naming the path as given
         if kind == "mkdir" and _f_lexists(canon):
             # The kernel checks that the name is free before any permission (EEXIST, under
             # landlock, a read-only bind or a read-only exposure alike): so does the guard,
@@ -511,7 +528,10 @@ def _f_check(path, write, follow, dir_fd, kind):
     if ST["learning"]:
         pass  # every access is recorded, so nothing is answered from the cache
     elif dir_fd is None or dir_fd == -1 or dir_fd == -100:
-        key = (text, write, follow) if text.startswith("/") else (ST["cwd"], text, write, follow)
+        # A key of its own (a new str), never the caller's object: a cached decision must
+        # not keep the program's path alive (CPython's test_os counts its references).
+        tag = ("wf" if follow else "wn") if write else ("rf" if follow else "rn")
+        key = tag + text if text.startswith("/") else (ST["cwd"], tag + text)
         hit = cache.get(key)
         if hit is not None:
             if hit is _ALLOWED:

@@ -325,6 +325,9 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
             "chdir_doors": set(),  # code ids of the doors of os.chdir / os.fchdir
             "cwd_gen": 0,  # chdirs ended (see _f_real_cwd)
             "rebased": {},  # thread -> [(absolute, as given)] of its last rebased call
+            # thread -> [(exact bytes, bytes-like path given)] of its last call with one
+            # (3.11): the copy is judged and passed on, the error names what was given
+            "buffers": {},
             "held": {},  # thread -> whether each open _f_lock took the lock
             "prepare_database": _make_prepare(((0, "database"),)),
             "set_authorizer": None,  # sqlite3.Connection's, taken when _sqlite3 loads
@@ -406,7 +409,7 @@ def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
         params, options = spec
         if options.get("post") == "listdir" and not ignore:
             options = {**options, "post": None}
-        prepare = _make_prepare(params, original)
+        prepare = _make_prepare(params, original, ns["ST"]["buffers"])
         face = ns["_f_make_face"](original, params, options, prepare, name)
         faces[original] = face
         for module in (os, posix):
@@ -471,7 +474,9 @@ def _path_type_error(path: Any) -> TypeError:
 
 
 def _make_prepare(
-    params: tuple, original: Callable[..., Any] | None = None
+    params: tuple,
+    original: Callable[..., Any] | None = None,
+    copies: dict[int, list[tuple[bytes, Any]]] | None = None,
 ) -> Callable[[tuple, dict], tuple[tuple, dict]]:
     """Normalise path-like arguments to exact str/bytes, flags to exact ints and bools,
     *before* the judge: judges never run the program's code.
@@ -481,12 +486,19 @@ def _make_prepare(
     converter accepts (no ``__fspath__``, buffer or ``__index__``), so it fails in its
     argument parsing, before any system call. Before 3.12 CPython takes a bytes-like path
     (``bytearray``, ``memoryview``) with a DeprecationWarning: so does the face, warning
-    with that same text and passing the path on as exact bytes.
+    with that same text and passing the path on as exact bytes: an immutable copy, judged and
+    handed to the C function (a ``bytearray`` could change between the two). With
+    ``copies`` (the file guard's ``ST["buffers"]``), the pairs (exact str/bytes, object
+    given) of a call that converted a path (a bytes-like path, a ``str`` or ``bytes``
+    subclass) are kept there under the thread's id, so that the door's ``fix``
+    (``engine._f_fix_error``) makes an OSError name the object the program gave, as
+    CPython's does (``test_os``'s ``test_oserror_filename``).
 
     No global name is looked up when it runs (everything is bound here, at install): a face
     may be called from sealed code (another guard's judge), and a global -- this module's,
     or a builtin -- could be the program's by then.
     """
+    import _thread
     import _warnings
     import os
     import sys
@@ -501,6 +513,7 @@ def _make_prepare(
     name_of = type.__dict__["__name__"].__get__
     c_original = original if type(original) is type(len) else None
     buffers = sys.version_info < (3, 12)  # bytes-like paths: deprecated, still taken
+    get_ident = _thread.get_ident
 
     def cpython_error(value: Any, pos: int, kw: str, args: list, kwargs: dict) -> Any:
         """CPython's own TypeError for ``value`` at ``pos``/``kw`` (None: no C original)."""
@@ -518,12 +531,18 @@ def _make_prepare(
             return exc
         return None  # never reached: no converter takes the stand-in
 
-    def norm(value: Any, pos: int, kw: str, args: list, kwargs: dict) -> Any:
+    def norm(value: Any, pos: int, kw: str, args: list, kwargs: dict, found: list) -> Any:
+        """``value`` as exact str/bytes/int (or as it is, for the judge to refuse); ``found``
+        gets (exact, value) for a ``str``/``bytes`` subclass or a bytes-like object, which
+        CPython's OSError names itself (not the str an ``__fspath__`` returned a subclass
+        of: that one, as CPython does)."""
         kind = type_(value)
         if kind is str_ or kind is bytes_ or kind is int_ or value is None:
             return value
         if isinstance_(value, (str_, bytes_)):
-            return str_.__str__(value) if isinstance_(value, str_) else bytes_(value)
+            new = str_.__str__(value) if isinstance_(value, str_) else bytes_(value)
+            found.append((new, value))
+            return new
         if isinstance_(value, int_):
             return int_(value)
         if buffers and c_original is not None:
@@ -536,25 +555,29 @@ def _make_prepare(
                 if error is not None:
                     # the program's line: norm, prepare, then the face (which warnings skips)
                     warn(str_(error), deprecation, 3)
+                    found.append((data, value))
                     return data
         if not hasattr_(kind, "__fspath__"):
             error = cpython_error(value, pos, kw, args, kwargs)
             if error is not None:
                 raise error
             return value  # refused by the judge (pysb's TypeError)
-        return norm(fspath(value), pos, kw, args, kwargs)  # its own errors are CPython's
+        return norm(fspath(value), pos, kw, args, kwargs, found)  # its errors are CPython's
 
     def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if not kwargs and len_(args) == 1 and type_(args[0]) is str_:
             return args, kwargs  # the common case, as fast as possible
         if slots:
             values = list_(args)
+            found: list = []
             for pos, kw in slots:
                 if pos < len_(values):
-                    values[pos] = norm(values[pos], pos, kw, values, kwargs)
+                    values[pos] = norm(values[pos], pos, kw, values, kwargs, found)
                 elif kw in kwargs:
-                    kwargs = {**kwargs, kw: norm(kwargs[kw], pos, kw, values, kwargs)}
+                    kwargs = {**kwargs, kw: norm(kwargs[kw], pos, kw, values, kwargs, found)}
             args = tuple_(values)
+            if found and copies is not None:
+                copies[get_ident()] = found
         for key in ("dir_fd", "src_dir_fd", "dst_dir_fd"):
             if key in kwargs and type_(kwargs[key]) is int_:
                 fd = kwargs[key]
