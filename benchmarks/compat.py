@@ -437,7 +437,8 @@ NOT_RUN = "NOT_RUN"
 #: The result of a run that a ``--budget`` left no time for.
 NOT_REACHED = "NOT_REACHED"
 
-_TOTAL = re.compile(r"^Total tests: run=([\d,]+)((?: \w+=[\d,]+)*)", re.M)
+#: ``Total tests: run=712 (filtered) skipped=104``: "(filtered)" after a ``-i`` (MODULE_ARGS).
+_TOTAL = re.compile(r"^Total tests: run=([\d,]+)(?: \(filtered\))?((?: \w+=[\d,]+)*)", re.M)
 _RESULT = re.compile(r"^Result: (\w+)", re.M)
 #: ``test_os failed (4 errors, 6 failures)``: before 3.12 the Total line has no errors.
 _FAILED = re.compile(r"^\S+ failed \(([^)]*)\)", re.M)

@@ -79,17 +79,30 @@ def test_a_known_difference_explains_only_the_counts_it_names() -> None:
     counts only, so a difference that changes is flagged instead of waved through."""
     compat = _compat_module()
     out = compat.parse(
-        "test_os failed (1 error, 3 failures)\n"
-        "Total tests: run=317 failures=3 skipped=55\nResult: FAILURE\n"
+        "test_os failed (1 error, 1 failure)\n"
+        "Total tests: run=317 failures=1 skipped=55\nResult: FAILURE\n"
     )
-    assert (out["errors"], out["failures"], out["skipped"]) == (1, 3, 55)
+    assert (out["errors"], out["failures"], out["skipped"]) == (1, 1, 55)
     plain = {"result": "SUCCESS", "run": 317, "skipped": 51}
-    assert compat.deltas(plain, out) == (4, 4)
-    assert compat.explain("landlock", "test_os", plain, out)
-    assert not compat.explain("subprocess", "test_os", plain, out)  # expects +2, +0
+    assert compat.deltas(plain, out) == (2, 4)
+    assert compat.explain("landlock", "test_os", plain, out)  # KNOWN: +2 failed, +4 skipped
+    assert not compat.explain("unshare", "test_os", plain, out)  # expects +2, +1
+    assert not compat.explain("subprocess", "test_os", plain, out)  # nothing known
     assert not compat.explain("landlock", "test_json", plain, out)  # nothing known
     hung = {"result": "TIMEOUT", "run": 0}
     assert not compat.explain("landlock", "test_os", plain, hung)
+
+
+def test_a_filtered_run_keeps_its_counts() -> None:
+    """A module run with ``-i`` (MODULE_ARGS: test_socket) says ``run=712 (filtered)``:
+    its skips count all the same (they read as 0, hiding a difference)."""
+    compat = _compat_module()
+    out = compat.parse(
+        "test_socket failed (5 errors)\n"
+        "Total tests: run=712 (filtered) skipped=104\nResult: FAILURE\n"
+    )
+    assert (out["run"], out["skipped"], out["errors"]) == (712, 104, 5)
+    assert compat.MODULE_ARGS["test_socket"][0] == ("-i", "*VSOCK*")
 
 
 def test_a_difference_under_subprocess_fails_the_run_even_when_known(tmp_path: Path) -> None:
@@ -97,29 +110,30 @@ def test_a_difference_under_subprocess_fails_the_run_even_when_known(tmp_path: P
     explains a difference of an OS provider, never one under ``subprocess``."""
     compat = _compat_module()
     plain = {"result": "SUCCESS", "run": 317, "skipped": 51}
-    boxed = {"result": "FAILURE", "run": 317, "skipped": 51, "failures": 2}
+    boxed = {"result": "FAILURE", "run": 317, "skipped": 51, "failures": 3}
 
     def data(provider: str, boxed: dict = boxed) -> dict:
         return {
             "when": "now",
             "python": "3",
-            "modules": ["test_os"],
+            "modules": ["test_traceback"],
             "providers": [provider],
             "unavailable": {},
             "qemu_modules": [],
-            "results": {"test_os": {"plain": plain, provider: boxed}},
+            "results": {"test_traceback": {"plain": plain, provider: boxed}},
             "differences": [
-                {"module": "test_os", "provider": provider, "plain": plain, "sandboxed": boxed}
+                {"module": "test_traceback", "provider": provider, "plain": plain,
+                 "sandboxed": boxed}
             ],
-        }
+        }  # fmt: skip
 
     md = str(tmp_path / "out.md")
-    assert compat.explain("subprocess", "test_os", plain, boxed)  # KNOWN has it
+    # KNOWN's test_traceback entry (every provider, +3 failed): explained, and still a
+    # failure of the run under subprocess
+    assert compat.explain("subprocess", "test_traceback", plain, boxed)
     assert compat.report(data("subprocess"), md) == 1
-    # bwrap's own KNOWN counts (+3 failed, +1 skipped): explained, the run passes
-    bwrap = {**boxed, "failures": 3, "skipped": 52}
-    assert compat.explain("bwrap", "test_os", plain, bwrap)
-    assert compat.report(data("bwrap", bwrap), md) == 0
+    assert compat.explain("bwrap", "test_traceback", plain, boxed)
+    assert compat.report(data("bwrap"), md) == 0
 
 
 ZIPFILE_CHECK = r"""
