@@ -82,7 +82,7 @@ def _e_importer():
     """The frame of the code that asked for the import and its code: the nearest frame that
     is neither the import system nor pysb's own (None when no Python code asked: atexit, C
     callbacks). The guards' own frames are told by identity (``IS_GUARD_FRAME``), the import
-    system's by the very dictionaries of its modules or the code of the finder's own
+    system's by the very dictionaries of its modules or the code of the guard's own
     functions."""
     f = GETFRAME(1)
     while f is not None:
@@ -324,10 +324,10 @@ def _e_judge_import_module(args, kwargs):
 
 
 def _e_find_action(name):
-    """What the guard finder does for ``name``: refuse (a Refusal), put a set-aside
+    """What the guard's ``_find_spec`` does for ``name``: refuse (a Refusal), put a set-aside
     module back (``("stash", module)``), have its loader patched (``("patch", None)``), or
-    nothing (None). Pure decision: the finder's own code (plain, in imports.py) calls the
-    other finders, which may be the program's."""
+    nothing (None). Pure decision: ``_find_spec``'s own code (plain, in
+    importlib_bootstrap.py) calls the finders, which may be the program's."""
     kind = type(name)
     if kind is not str:
         if not issubclass(kind, str):
@@ -350,7 +350,7 @@ def _e_find_action(name):
 
 
 def _e_run_patchers(name, module):
-    """Run the patches of ``name`` on ``module`` (the finder's loader, C module creation).
+    """Run the patches of ``name`` on ``module`` (``_find_spec``'s loader, C module creation).
     Anyone holding the loader can call this: only a plain module whose namespace holds exact
     ``str`` keys is patched (ImportError otherwise: the import fails, closed)."""
     if type(name) is not str:
@@ -670,43 +670,28 @@ def _e_sys(name):
     return dict.get(SYS_DICT, name)
 
 
-def _e_restore_finder():
-    """Put the guard finder first in sys.meta_path (rebuilt if it was tampered with)."""
-    mp = _e_sys("meta_path")
-    if type(mp) is not list:
-        mp = []
-        dict.__setitem__(SYS_DICT, "meta_path", mp)  # the old one: alive in the event's args
-    finder, cls = STATE["finder"], STATE["finder_cls"]
+def _e_restore_find_spec():
+    """Put the guard's ``_find_spec`` back in ``importlib._bootstrap`` (where the import
+    system looks it up by name each time it looks for a module) if the program replaced
+    or removed it. Raises ImportError (every import refused) when that namespace holds a
+    key that is not an exact ``str`` (a lookup there could run the program's ``__eq__``)."""
     face = STATE["find_face"]
-    intact = False
-    if finder is not None and type(finder) is cls and type(cls) is type:
-        entry = TYPE_DICT(cls).get("find_spec")
-        mro = TYPE_MRO(cls)
-        intact = (
-            type(entry) is staticmethod
-            and entry.__func__ is face
-            and len(mro) == 2
-            and mro[1] is object
-        )
-    if not intact:
-        cls = type(
-            "GuardFinder",
-            (),
-            {"__slots__": (), "find_spec": staticmethod(face), "__module__": "pysb_guards"},
-        )
-        finder = cls()
-        STATE["finder"], STATE["finder_cls"] = finder, cls
-        STATE["finders"].append(finder)  # every one made stays alive: no finalizer runs here
-    if mp and mp[0] is finder:
-        return
-    mp[:] = [f for f in mp if f is not finder]
-    mp.insert(0, finder)
+    found = RESOLVE(BOOTSTRAP, "_find_spec")
+    if found is None or found[2] is not face:
+        PLACE(BOOTSTRAP, "_find_spec", face, True)
+
+
+def _e_patch_importlib_util(module):
+    """``importlib.util`` binds ``_bootstrap._find_spec`` when it is loaded: the guard's."""
+    found = RESOLVE(module, "_find_spec")
+    if found is not None and found[2] is STATE["find_original"]:
+        PLACE(module, "_find_spec", STATE["find_face"], True)
 
 
 def _e_audit_import(args):
     """``import`` audit event: raised before the interpreter imports a module."""
     try:
-        _e_restore_finder()
+        _e_restore_find_spec()
     except ImportError as e:
         return e
     return None
@@ -749,7 +734,7 @@ def _e_module_of_file(filename):
 def _e_audit_exec(args):
     """``exec`` audit event: a module's code about to run in a module namespace.
 
-    Loaders call ``exec(code, module.__dict__)``; whoever obtained the loader (the finder,
+    Loaders call ``exec(code, module.__dict__)``; whoever obtained the loader (``_find_spec``,
     importlib._bootstrap, a hand-made spec), the module's file names its package.
     """
     code = args[0] if args else None

@@ -2,16 +2,17 @@
 
 Three doors, one decision:
 
-- a meta-path finder kept at the head of ``sys.meta_path`` (the audit hook puts it back
-  before every import the interpreter starts, and rebuilds it if its class was tampered
-  with);
+- ``importlib._bootstrap._find_spec``, which the import system calls for every module it
+  looks for, before any finder of ``sys.meta_path`` (the program's list, in the program's
+  order) is asked (the audit hook puts it back before every import the interpreter starts,
+  if the program replaced it);
 - ``builtins.__import__`` / ``importlib.__import__``, which also see imports of modules
   already in ``sys.modules``;
 - ``importlib.import_module``.
 
 At install every module the framework loaded is taken out of ``sys.modules`` (kept aside,
 not re-executed), except what the interpreter itself needs; importing one of them later goes
-through the finder, which puts the very same module back when the import is allowed.
+through ``_find_spec``, which puts the very same module back when the import is allowed.
 
 The decision is on the top-level name (a submodule follows its package): allowed when the
 profile lists it (or says ``"*"``), when it is the program's own script or ``-m`` module,
@@ -24,10 +25,11 @@ files, network and api guards. Refusals raise :class:`~pysb_core.errors.ImportDe
 Modules patched by other guards when they load (``subprocess``, ``ctypes``, ``pickle``...)
 are patched here, as the loader finishes executing them (see :func:`on_import`).
 
-Why one module: it is the import guard's install: the finder, the ``__import__`` doors, the
-set-aside modules' loader and the audit hook all take their decision from one sealed engine made
-here, and their wiring (which door is kept at the head of ``sys.meta_path``, what is evicted)
-must be read together; the decisions are in :mod:`.engine`.
+Why one module: it is the import guard's install: ``_find_spec``, the ``__import__`` doors,
+the set-aside modules' loader and the audit hook all take their decision from one sealed
+engine made here, and their wiring (what stands in ``importlib._bootstrap``, what is
+evicted) must be read together; the decisions are in :mod:`.engine` (the plain code on the
+import path in :mod:`.importlib_bootstrap`).
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ def ensure_installed(policy: Policy, recorder: Recorder) -> None:
 
 @hookimpl
 def pysb_child_install(policy: Policy, recorder: Recorder) -> str:
-    """Install the finder and the ``__import__`` checks; take framework modules aside.
+    """Install ``_find_spec`` and the ``__import__`` checks; take framework modules aside.
 
     Returns the family put in force (the bootstrap refuses to run a program whose profile
     needs a family no guard armed)."""
@@ -234,7 +236,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     fast = {n for n in allowed | program if n and n not in never}
     first = _c_modules()
     b = _seal.builders()
-    # The finder's own frames are the import system's, not an importer's.
+    # The frames of _find_spec and the loaders are the import system's, not an importer's.
     import_codes = [
         *PATCHING_LOADER_CODES,
         *REINSERT_LOADER_CODES,
@@ -254,10 +256,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "patchers": {},
             "created": {},
             "pending": {},
-            "finder": None,
-            "finder_cls": None,
-            "find_face": None,
-            "finders": [],
+            "find_face": None,  # importlib._bootstrap._find_spec (importlib_bootstrap.py)
+            "find_original": _frozen_importlib._find_spec,
             "codes": import_codes,
             "learned": set(),
             "roots": (),
@@ -309,14 +309,16 @@ def install(policy: Policy, recorder: Recorder) -> None:
     decide = _seal.make_face(_seal.make_door(ns["_e_find_action"], allow, name="decide"))
     patch = _seal.make_face(_seal.make_door(ns["_e_run_patchers"], allow, name="patch"))
     taken = _seal.make_face(_seal.make_door(ns["_e_taken"], allow, name="taken"))
-    state["find_face"] = make_find_spec(decide, patch, taken)
+    state["find_face"] = make_find_spec(decide, patch, taken, _frozen_importlib._find_spec)
     import_codes.append(state["find_face"].__code__)
     ns["IMPORT_CODES"].add(id(state["find_face"].__code__))
-    ns["_e_restore_finder"]()
+    ns["_e_restore_find_spec"]()
+    # importlib.util took the original by name (`from ._bootstrap import _find_spec`)
+    ns["_e_on_import"]("importlib.util", ns["_e_patch_importlib_util"])
 
     # __import__, importlib.__import__ and importlib.import_module see imports of modules
     # already in sys.modules. With `imports: "*"` there is nothing for them to refuse (the
-    # guards' own modules are kept out of sys.modules, so the finder still refuses those):
+    # guards' own modules are kept out of sys.modules, so _find_spec still refuses those):
     # no patch, no cost.
     if not star:
         original = builtins.__import__

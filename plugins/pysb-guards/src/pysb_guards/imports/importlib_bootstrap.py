@@ -1,10 +1,10 @@
-"""The import guard's finder and loaders: the code it adds to the import system.
+"""The import guard's ``_find_spec`` and loaders: the code it adds to the import system.
 
 Named so on purpose: a code file name holding both ``importlib`` and ``_bootstrap`` is how
 CPython's ``warnings`` (``Python/_warnings.c``'s ``is_internal_frame``, ``warnings.py``'s
 ``_is_internal_filename``, 3.11 to 3.13) knows the import system's frames, which it passes
 over when it counts a warning's ``stacklevel``. These functions stand where the import
-system's own code stands (the finder asks the program's finders, the loader runs the
+system's own code stands (``_find_spec`` asks the program's finders, the loader runs the
 module's body), so a warning raised there with ``stacklevel=2`` names the importing line,
 as without the guards, not this file (as the faces' and doors' code file names do:
 ``pysb_guards._seal.templates``' ``FACE_FILE``).
@@ -27,38 +27,50 @@ def make_find_spec(
     decide: Callable[[str], Any],
     patch: Callable[[str, Any], None],
     taken: Callable[[str, Any], None],
+    find: Callable[..., Any],
 ) -> Any:
-    """The guard finder's ``find_spec``.
+    """The import guard's ``importlib._bootstrap._find_spec``: the import system calls it,
+    by that global name, for every module it looks for (an ``import``, ``importlib``'s
+    ``import_module``, ``util.find_spec`` and ``reload``, ``_gcd_import``).
 
-    Plain code on purpose: it asks the other finders for a spec, and they (or the path
-    hooks behind them) may be the program's own objects, so no sealed frame may be below
-    them. The decision itself is sealed (``decide`` raises the refusal).
+    It decides first (``decide``, sealed: a refusal is raised, a module pysb set aside is
+    handed back), then calls ``find``, CPython's own ``_find_spec``, which asks the finders
+    of ``sys.meta_path`` in the program's order, and has the loader found run the patches
+    registered for the module. The guard was a finder kept at the head of
+    ``sys.meta_path``, put back there before every import: a program that inserted a
+    finder of its own at index 0 and deleted index 0 afterwards (CPython's
+    ``test_pkgutil``) deleted the guard's and kept its own. Now ``sys.meta_path`` is the
+    program's alone, and its finders are asked only once the decision is taken.
+
+    Plain code on purpose: the finders (or the path hooks behind them) may be the
+    program's own objects, so no sealed frame may be below them.
     """
     import _frozen_importlib
 
     module_spec = _frozen_importlib.ModuleSpec
 
-    def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+    def _find_spec(name: str, path: Any, target: Any = None) -> Any:
         action = decide(name)
-        if action is None:
-            return None
-        kind, module = action
-        # importlib.reload(module) (a target): its code runs again, with its own loader (a
-        # C module's exec does nothing a second time: _e_judge_exec)
-        if kind == "stash" and target is None:
-            return module_spec(name, _reinsert_loader(module, taken))  # type: ignore[arg-type]
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            if find is None or find is find_spec:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _patching_loader(spec.loader, name, patch)
-                return spec
-        return None
+        if action is not None:
+            kind, module = action
+            # importlib.reload(module) (a target): its code runs again, with its own loader
+            # (a C module's exec does nothing a second time: _e_judge_exec)
+            if kind == "stash" and target is None:
+                return module_spec(name, _reinsert_loader(module, taken))  # type: ignore[arg-type]
+        spec = find(name, path, target)
+        if action is not None and spec is not None:
+            # not the spec of a module already there (find gives its __spec__ back when
+            # a parent's import loaded it meanwhile): that one has its patches
+            loaded = sys.modules.get(name)
+            if loaded is None or getattr(loaded, "__spec__", None) is not spec:
+                loader = spec.loader
+                if loader is not None and hasattr(loader, "exec_module"):
+                    spec.loader = _patching_loader(loader, name, patch)
+        return spec
 
-    return find_spec
+    _find_spec.__module__ = "importlib._bootstrap"
+    _find_spec.__doc__ = "Find a module's spec."
+    return _find_spec
 
 
 def _patching_loader(loader: Any, name: str, patch: Callable[[str, Any], None]) -> Any:
