@@ -244,3 +244,34 @@ def test_with_python_guards_on(box):
         timeout=60,
     )  # fmt: skip
     assert r.stdout.splitlines() == ["1 False", "FileDeniedError"], r.stderr
+
+
+@pytest.mark.parametrize("guards", [True, False], ids=["guards", "no-python-guards"])
+def test_the_sandboxed_start_imports_no_ctypes(tmp_path, guards):
+    """Start-up cost (docs/performance.md): the restriction's system calls go through the
+    kit's C calls, the kernel's structures are bytes -- neither the ``ctypes`` package nor
+    ``collections`` is imported in the sandbox for ``pass``; the restriction still holds."""
+    (tmp_path / "secret").write_text("x")
+    profile = tmp_path / "p.pysb.yaml"
+    profile.write_text(f"version: 1\nimports: [os]\nfiles:\n  expose-ro: [{tmp_path / 'in'}]\n")
+    (tmp_path / "in").mkdir()
+    secret = str(tmp_path / "secret")
+    code = f"import os\ntry:\n    open({secret!r})\nexcept OSError:\n    os.write(1, b'refused')\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSB_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    argv = [*PYSB, "run", "--profile", str(profile), "--provider", "landlock"]
+    if not guards:
+        argv.append("--no-python-guards")
+    proc = subprocess.run(
+        [*argv, "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "in",
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "refused"
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert {"pysb_landlock.ruleset", "pysb_landlock.caps"} <= loaded
+    assert not loaded & {"ctypes", "collections", "collections.abc"}, loaded

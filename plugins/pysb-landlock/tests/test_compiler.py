@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
+import os
 
 import pysb_landlock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pysb_landlock import LandlockProvider, compiler, ruleset
+from pysb_landlock import LandlockProvider, compiler, rofs, ruleset
 from pysb_landlock.compiler import WILDCARD_BIND, compile_plan, merge, subtract
 
 from pysb_core.plan import LaunchPlan, LaunchSpec
@@ -244,9 +246,28 @@ def test_options_unix_sockets_and_sysv_ipc():
     ]
 
 
-def test_ruleset_abi_masks_and_struct_layout():
-    import ctypes
+class _Packed(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)) in the uapi header
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("handled_access_fs", "handled_access_net", "scoped")]
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("flags", "mode", "resolve")]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("attr_set", "attr_clr", "propagation", "userns")]
+
+
+def test_ruleset_abi_masks_and_struct_layout():
     assert ruleset.handled_fs(1) == (1 << 13) - 1
     assert (
         ruleset.handled_fs(2) & ruleset.FS_REFER and not ruleset.handled_fs(2) & ruleset.FS_TRUNCATE
@@ -255,9 +276,18 @@ def test_ruleset_abi_masks_and_struct_layout():
     assert ruleset.handled_net(3) == 0 and ruleset.handled_net(4) == 3
     assert ruleset.scopes(5) == 0 and ruleset.scopes(6) == 3
     assert not ruleset.FS_WRITE & (ruleset.FS_MAKE_CHAR | ruleset.FS_MAKE_BLOCK)
-    assert ctypes.sizeof(ruleset._PathBeneathAttr) == 12
-    assert ctypes.sizeof(ruleset._NetPortAttr) == 16
-    assert ctypes.sizeof(ruleset._RulesetAttr) == 24
+    # The uapi structures, laid out as ctypes lays them out from the headers' fields.
+    assert ruleset._path_beneath_attr(5, 7) == bytes(_Packed(5, 7))
+    assert ruleset._net_port_attr(3, 8080) == bytes(_NetPort(3, 8080))
+    assert ruleset._ruleset_attr(1, 2, 3) == bytes(_RulesetAttr(1, 2, 3))
+    assert ruleset._open_how(os.O_PATH, 0, 4) == bytes(_OpenHow(os.O_PATH, 0, 4))
+    assert rofs._mount_attr(1) == bytes(_MountAttr(1, 0, 0, 0))
+    assert [len(bytes(x)) for x in (_Packed(), _NetPort(), _RulesetAttr(), _MountAttr())] == [
+        12,
+        16,
+        24,
+        32,
+    ]
     assert pysb_landlock.LandlockProvider.name == "landlock"
 
 

@@ -3,7 +3,7 @@
 No wrapper process, no namespace, no root: the launch is the plain interpreter command,
 and a child set-up makes the bootstrap call :func:`pysb_landlock.child.restrict` before
 user code. See ``provider.py`` (parent side), ``compiler.py`` (plan -> ruleset data),
-``child.py`` and ``ruleset.py`` (inside the sandbox, through ctypes).
+``child.py`` and ``ruleset.py`` (inside the sandbox, through the kit's C calls).
 
 :class:`LandlockProvider` is exported lazily: the sandboxed interpreter imports
 ``pysb_landlock.child`` only, and must not pay for the provider machinery (``subprocess``,

@@ -18,8 +18,9 @@ For an unprivileged user this is a no-op (there is nothing to drop). With
 
 from __future__ import annotations
 
-import ctypes
+import sys
 
+from pysb_core.providerkit import CLong
 from pysb_landlock import _libc
 
 CAP_DAC_OVERRIDE = 1
@@ -34,29 +35,29 @@ _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+def _header() -> object:
+    """``struct __user_cap_header_struct``: ``{__u32 version; int pid;}`` (pid 0: this
+    thread)."""
+    return _libc.memory(_libc.fields((_LINUX_CAPABILITY_VERSION_3, 4), (0, 4)))
 
 
-class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
+#: ``struct __user_cap_data_struct[2]``: ``{__u32 effective, permitted, inheritable;}``
+#: each, the low 32 capabilities in the first.
+_DATA_BYTES = 2 * 3 * 4
+
+
+def _u32s(data: bytes) -> list[int]:
+    return [int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data), 4)]
 
 
 def current() -> tuple[int, int, int]:
     """``(effective, permitted, inheritable)`` of the calling thread, as bit masks."""
-    hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    if _libc.capget(ctypes.byref(hdr), data) != 0:
+    data = _libc.memory(bytes(_DATA_BYTES))
+    if _libc.capget(_header(), data) != 0:
         err = _libc.get_errno()
         raise OSError(err, "capget failed")
-    eff = data[0].effective | (data[1].effective << 32)
-    prm = data[0].permitted | (data[1].permitted << 32)
-    inh = data[0].inheritable | (data[1].inheritable << 32)
-    return eff, prm, inh
+    eff0, prm0, inh0, eff1, prm1, inh1 = _u32s(bytes(data)[:_DATA_BYTES])
+    return eff0 | (eff1 << 32), prm0 | (prm1 << 32), inh0 | (inh1 << 32)
 
 
 def drop_all_but(keep: frozenset[int] | set[int]) -> None:
@@ -68,7 +69,7 @@ def drop_all_but(keep: frozenset[int] | set[int]) -> None:
         keep_mask |= 1 << cap
 
     def prctl(*args: int) -> int:
-        return int(_libc.prctl(*(ctypes.c_ulong(a) for a in args)))
+        return int(_libc.prctl(*(CLong(a) for a in args)))
 
     if eff & (1 << CAP_SETPCAP):
         for cap in range(64):
@@ -87,10 +88,11 @@ def drop_all_but(keep: frozenset[int] | set[int]) -> None:
         return  # an unprivileged process: nothing to drop
     new_prm = prm & keep_mask
     new_eff = eff & new_prm
-    hdr = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    data[0].effective, data[1].effective = new_eff & 0xFFFFFFFF, new_eff >> 32
-    data[0].permitted, data[1].permitted = new_prm & 0xFFFFFFFF, new_prm >> 32
-    if _libc.capset(ctypes.byref(hdr), data) != 0:
+    low = 0xFFFFFFFF
+    data = _libc.memory(  # the inheritable sets empty
+        _libc.fields((new_eff & low, 4), (new_prm & low, 4), (0, 4))
+        + _libc.fields((new_eff >> 32, 4), (new_prm >> 32, 4), (0, 4))
+    )
+    if _libc.capset(_header(), data) != 0:
         err = _libc.get_errno()
         raise OSError(err, "capset failed")

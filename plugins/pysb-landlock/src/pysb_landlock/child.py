@@ -9,12 +9,15 @@ failure raises, and the run must not start (fail closed).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
 
 from pysb_core.providerkit import SandboxError, SeccompRules, install_seccomp
 from pysb_landlock import caps as _caps
 from pysb_landlock import rofs
 from pysb_landlock import ruleset as ll
+
+TYPE_CHECKING = False  # imported by every sandboxed interpreter: no collections at start
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 # Bound before the guards patch ``os`` (see _libc.py); none of these raises an audit event.
 _stat = os.stat

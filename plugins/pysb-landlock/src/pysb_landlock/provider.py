@@ -68,9 +68,9 @@ class LandlockProvider(Provider):
         """The kernel's ABI (asked once per provider instance, i.e. once per run).
 
         A success is remembered for this kernel and boot (:mod:`pysb_core.launch.probecache`):
-        asking needs ``ctypes`` (~1.5 ms of imports) in the parent. A stale answer cannot
-        weaken the sandbox: the child asks the kernel again and refuses to start when its
-        ABI is lower than the one compiled for.
+        asking imports the system calls (:mod:`pysb_landlock.ruleset`) in the parent. A
+        stale answer cannot weaken the sandbox: the child asks the kernel again and refuses
+        to start when its ABI is lower than the one compiled for.
         """
         if not hasattr(self, "_abi_probe"):
             from pysb_core.providerkit import cached_probe
@@ -182,14 +182,14 @@ class LandlockProvider(Provider):
 
 
 def _probe_abi() -> ProviderStatus:
-    """Ask the kernel for its Landlock ABI (through ctypes)."""
+    """Ask the kernel for its Landlock ABI (a C call, pysb_landlock._libc)."""
     try:
         from pysb_landlock import ruleset
 
         abi = ruleset.abi_version()
     except OSError as exc:
         return ProviderStatus.missing(_reason(exc), fix=_FIX)
-    except (ImportError, AttributeError) as exc:  # no ctypes, or a libc without capset
+    except (ImportError, AttributeError) as exc:  # no _ctypes, or a libc without capset
         return ProviderStatus.missing(f"cannot call the kernel: {exc}", fix=_FIX)
     return ProviderStatus.ok(version=f"ABI {abi}", abi=abi)
 

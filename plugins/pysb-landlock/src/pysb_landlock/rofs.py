@@ -27,11 +27,10 @@ landlock, "Metadata").
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 
-from pysb_core.providerkit import is_within
+from pysb_core.providerkit import CLong, is_within
 from pysb_landlock import _libc
 from pysb_landlock.ruleset import open_path
 
@@ -46,13 +45,10 @@ _SYS = {"x86_64": (272, 165), "aarch64": (97, 40)}
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
+def _mount_attr(attr_set: int) -> bytes:
+    """``struct mount_attr``: ``attr_set``, ``attr_clr``, ``propagation``, ``userns_fd``,
+    four ``__u64`` (32 bytes), only ``attr_set`` given."""
+    return _libc.fields((attr_set, 8), (0, 8), (0, 8), (0, 8))
 
 
 def needed(write: list[str]) -> bool:
@@ -82,9 +78,9 @@ def read_only_outside(write: list[str], exact: frozenset[str]) -> None:
     if nr is None:
         raise OSError(errno.ENOSYS, f"no mount system calls known for {os.uname().machine}")
     syscall = _libc.syscall
-    _check(syscall(ctypes.c_long(nr[0]), ctypes.c_long(CLONE_NEWNS)), "unshare(CLONE_NEWNS)")
+    _check(syscall(CLong(nr[0]), CLong(CLONE_NEWNS)), "unshare(CLONE_NEWNS)")
     _check(
-        syscall(ctypes.c_long(nr[1]), None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None),
+        syscall(CLong(nr[1]), None, b"/", None, CLong(MS_REC | MS_PRIVATE), None),
         "making the mounts private",
     )
     copies: list[tuple[int, int]] = []  # (detached copy, where it goes)
@@ -98,27 +94,24 @@ def read_only_outside(write: list[str], exact: frozenset[str]) -> None:
                 raise OSError(err, f"{path}: {os.strerror(err)}")
             try:
                 copy = _check(
-                    syscall(ctypes.c_long(SYS_OPEN_TREE), ctypes.c_int(target), b"",
-                            ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH
-                                          | os.O_CLOEXEC)),
+                    syscall(CLong(SYS_OPEN_TREE), target, b"",
+                            OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH | os.O_CLOEXEC),
                     f"copying the mounts of {path}",
                 )  # fmt: skip
             except OSError:
                 _libc.close(target)
                 raise
             copies.append((copy, target))
-        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+        attr = _mount_attr(MOUNT_ATTR_RDONLY)
         _check(
-            syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/",
-                    ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr),
-                    ctypes.c_size_t(ctypes.sizeof(attr))),
+            syscall(CLong(SYS_MOUNT_SETATTR), AT_FDCWD, b"/", AT_RECURSIVE,
+                    _libc.memory(attr), CLong(len(attr))),
             "making every mount read-only",
         )  # fmt: skip
         for copy, target in copies:
             _check(
-                syscall(ctypes.c_long(SYS_MOVE_MOUNT), ctypes.c_int(copy), b"",
-                        ctypes.c_int(target), b"",
-                        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)),
+                syscall(CLong(SYS_MOVE_MOUNT), copy, b"", target, b"",
+                        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
                 "attaching a writable exposure again",
             )  # fmt: skip
     finally:

@@ -1,4 +1,4 @@
-"""The Landlock system calls, through ctypes, with no other dependency.
+"""The Landlock system calls, through the kit's C calls, with no other dependency.
 
 Landlock has no glibc wrappers, so we call ``syscall(2)`` with the numbers of the unified
 syscall table (444-446: the same on x86_64, aarch64, arm, riscv, powerpc, s390x; only alpha
@@ -13,11 +13,11 @@ tight as the kernel allows.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
 
+from pysb_core.providerkit import CLong
 from pysb_landlock import _libc
 
 # -- syscall numbers ----------------------------------------------------------------------
@@ -136,29 +136,28 @@ def scopes(abi: int) -> int:
     return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
 
 
-# -- ctypes structures ----------------------------------------------------------------------
+# -- the kernel's structures (include/uapi/linux/landlock.h, openat2.h) ---------------------
 
 
-class _RulesetAttr(ctypes.Structure):
-    # The kernel reads only the prefix that matches the size we pass (ABI-dependent).
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
+def _ruleset_attr(handled_fs: int, handled_net: int, scoped: int) -> bytes:
+    """``struct landlock_ruleset_attr``: three ``__u64``, 24 bytes; the kernel reads only the
+    prefix that matches the size passed (ABI-dependent)."""
+    return _libc.fields((handled_fs, 8), (handled_net, 8), (scoped, 8))
 
 
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1  # __attribute__((packed)) in the uapi header: 12 bytes
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+def _path_beneath_attr(allowed_access: int, parent_fd: int) -> bytes:
+    """``struct landlock_path_beneath_attr``: ``__u64`` and ``__s32``, packed: 12 bytes."""
+    return _libc.fields((allowed_access, 8), (parent_fd, 4))
 
 
-class _NetPortAttr(ctypes.Structure):
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+def _net_port_attr(allowed_access: int, port: int) -> bytes:
+    """``struct landlock_net_port_attr``: two ``__u64``, 16 bytes."""
+    return _libc.fields((allowed_access, 8), (port, 8))
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+def _open_how(flags: int, mode: int, resolve: int) -> bytes:
+    """``struct open_how``: three ``__u64``, 24 bytes."""
+    return _libc.fields((flags, 8), (mode, 8), (resolve, 8))
 
 
 def open_path(path: str, *, no_symlinks: bool) -> int:
@@ -168,13 +167,13 @@ def open_path(path: str, *, no_symlinks: bool) -> int:
     link after the profile was read (issue 22)."""
     if not no_symlinks:
         return int(_libc.open_(os.fsencode(path), os.O_PATH | os.O_CLOEXEC))
-    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
+    how = _open_how(os.O_PATH | os.O_CLOEXEC, 0, _RESOLVE_NO_SYMLINKS)
     return _syscall(
-        ctypes.c_long(_SYS_OPENAT2),
-        ctypes.c_int(_AT_FDCWD),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
+        CLong(_SYS_OPENAT2),
+        _AT_FDCWD,
+        os.fsencode(path),
+        _libc.memory(how),
+        CLong(len(how)),
     )
 
 
@@ -200,19 +199,14 @@ def abi_version() -> int:
     if not machine_supported():
         uname = os.uname()
         raise LandlockError(0, f"Landlock is not supported on {uname.sysname} {uname.machine}")
-    res = _syscall(
-        ctypes.c_long(_SYS_CREATE_RULESET),
-        ctypes.c_void_p(None),
-        ctypes.c_size_t(0),
-        ctypes.c_uint32(_CREATE_RULESET_VERSION),
-    )
+    res = _syscall(CLong(_SYS_CREATE_RULESET), None, CLong(0), _CREATE_RULESET_VERSION)
     return _check(res, "landlock_create_ruleset(VERSION)")
 
 
 def no_new_privs() -> None:
     """Required before restrict_self for an unprivileged process; set it always (no
     set-uid binary may regain what the sandbox took away)."""
-    args = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *(ctypes.c_ulong(v) for v in (1, 0, 0, 0)))
+    args = (_PR_SET_NO_NEW_PRIVS, *(CLong(v) for v in (1, 0, 0, 0)))
     _check(_libc.prctl(*args), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
@@ -226,15 +220,10 @@ class Ruleset:
         self.handled_fs = handled_fs(abi)
         self.handled_net = handled_net(abi) if net is None else net & handled_net(abi)
         self.scoped = scopes(abi) if scope else 0
-        attr = _RulesetAttr(self.handled_fs, self.handled_net, self.scoped)
+        attr = _libc.memory(_ruleset_attr(self.handled_fs, self.handled_net, self.scoped))
         size = 8 if abi < 4 else 16 if abi < 6 else 24
         self.fd = _check(
-            _syscall(
-                ctypes.c_long(_SYS_CREATE_RULESET),
-                ctypes.byref(attr),
-                ctypes.c_size_t(size),
-                ctypes.c_uint32(0),
-            ),
+            _syscall(CLong(_SYS_CREATE_RULESET), attr, CLong(size), 0),
             "landlock_create_ruleset",
         )
 
@@ -261,15 +250,9 @@ class Ruleset:
             access &= self.handled_fs
             if not access:
                 return False
-            attr = _PathBeneathAttr(access, fd)
+            attr = _libc.memory(_path_beneath_attr(access, fd))
             _check(
-                _syscall(
-                    ctypes.c_long(_SYS_ADD_RULE),
-                    ctypes.c_int(self.fd),
-                    ctypes.c_int(_RULE_PATH_BENEATH),
-                    ctypes.byref(attr),
-                    ctypes.c_uint32(0),
-                ),
+                _syscall(CLong(_SYS_ADD_RULE), self.fd, _RULE_PATH_BENEATH, attr, 0),
                 f"landlock_add_rule({path!r})",
             )
             return True
@@ -280,15 +263,9 @@ class Ruleset:
         access &= self.handled_net
         if not access:
             return
-        attr = _NetPortAttr(access, port)
+        attr = _libc.memory(_net_port_attr(access, port))
         _check(
-            _syscall(
-                ctypes.c_long(_SYS_ADD_RULE),
-                ctypes.c_int(self.fd),
-                ctypes.c_int(_RULE_NET_PORT),
-                ctypes.byref(attr),
-                ctypes.c_uint32(0),
-            ),
+            _syscall(CLong(_SYS_ADD_RULE), self.fd, _RULE_NET_PORT, attr, 0),
             f"landlock_add_rule(port {port})",
         )
 
@@ -297,9 +274,7 @@ class Ruleset:
         try:
             no_new_privs()
             _check(
-                _syscall(
-                    ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(self.fd), ctypes.c_uint32(0)
-                ),
+                _syscall(CLong(_SYS_RESTRICT_SELF), self.fd, 0),
                 "landlock_restrict_self",
             )
         finally:
