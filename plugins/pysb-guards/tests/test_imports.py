@@ -125,6 +125,10 @@ def test_program_module_is_always_allowed(tmp_path) -> None:
         "import importlib.machinery as m, os\n"
         "path = os.path.join(os.path.dirname(os.__file__), 'csv.py')\n"
         "m.SourceFileLoader('csv', path).load_module()",
+        # a frozen module's loader, by hand (runpy's code is frozen into the interpreter)
+        "import importlib.machinery as m, importlib.util as u\n"
+        "spec = m.FrozenImporter.find_spec('runpy')\n"
+        "mod = u.module_from_spec(spec); spec.loader.exec_module(mod)",
         # a second instance of a guarded C module
         "import importlib.machinery as m, sys\n"
         "spec = m.BuiltinImporter.find_spec('posix')\n"

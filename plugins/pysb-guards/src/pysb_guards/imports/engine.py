@@ -735,7 +735,10 @@ def _e_audit_exec(args):
     """``exec`` audit event: a module's code about to run in a module namespace.
 
     Loaders call ``exec(code, module.__dict__)``; whoever obtained the loader (``_find_spec``,
-    importlib._bootstrap, a hand-made spec), the module's file names its package.
+    importlib._bootstrap, a hand-made spec), the module's file names its package. A frozen
+    module's code (``FrozenImporter``: ``runpy``, ``importlib.util``, ``os``... whose code
+    says ``<frozen NAME>``) is judged by that name: its loader, taken by hand
+    (``FrozenImporter.find_spec`` and ``exec_module``), loaded it unjudged.
     """
     code = args[0] if args else None
     if type(code) is not CODE:
@@ -744,12 +747,19 @@ def _e_audit_exec(args):
     if type(name) is not str or name != "<module>":
         return None
     filename = code.co_filename
-    if type(filename) is not str or filename.startswith("<"):
+    if type(filename) is not str:
         return None
-    try:
-        top = _e_module_of_file(filename)
-    except ImportError as e:
-        return e
+    if filename.startswith("<frozen ") and filename.endswith(">"):
+        top = _e_top(filename[8:-1])
+        if not top.isidentifier():
+            return None
+    elif filename.startswith("<"):
+        return None
+    else:
+        try:
+            top = _e_module_of_file(filename)
+        except ImportError as e:
+            return e
     if top is None:
         return None
     verdict = _e_decide(top)
