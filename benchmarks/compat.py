@@ -416,18 +416,6 @@ KNOWN: tuple[Known, ...] = (
             "`setxattr` with EOPNOTSUPP, as a file system without attributes (docs/providers.md)."
         ),
     ),
-    Known(
-        ("landlock",),
-        "test_struct",
-        1,
-        0,
-        (
-            "`test__struct_reference_cycle_cleaned_up` imports a fresh `_struct` and expects it "
-            "collected; the landlock provider's set-up in the sandbox uses `ctypes`, which imports "
-            "`struct`, and the import gate keeps what pysb imported (its stash) and hands that "
-            "module out again on a new import, so the 'fresh' module is that one, still held."
-        ),
-    ),
 )
 
 #: A module that needs more than this under a sandbox is reported as a timeout.
