@@ -19,6 +19,7 @@ scripts/test-unprivileged.sh), or ``PYSB_TEST_PYENV_PYTHON``.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import site
@@ -150,4 +151,42 @@ def test_the_loaded_libpython_is_exposed_wherever_it_lives() -> None:
         pytest.skip("this interpreter maps no libpython (linked into the binary)")
     assert all(os.path.basename(p).startswith("libpython") for p in mapped)
     files, _ = python_paths()
+    assert {os.path.realpath(p) for p in mapped} <= set(files)
+
+
+@pytest.mark.parametrize(
+    "python",
+    [sys.executable, *(p for p in ("/usr/bin/python3",) if os.path.exists(p))],
+    ids=["this-venv", "system"],
+)
+def test_the_installation_is_exposed_without_sysconfig(python: str, tmp_path: Path) -> None:
+    """Start-up cost: the standard library, ``lib-dynload`` and the site-packages come from
+    the interpreter (``sys._stdlib_dir``, ``site.getsitepackages()``, the mapped libpython)
+    without importing ``sysconfig``; every directory sysconfig names that exists is still
+    covered, and so is the file the interpreter loaded its libpython from."""
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "from pysb_core.launch.pyenv import mapped_libpython, python_paths\n"
+        "files, dirs = python_paths()\n"
+        "loaded = 'sysconfig' in sys.modules\n"
+        "import sysconfig\n"
+        "p = sysconfig.get_paths()\n"
+        "want = [p['stdlib'], p['purelib'], p['platlib']]\n"
+        "if sys.prefix == sys.base_prefix:  # in a venv: the venv's lib/pythonX.Y, no stdlib\n"
+        "    want += [p['platstdlib'], p['platstdlib'] + '/lib-dynload']\n"
+        "print(json.dumps([loaded, files, dirs, want, mapped_libpython()]))\n"
+    )
+    out = subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path
+    )
+    loaded, files, dirs, want, mapped = json.loads(out.stdout)
+    assert not loaded
+    from pysb_core.linux.paths import is_within
+
+    for path in want:
+        if os.path.isdir(path) and os.listdir(path):
+            real = os.path.realpath(path)
+            assert any(is_within(real, d) for d in dirs), (path, dirs)
     assert {os.path.realpath(p) for p in mapped} <= set(files)

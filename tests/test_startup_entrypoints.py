@@ -82,3 +82,38 @@ def test_same_semantics_as_importlib_metadata_on_odd_distributions(
     by_name = {ep.name: ep for ep in theirs}
     for ep in ours:
         assert ep.load() is by_name[ep.name].load()
+
+
+def test_a_family_scan_reads_only_the_distributions_that_name_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up cost: ``entry_points("pysb.x")`` parses and reads the metadata of only the
+    distributions whose ``entry_points.txt`` mentions ``pysb`` (a development venv has
+    ~110 distributions, a handful of pysb's); the answer is importlib.metadata's."""
+    site = tmp_path / "site"
+    group = "pysb.test-family"
+    _dist(site, "pysb_one", "pysb-one", "1.0", f"[{group}]\none = json:dumps\n")
+    _dist(site, "pysb_two", "pysb-two", "2.0", f"[{group}]\ntwo = json:loads\n[other]\nz=json\n")
+    _dist(site, "other", "other", "3.0", "[console_scripts]\nother = json:main\n")
+    _dist(site, "tool", "tool", "4.0", "[tool.plugins]\nt = json\n")
+    monkeypatch.syspath_prepend(str(site))
+    read: list[str] = []
+    real = entrypoints._dist_of
+
+    def recording(info_dir: str) -> tuple[str, str]:
+        read.append(Path(info_dir).name)
+        return real(info_dir)
+
+    monkeypatch.setattr(entrypoints, "_dist_of", recording)
+    entrypoints.all_entry_points.cache_clear()
+    try:
+        ours = entrypoints.entry_points(group)
+    finally:
+        entrypoints.all_entry_points.cache_clear()
+    assert "other-3.0.dist-info" not in read and "tool-4.0.dist-info" not in read
+    assert {"pysb_one-1.0.dist-info", "pysb_two-2.0.dist-info"} <= set(read)
+    theirs = importlib.metadata.entry_points(group=group)
+    assert sorted((ep.name, ep.value, ep.dist_name, ep.dist_version) for ep in ours) == sorted(
+        (ep.name, ep.value, ep.dist.name, ep.dist.version) for ep in theirs
+    )
+    assert [ep.name for ep in ours] == ["one", "two"]

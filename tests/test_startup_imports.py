@@ -36,6 +36,8 @@ NEVER_ON_THE_HOST = {
     "yaml",
     "dns",
     "json",
+    # the interpreter's paths come from the interpreter itself (pysb_core.launch.pyenv)
+    "sysconfig",
 }
 
 RUN = """

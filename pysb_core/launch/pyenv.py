@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import sysconfig
 
 from pysb_core.linux.paths import is_within
 from pysb_core.policy import Exposure
@@ -60,21 +59,9 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
     files = _existing([*interpreter_chain(executable), os.path.join(sys.prefix, "pyvenv.cfg")])
     # Links themselves (not only their targets) must stay reachable by name.
     files += [p for p in interpreter_chain(executable) if p not in files]
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
-    if ldlib.endswith(".so") or ".so." in ldlib:
-        files += [p for p in _existing([os.path.join(libdir, ldlib), *mapped_libpython()])
-                  if p not in files]  # fmt: skip
-    paths = sysconfig.get_paths()
-    dirs = _existing(
-        [
-            paths.get("stdlib", ""),
-            paths.get("platstdlib", ""),
-            os.path.join(paths.get("platstdlib", ""), "lib-dynload"),
-            paths.get("purelib", ""),
-            paths.get("platlib", ""),
-        ]
-    )
+    libpython, standard = _installation()
+    files += [p for p in _existing(libpython) if p not in files]
+    dirs = _existing(standard)
     for real in import_roots():
         if any(is_within(real, d) for d in dirs):
             continue
@@ -85,6 +72,40 @@ def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tup
     if not any(is_within(core, d) for d in dirs):
         dirs.append(core)
     return tuple(files), tuple(dirs)
+
+
+def _installation() -> tuple[list[str], list[str]]:
+    """``(libpython files, directories)`` of the installation: a shared ``libpython``,
+    the standard library with ``lib-dynload``, the environment's site-packages.
+
+    When ``site`` ran (the normal case) they come from the interpreter itself, without
+    ``sysconfig`` (with ``_sysconfigdata``: about 1 ms of every ``pysb run``): the
+    standard library is where ``os`` was found (``sys._stdlib_dir``), the site-packages are
+    ``site.getsitepackages()`` (for every prefix, ``sysconfig``'s purelib and platlib
+    included), and a shared ``libpython`` is the one the kernel mapped
+    (:func:`mapped_libpython`: the file the same interpreter loads in the sandbox, where a
+    relocated build finds it). Without ``site`` (``-S``), ``sysconfig`` says.
+    """
+    site = sys.modules.get("site")
+    getsitepackages = getattr(site, "getsitepackages", None)
+    stdlib = getattr(sys, "_stdlib_dir", None)  # where os.py was found (3.11+)
+    if getsitepackages is not None and not sys.flags.no_site and stdlib:
+        return mapped_libpython(), [stdlib, os.path.join(stdlib, "lib-dynload"), *getsitepackages()]
+    import sysconfig
+
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    ldlib = sysconfig.get_config_var("LDLIBRARY") or ""
+    libpython = []
+    if ldlib.endswith(".so") or ".so." in ldlib:
+        libpython = [os.path.join(libdir, ldlib), *mapped_libpython()]
+    paths = sysconfig.get_paths()
+    return libpython, [
+        paths.get("stdlib", ""),
+        paths.get("platstdlib", ""),
+        os.path.join(paths.get("platstdlib", ""), "lib-dynload"),
+        paths.get("purelib", ""),
+        paths.get("platlib", ""),
+    ]
 
 
 def mapped_libpython() -> list[str]:
