@@ -163,12 +163,18 @@ def sandbox(
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # the host's hot path: no Python-level call here but the client's (issue 30)
         if is_in_sandbox():
             return fn(*args, **kwargs)
-        client = _running_client(name)
+        client = _client if _client is not None else _running_client(name)
         try:
             return client.call(
-                name, resolve(wrapper), args, kwargs, timeout=timeout, retry=retry_on_crash
+                name,
+                ref[0] if ref else resolve(wrapper),
+                args,
+                kwargs,
+                timeout=timeout,
+                retry=retry_on_crash,
             )
         except BaseException as exc:
             _drop_client_entries(exc)

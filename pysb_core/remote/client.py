@@ -50,6 +50,10 @@ READY, RESTARTING, FAILED = "ready", "restarting", "failed"
 STOPPING, STOPPED = "stopping", "stopped"
 _FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exception)
 _RESULT_OOB = transport.RESULT_OOB
+_RESULT = transport.RESULT
+_CALL = transport.CALL
+_loads = unpickler.loads
+_call_dumps = buffers.call_dumps
 _LEAD = -2  # item kind: this waiting thread now holds the reading role
 #: ``Client._leader`` when the watcher thread holds the reading role.
 _WATCHER = "watcher"
@@ -99,22 +103,17 @@ class _Call:
 
     def __init__(self, name: str, request: Any, retry: bool, sink: Any, loop: Any) -> None:
         self.name = name
-        self.kind, self.payload = _encode(request)
+        data, out = _call_dumps(request)  # _encode, inline: on every call
+        if out:
+            self.kind, self.payload = transport.CALL_OOB, buffers.frame_parts(data, out)
+        else:
+            self.kind, self.payload = _CALL, data
         self.retry = retry
         self.sink = sink
         self.loop = loop
         self.started = False
         self.conn: _Conn | None = None
         self.id = 0
-
-
-def _encode(request: Any) -> tuple[int, Any]:
-    """The frame kind and payload of a call: its large buffers out of band (a list of
-    parts, written with one writev) or, for most calls, one in-band pickle."""
-    data, out = buffers.dumps(request)
-    if not out:
-        return transport.CALL, data
-    return transport.CALL_OOB, buffers.frame_parts(data, out)
 
 
 #: ``Client._on_frame``'s "no result yet" (a result may be any value, None included).
@@ -160,7 +159,10 @@ class Client:
         self._asyncio = use_asyncio
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
-        self._cond = threading.Condition(threading.Lock())
+        #: ``with self._lock`` holds the condition's own lock (the C lock's ``__enter__``,
+        #: not Condition's Python-level one: taken several times on every call).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._send_lock = threading.Lock()
         self._pending: dict[int, _Call] = {}
         self._ids = itertools.count(1)
@@ -213,7 +215,7 @@ class Client:
 
     def adopt(self, conn: _Conn) -> None:
         """Serve calls with this ready worker."""
-        with self._cond:
+        with self._lock:
             self._conn = conn
             self._state = READY
         self._reader = threading.Thread(target=self._watch, name="pysb-watcher", daemon=True)
@@ -303,7 +305,7 @@ class Client:
 
     def stop(self) -> None:
         """Refuse new calls, wait (bounded) for running ones, stop the worker, clean up."""
-        with self._cond:
+        with self._lock:
             if self._state == STOPPED:
                 return
             self._closing = True
@@ -340,7 +342,7 @@ class Client:
             if reader.is_alive():
                 self.kill_worker()
                 reader.join(timeout=5.0)
-        with self._cond:
+        with self._lock:
             self._state = STOPPED
             self._conn = None
         for fd in (self._wake_r, self._wake_w):
@@ -407,13 +409,17 @@ class Client:
 
     def _after_answer(self) -> None:
         self._answered += 1
+        if self._answered >= 256 or self._closing:
+            self._answer_chores()
+
+    def _answer_chores(self) -> None:
         if self._answered >= 256:  # keep the started pipe from filling up
             self._answered = 0
             conn = self._conn
             if conn is not None:
                 self._note_started(conn)
         if self._closing and not self._pending:
-            with self._cond:
+            with self._lock:
                 self._cond.notify_all()
 
     def _lead(self, call: _Call, deadline: float | None) -> Any:
@@ -421,7 +427,7 @@ class Client:
         when the role went to the watcher (the worker died) and the call waits on."""
         conn = self._conn
         if conn is None or self._broken is conn:
-            with self._cond:
+            with self._lock:
                 self._pass_role()
             return None
         reader = conn.reader
@@ -439,7 +445,7 @@ class Client:
             except transport.ChannelClosed:
                 kind = -1
             if kind == -1:
-                with self._cond:
+                with self._lock:
                     self._broken = conn
                     self._pass_role()  # to the watcher: it runs the death and restart
                 return None
@@ -452,9 +458,14 @@ class Client:
             if kind != transport.RESULT and kind != transport.EXCEPTION and kind != _RESULT_OOB:
                 continue  # a forged frame is dropped
             pending.pop(my_id, None)
-            with self._cond:
-                self._pass_role()
-            self._after_answer()
+            with self._lock:
+                if self._followers or pending or self._broken is not None or self._hung_up:
+                    self._pass_role()
+                else:  # nobody else waits: _pass_role's outcome, without its checks
+                    self._leader = None
+            self._answered += 1
+            if self._answered >= 256 or self._closing:
+                self._answer_chores()
             return (kind, payload)
 
     def _watch(self) -> None:
@@ -467,7 +478,7 @@ class Client:
             conn = self._conn
             if conn is None:
                 return
-            with self._cond:
+            with self._lock:
                 mine = self._leader is _WATCHER
                 if not mine and self._leader is None and self._broken is conn:
                     self._leader = _WATCHER
@@ -494,7 +505,7 @@ class Client:
                         except OSError:
                             pass
                     elif fd_ == watched:
-                        with self._cond:
+                        with self._lock:
                             self._hung_up = True  # the role comes back to us until the end
                             if self._leader is None:
                                 self._leader = _WATCHER
@@ -508,7 +519,7 @@ class Client:
                     pass
                 watched = -1
             new = self._after_death(conn)
-            with self._cond:
+            with self._lock:
                 self._broken = None
                 self._hung_up = False
                 if new is None:
@@ -522,7 +533,7 @@ class Client:
         on (to a sync call, or to nobody), False when the worker's socket ended."""
         read = conn.reader.read
         while True:
-            with self._cond:
+            with self._lock:
                 if (self._followers or not self._pending) and not self._hung_up:
                     self._pass_role()
                     if self._leader is not _WATCHER:
@@ -558,7 +569,7 @@ class Client:
         why = _describe_status(status)
         if self._violation:
             why, self._violation = f"was killed for breaking the protocol ({self._violation})", ""
-        with self._cond:
+        with self._lock:
             if self._closing:
                 doomed = list(self._pending.values())
                 self._pending.clear()
@@ -596,19 +607,19 @@ class Client:
                 )
             self._state = RESTARTING
         while True:
-            with self._cond:
+            with self._lock:
                 if len(self._deaths) >= MAX_DEATHS or self._closing:
                     self._fail_closed(why)
                     return None
             try:
                 conn = self._launch()
             except Exception as exc:
-                with self._cond:
+                with self._lock:
                     now = time.monotonic()
                     self._deaths.append(now)
                     why = f"could not be restarted ({exc})"
                 continue
-            with self._cond:
+            with self._lock:
                 if self._closing:  # stopped meanwhile: stop this new worker too
                     self._conn = conn
                     self._state = STOPPING
@@ -674,7 +685,7 @@ class Client:
     # -- calls ---------------------------------------------------------------------------
 
     def _submit(self, call: _Call, deadline: float | None) -> None:
-        with self._cond:
+        with self._lock:
             while self._state == RESTARTING:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -708,13 +719,13 @@ class Client:
 
     def _let_go(self, call: _Call) -> None:
         """The call is over for its thread: it no longer waits, and never reads again."""
-        with self._cond:
+        with self._lock:
             self._followers.pop(call.id, None)
             if self._leader is call:
                 self._pass_role()
 
     def _timed_out(self, call: _Call, timeout: float) -> SandboxTimeoutError:
-        with self._cond:
+        with self._lock:
             self._followers.pop(call.id, None)
             if self._leader is call:
                 self._pass_role()
@@ -761,11 +772,11 @@ class Client:
                     if item is not None:
                         self._followers.pop(call.id, None)
                         return self._on_frame(*item, encoded)
-                    with self._cond:  # the worker died: wait for the restart's verdict
+                    with self._lock:  # the worker died: wait for the restart's verdict
                         if call.id in self._pending and self._leader is not call:
                             self._followers[call.id] = call
                 elif sink.empty():
-                    with self._cond:
+                    with self._lock:
                         if self._leader is None and call.id in self._pending:
                             self._leader = call
                             self._followers.pop(call.id, None)
@@ -837,7 +848,7 @@ class Client:
 
     def _abandon(self, call: _Call) -> None:
         """The caller stopped waiting; the call may still finish in the worker, unseen."""
-        with self._cond:
+        with self._lock:
             self._pending.pop(call.id, None)
             self._followers.pop(call.id, None)
             if self._leader is call:
@@ -849,12 +860,10 @@ class Client:
         """One frame of a call's answer: output is written through, the result decoded
         (restricted), an exception raised; ``_MORE`` while the call is still running.
         ``encoded``: a result or the child's exception is returned in its envelope."""
-        if encoded and (
-            kind == transport.RESULT or kind == transport.EXCEPTION or kind == _RESULT_OOB
-        ):
+        if kind == _RESULT and not encoded:
+            return _loads(data, self._allowed)
+        if encoded and kind in (_RESULT, transport.EXCEPTION, _RESULT_OOB):
             return answer.encode(kind, data)
-        if kind == transport.RESULT:
-            return unpickler.loads(data, self._allowed)
         if kind == _RESULT_OOB:
             return unpickler.loads_oob(data, self._allowed)
         if kind == transport.OUT:

@@ -14,9 +14,15 @@ import sys
 _MARK = "_pysb_sandboxed"
 
 
+_SYS = vars(sys)  # read directly: a missing module attribute costs an AttributeError
+
+
 def is_in_sandbox() -> bool:
-    """True inside a sandboxed interpreter (partial-mode worker or ``pysb run``)."""
-    return bool(getattr(sys, _MARK, False))
+    """True inside a sandboxed interpreter (partial-mode worker or ``pysb run``).
+
+    Asked on every ``@sandbox`` call in the host: a dict look-up, since ``getattr`` with a
+    default on a module formats and drops an ``AttributeError`` when the mark is absent."""
+    return bool(_SYS.get(_MARK, False))
 
 
 def mark_in_sandbox() -> None:

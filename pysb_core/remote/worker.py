@@ -76,18 +76,27 @@ class _ArgsUnpickler(_pickle.Unpickler):
         return self.objs[pid]  # an out-of-band buffer of this call (the host's index)
 
 
+_OOBPayload = buffers.OOBPayload
+_buffer_dumps = buffers.dumps
+_RESULT = transport.RESULT
+_MAX_RESULT = transport.MAX_RESULT
+_BytesIO = io.BytesIO
+
+
 def _loads(payload: Any) -> Any:
-    if type(payload) is buffers.OOBPayload:
-        unpickler = _ArgsUnpickler(io.BytesIO(payload.pickle))
-        unpickler.objs = buffers.materialize(payload.buffers)
-        return unpickler.load()
-    return _ArgsUnpickler(io.BytesIO(payload)).load()
+    if type(payload) is not _OOBPayload:
+        return _ArgsUnpickler(_BytesIO(payload)).load()
+    unpickler = _ArgsUnpickler(_BytesIO(payload.pickle))
+    unpickler.objs = buffers.materialize(payload.buffers)
+    return unpickler.load()
 
 
 def _encode_result(value: Any) -> tuple[int, Any]:
     """RESULT and one pickle, or RESULT_OOB and the parts of a frame with its large
     buffers out of band; a SandboxError when it is above what the host accepts."""
-    data, out = buffers.dumps(value)
+    data, out = _buffer_dumps(value)
+    if not out and len(data) <= _MAX_RESULT:  # most results: one in-band pickle
+        return _RESULT, data
     table = buffers.COUNT.size + buffers.ENTRY.size * len(out) if out else 0
     _bounded(table + len(data) + sum(view.nbytes for _, view in out))
     if not out:
@@ -151,6 +160,8 @@ class _CallStream(io.TextIOBase):
     def flush_call(self, cid: int) -> None:
         """Send what the threads of call ``cid`` wrote after their last newline (before
         the call's answer, or on flush())."""
+        if not self._partial:  # nothing held (most calls); this thread's own text is seen
+            return
         with self._lock:
             held = [(k, v) for k, v in self._partial.items() if v[0] == cid]
             for k, _ in held:
@@ -367,7 +378,7 @@ def _bounded(size: int) -> None:
 def _flush_call(cid: int) -> None:
     """Send the unfinished lines of call ``cid`` before its answer."""
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, _CallStream):
+        if isinstance(stream, _CallStream) and stream._partial:
             try:
                 stream.flush_call(cid)
             except Exception:

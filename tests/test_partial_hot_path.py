@@ -1,0 +1,66 @@
+"""The host's side of a trivial ``@sandbox`` call runs few Python functions (issue 30 #2).
+
+Counted, not timed: ``sys.setprofile`` sees every Python-level function the calling thread
+enters during one call. Each one costs a frame and its bytecode, and on a loaded machine
+the cold caches after the wait for the answer multiply that: the p50 of a trivial call sat
+at ~2.5x the pickle ping-pong floor with 24 of them (Condition's ``__enter__``/``__exit__``
+twice, the buffer check once per level of ``(ref, args, kwargs)``, the role hand-off
+checks, the reference and client look-ups).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import pytest
+
+from pysb_core import sandboxes
+from pysb_core.testing import require_provider
+from pysb_core.testing.partial import profile_text, write_module
+
+FUNCTIONS = """
+from pysb_core import sandbox
+
+@sandbox
+def echo(x):
+    return x
+"""
+
+#: Python functions the calling thread may enter for one call (13 today): the wrapper, the
+#: sandbox test, the client's call, the call's encoding (three, with the buffer check of
+#: the arguments), its submission and frame writer, the leader's read (three) and the
+#: answer's decoding (two).
+MAX_FUNCTIONS = 14
+
+
+def _functions_of_one_call(call: object) -> collections.Counter[str]:
+    seen: collections.Counter[str] = collections.Counter()
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and frame.f_code.co_filename != __file__:
+            seen[f"{frame.f_code.co_filename}:{frame.f_code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        call()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock"])
+def test_a_trivial_call_runs_few_python_functions_in_the_host(tmp_path: Path, provider: str):
+    if provider != "subprocess":
+        require_provider(provider)
+    mod = write_module(tmp_path, FUNCTIONS)
+    profile = tmp_path / ".pysb.yaml"
+    profile.write_text(profile_text(provider, tmp_path))
+    with sandboxes(profile=str(profile), cwd=str(tmp_path)):
+        for i in range(20):
+            assert mod.echo(i) == i
+        counts = [_functions_of_one_call(lambda: mod.echo(7)) for _ in range(5)]
+    # the least of five: a rare path (the started pipe's drain every 256 answers) only adds
+    fewest = min(counts, key=lambda c: sum(c.values()))
+    assert 0 < sum(fewest.values()) <= MAX_FUNCTIONS, dict(fewest)
