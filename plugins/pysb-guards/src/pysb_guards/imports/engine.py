@@ -64,6 +64,8 @@ DYNLOAD: Any = None  # type: ignore[assignment]  # sealed
 INTERPRETER_MODULES: Any = None  # type: ignore[assignment]  # sealed
 EXPOSED: Any = None  # type: ignore[assignment]  # sealed
 NEW_VALUE: Any = None  # type: ignore[assignment]  # sealed
+MODULE_TYPE: Any = None  # type: ignore[assignment]  # sealed
+BUILTIN: Any = None  # type: ignore[assignment]  # sealed
 
 
 def _e_top(name):
@@ -197,8 +199,10 @@ def _e_library_statement_own(name, top, loaded_ok, relative):
     written = _e_written(code, f.f_lasti)
     if written is not None and not relative and written.partition(".")[0] == top:
         return True
-    if loaded_ok and _e_loaded(name) is not None:
-        return True
+    if loaded_ok:
+        loaded = _e_loaded(name)
+        if loaded is not None and id(loaded) not in STATE["shadow"]:
+            return True
     function = code.co_name
     return type(function) is str and (filename, function) in INTERNAL
 
@@ -599,6 +603,48 @@ def _e_taken(name, module):
         if kept is module:  # importlib._bootstrap is _frozen_importlib: always that one,
             return  # as in CPython (importlib's tests re-import it while it is blocked)
     del stash[name]
+    _e_take_accelerators(module)
+
+
+def _e_take_accelerators(module):
+    """The C modules whose functions a set-aside module just taken holds (``stat``'s from
+    ``_stat``: ``from _stat import *``) leave the stash for ``sys.modules``, as they stand
+    in CPython once that module is imported (its own code imported them): a test's
+    ``del sys.modules['_stat']`` then takes them out, and the next import makes a fresh
+    instance (CPython's ``import_fresh_module``; it got the set-aside one, still held).
+
+    They count as the program's to import only by name (``STATE["shadow"]``): library code
+    importing one for the program (a name it was given) is judged as before, as if it were
+    still set aside. Nothing here runs the program's code: exact types only, C calls on
+    pysb's stash, and ``sys.modules`` written only when every key there is an exact
+    ``str`` and the name is absent."""
+    ns = NS_DICT(module) if type(module) is MODULE_TYPE else None
+    if type(ns) is not dict:
+        return
+    stash = STATE["stash"]
+    names = {id(m): n for n, m in list(dict.items(stash))}
+    found = []
+    for value in list(dict.values(ns)):
+        if type(value) is BUILTIN:
+            owner = value.__self__
+            if type(owner) is MODULE_TYPE and id(owner) in names:
+                dep = names[id(owner)]
+                if stash.get(dep) is owner and dep not in found:
+                    found.append(dep)
+    if not found:
+        return
+    for k in list(dict.keys(MODULES)):
+        if type(k) is not str:
+            return
+    for dep in found:
+        owner = stash[dep]
+        if dep in STATE["first_keys"] and _e_guarded_key(dep):
+            continue
+        if _e_loaded(dep) is not None:
+            continue
+        del stash[dep]
+        dict.__setitem__(MODULES, dep, owner)
+        STATE["shadow"].add(id(owner))
 
 
 def _e_mark_faced():

@@ -267,6 +267,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
             "first": first,  # key -> its first instance
             "faced": set(),  # those of them holding a guard's face (filled at arm)
             "kept": [sys.modules[n] for n in sorted(KEEP | ALWAYS) if n in sys.modules],
+            "shadow": set(),  # ids of C modules taken with their user (_e_take_accelerators)
         },
         RECORDER=_seal.private_recorder(recorder),
         DENIED=ImportDeniedError,
@@ -301,6 +302,8 @@ def install(policy: Policy, recorder: Recorder) -> None:
         IMPORT_NAME=import_name,
         EXTENDED_ARG=extended_arg,
         NEW_VALUE=b["NEW_VALUE"],
+        MODULE_TYPE=type(sys),
+        BUILTIN=type(len),
     )
     ns["IS_LIBRARY"] = ns["is_library_file"]
     state = ns["STATE"]
