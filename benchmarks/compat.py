@@ -217,14 +217,59 @@ QEMU_MODULES = (
 class Known:
     """A documented difference: the providers it holds for (``*``: every one), the module,
     how many more tests fail (failures + errors) and skip than plain Python, and why. A run
-    whose difference is another one (other counts) is unexplained: a change to look at."""
+    whose difference is another one (other counts) is unexplained: a change to look at.
+    ``failed`` may be a range ``(low, high)`` when the reason itself makes the count vary
+    from run to run (its ``why`` says how), never to absorb flaky tests."""
 
     providers: tuple[str, ...]
     module: str
-    failed: int
+    failed: int | tuple[int, int]
     skipped: int
     why: str
 
+    def expects(self, failed: int, skipped: int) -> bool:
+        """Whether these counts are the ones this entry explains."""
+        if skipped != self.skipped:
+            return False
+        if isinstance(self.failed, tuple):
+            return self.failed[0] <= failed <= self.failed[1]
+        return failed == self.failed
+
+    def counts_text(self) -> str:
+        if isinstance(self.failed, tuple):
+            low, high = self.failed
+            return f"{low:+d} to {high:+d} failed, {self.skipped:+d} skipped"
+        return f"{self.failed:+d} failed, {self.skipped:+d} skipped"
+
+
+#: test_socket's reasons (-i '*VSOCK*': MODULE_ARGS), shared by its KNOWN entries.
+_SOCKET_ABSTRACT = (
+    "5 `TestLinuxAbstractNamespace` errors: the network guard refuses abstract Unix sockets "
+    "(`\\0name`, autobind) under every provider, a security refusal of pysb's, not a kernel "
+    "boundary: no path for a rule to name, and under subprocess nothing scopes them, so they "
+    "would reach the host's services (D-Bus, X11...); landlock's scope (ABI >= 6: EPERM) and "
+    "a network namespace of the sandbox's own (bwrap, unshare, firejail: ECONNREFUSED) keep "
+    "a host abstract socket out of reach, but the guard does not rely on what the OS layer "
+    "scopes (docs/network.md)"
+)
+_SOCKET_UNIX_PATHS = (
+    "4 more skips of `TestUnixDomain` (`testStrAddr`, `testBytesAddr`, "
+    "`testSurrogateescapeBind`, `testUnencodableAddr`: 'too long to serve as an AF_UNIX "
+    "path'): pysb's private temporary directory below `$TMPDIR` (~31 bytes more, as for "
+    "`test_pathlib`) takes their socket path past the 108 bytes of `sun_path`"
+)
+_SOCKET_UDPLITE = (
+    "the 113 UDP-Lite tests err, once or twice each: the OS layer carries no UDP-Lite "
+    "(landlock's seccomp filter lets through UDP's protocol alone; the packet filter of "
+    "bwrap's, unshare's and firejail's network namespace accepts TCP and UDP only), so the "
+    "guard refuses the socket at creation (docs/network.md), and a client thread's error "
+    "counts only when CPython's `ThreadableTest` queues it before the tear-down reads the "
+    "queue: a race, hence the range"
+)
+_SOCKET_SETHOSTNAME = (
+    "`sethostname` is refused with EPERM in the sandbox ('test should be run as root'; "
+    "plain Python runs as root here)"
+)
 
 #: The providers that run the program without root's capabilities (a user namespace, or
 #: every capability dropped): CPython's tests that skip themselves as root run there, as
@@ -332,9 +377,9 @@ KNOWN: tuple[Known, ...] = (
         1,
         1,
         (
-            "`test_chown_with_root` errs: the "
-            "program is root in a user namespace that maps that one user (bwrap: EINVAL for "
-            "any other uid) or without CAP_CHOWN (firejail drops every capability: EPERM); "
+            "`test_chown_with_root` errs (EPERM): the program is root in a user namespace "
+            "that maps that one user (bwrap; the shared seccomp filter refuses any other id) "
+            "or without CAP_CHOWN (firejail drops every capability); "
             "and 1 more skip: the shared seccomp filter refuses set-user/group-ID bits "
             "(`chmod` with S_ISGID: EPERM, docs/providers.md), so "
             "`test_exist_ok_s_isgid_directory` skips itself."
@@ -365,6 +410,33 @@ KNOWN: tuple[Known, ...] = (
             "landlock has no right for attributes) and `test_exist_ok_s_isgid_directory` too "
             "(set-ID bits refused, docs/providers.md)."
         ),
+    ),
+    Known(
+        ("subprocess",),
+        "test_socket",
+        5,
+        4,
+        f"{_SOCKET_ABSTRACT}; {_SOCKET_UNIX_PATHS}. Both stay, so the run still fails under "
+        "subprocess.",
+    ),
+    Known(
+        ("landlock", "firejail"),
+        "test_socket",
+        (5 + 113, 5 + 226),
+        5,
+        f"{_SOCKET_ABSTRACT}; {_SOCKET_UNIX_PATHS}; {_SOCKET_UDPLITE}; and `test_sethostname` "
+        f"skips itself: {_SOCKET_SETHOSTNAME}.",
+    ),
+    Known(
+        ("bwrap", "unshare"),
+        "test_socket",
+        (5 + 113, 5 + 226),
+        7,
+        f"{_SOCKET_ABSTRACT}; {_SOCKET_UNIX_PATHS}; {_SOCKET_UDPLITE}; `test_sethostname` "
+        f"skips itself: {_SOCKET_SETHOSTNAME}; and `testHostnameRes` and `testSockName` skip "
+        "themselves ('name lookup failure'): the sandbox has a host name of its own (bwrap's "
+        "`pysb`, unshare's `sandbox`) that no rule names, so it does not resolve (the "
+        "profile's rule names the machine's).",
     ),
     Known(
         ("landlock", "bwrap", "unshare", "firejail"),
@@ -610,7 +682,7 @@ def explain(provider: str, module: str, plain: dict[str, Any], boxed: dict[str, 
     entry = known_for(provider, module)
     if entry is None or boxed.get("run") != plain.get("run") or not boxed.get("run"):
         return ""
-    if deltas(plain, boxed) != (entry.failed, entry.skipped):
+    if not entry.expects(*deltas(plain, boxed)):
         return ""
     return entry.why
 
@@ -619,7 +691,7 @@ def expected_text(provider: str, module: str) -> str:
     entry = known_for(provider, module)
     if entry is None:
         return "no KNOWN entry"
-    return f"KNOWN expects {entry.failed:+d} failed, {entry.skipped:+d} skipped"
+    return f"KNOWN expects {entry.counts_text()}"
 
 
 def markdown(data: dict[str, Any]) -> str:

@@ -177,3 +177,47 @@ def test_a_udp_socket_under_tcp_rules_is_refused_as_a_network_access(
         assert name == "NetworkDeniedError", res.stdout
         assert rule.startswith("allow udp "), res.stdout
     assert tcp is True
+
+
+UDPLITE_PROGRAM = r"""
+import json, socket
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, getattr(socket, "IPPROTO_UDPLITE", 136))
+    with s:
+        s.settimeout(10)
+        s.bind(("127.0.0.1", 0))
+        s.sendto(b"lite", s.getsockname())
+        out = ["ok", s.recv(16).decode()]
+except OSError as e:
+    out = [type(e).__name__, str(e)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("rules", ["allow any 127.0.0.1 * any", "allow tcp 127.0.0.1 * any"])
+def test_a_udplite_socket_is_judged_by_the_udp_rules_on_every_provider(
+    project: Project, provider: str, rules: str
+) -> None:
+    """UDP-Lite on the loopback: allowed by a rule whose protocols include udp (``any``),
+    refused by the guard under TCP rules. Where the OS layer does not carry it, the socket
+    is refused at creation with a NetworkDeniedError that says so, never a bare errno or a
+    hang: landlock's seccomp filter lets through UDP's protocol alone (a bare EACCES
+    before), and the packet filter of bwrap's, unshare's and firejail's network namespace
+    accepts TCP and UDP only (the first datagram failed with EPERM while its peer waited
+    for ever: CPython's test_socket hung). Every UDP-Lite bind was refused before
+    ('network rules cover only TCP and UDP')."""
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(f"version: 1\nimports: [json, socket]\nnetwork: ['{rules}']\n")
+    project.file("app.py", UDPLITE_PROGRAM)
+    res = project.run("run", "--provider", provider, "app.py", timeout=120)
+    assert res.returncode == 0, res.stderr
+    kind, text = json.loads(res.stdout)
+    if rules.startswith("allow tcp"):
+        assert kind == "NetworkDeniedError", res.stdout
+        return
+    if provider in ("landlock", "bwrap", "unshare", "firejail"):
+        assert kind == "NetworkDeniedError" and "udplite socket refused" in text, res.stdout
+    else:
+        assert [kind, text] == ["ok", "lite"], res.stdout

@@ -203,6 +203,7 @@ def _t_face(*args, **kwargs):
     r = ("@DOOR" if 1 else 0)(*args, **kwargs)
     c = ("@TYPE" if 1 else 0)(r)
     if c is ("@REFUSAL" if 1 else 0):
+        args = kwargs = None  # the traceback keeps this frame: not the program's arguments
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
         try:
             raise r
@@ -218,6 +219,7 @@ def _t_face_prepare(*args, **kwargs):
     r = ("@DOOR" if 1 else 0)(*args, **kwargs)
     c = ("@TYPE" if 1 else 0)(r)
     if c is ("@REFUSAL" if 1 else 0):
+        args = kwargs = None  # the traceback keeps this frame: not the program's arguments
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
         try:
             raise r
@@ -238,6 +240,7 @@ def _t_face_lone_str(*args, **kwargs):
     r = ("@DOOR" if 1 else 0)(*args, **kwargs)
     c = ("@TYPE" if 1 else 0)(r)
     if c is ("@REFUSAL" if 1 else 0):
+        args = kwargs = None  # the traceback keeps this frame: not the program's arguments
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
         try:
             raise r

@@ -39,6 +39,7 @@ RESOLVER_DEFAULTS: Any = None
 MAKE_DOOR: Any = None
 MAKE_FACE: Any = None
 ENFORCE: Any = None
+NO_UDPLITE: Any = None
 LEARNING: Any = None
 WRITABLE: Any = None
 SEEN: Any = None
@@ -373,9 +374,11 @@ def _n_refused_socket_init(k: dict[str, Any], raw_init: Any) -> Any:
     """The guarded class's ``__init__``: the C one, and a UDP socket the OS layer refuses
     to make (landlock's seccomp filter, for a profile whose rules allow no UDP at all: it
     cannot filter UDP by address) is refused as every other network access is, with a
-    NetworkDeniedError naming the rule to add, not the kernel's bare PermissionError."""
+    NetworkDeniedError naming the rule to add, not the kernel's bare PermissionError. A
+    UDP-Lite socket, which that filter refuses to every profile (it lets through UDP's
+    protocol number only), is refused with a NetworkDeniedError saying so."""
     AF_INET, AF_INET6, SOCK_DGRAM = _n_take(k, "AF_INET AF_INET6 SOCK_DGRAM")
-    UDP_PROTOS = k["UDP_PROTOS"]
+    UDP_PROTOS, IPPROTO_UDPLITE = _n_take(k, "UDP_PROTOS IPPROTO_UDPLITE")
     names = ("family", "type", "proto", "fileno")
 
     def number(value: Any, default: int) -> int | None:
@@ -386,7 +389,8 @@ def _n_refused_socket_init(k: dict[str, Any], raw_init: Any) -> Any:
             return int.__index__(value)
         return None if value is not None else default
 
-    def creates_udp(args: tuple, kwargs: dict) -> bool:
+    def creates_udp(args: tuple, kwargs: dict) -> int | None:
+        """The protocol of the UDP (or UDP-Lite) socket these arguments make, else None."""
         given = [-1, -1, -1, None]
         for i, value in enumerate(args[1:5]):
             given[i] = value
@@ -395,17 +399,34 @@ def _n_refused_socket_init(k: dict[str, Any], raw_init: Any) -> Any:
                 given[names.index(key)] = kwargs[key]
         family, kind, proto = (number(v, -1) for v in given[:3])
         if given[3] is not None or family is None or kind is None or proto is None:
-            return False
+            return None
         if family == -1:
             family = AF_INET
-        return family in (AF_INET, AF_INET6) and kind & 0xF == SOCK_DGRAM and proto in UDP_PROTOS
+        if family in (AF_INET, AF_INET6) and kind & 0xF == SOCK_DGRAM and proto in UDP_PROTOS:
+            return proto
+        return None
+
+    carried = not NO_UDPLITE
+    refused_lite = (
+        "network: udplite socket refused: the OS layer carries TCP and UDP only ({why}), "
+        "so no UDP-Lite datagram would reach its peer; use a udp socket"
+    )
 
     def init(*args: Any, **kwargs: Any) -> Any:
+        if not carried and creates_udp(args, kwargs) == IPPROTO_UDPLITE:
+            why = "the packet filter of the sandbox's network namespace"
+            raise _n_refuse(refused_lite.format(why=why), "udplite socket")
         try:
             return raw_init(*args, **kwargs)
         except PermissionError as e:
-            if type(e) is not PermissionError or e.errno != 13 or not creates_udp(args, kwargs):
+            if type(e) is not PermissionError or e.errno != 13:
                 raise
+            proto = creates_udp(args, kwargs)
+            if proto is None:
+                raise
+        if proto == IPPROTO_UDPLITE:
+            why = "landlock's seccomp filter, which lets through UDP's protocol alone"
+            raise _n_refuse(refused_lite.format(why=why), "udplite socket")
         rule = "allow udp HOST PORT out"
         raise _n_refuse(
             "network: udp socket refused: no network rule allows udp, and the OS layer "
@@ -438,7 +459,11 @@ def _n_context(_socket: Any, raw: Any) -> dict[str, Any]:
     SOCK_STREAM, SOCK_DGRAM = _socket.SOCK_STREAM, _socket.SOCK_DGRAM
     IPPROTO_TCP, IPPROTO_UDP = _socket.IPPROTO_TCP, _socket.IPPROTO_UDP
     TCP_PROTOS = {0, IPPROTO_TCP, getattr(_socket, "IPPROTO_MPTCP", 262)}
-    UDP_PROTOS = {0, IPPROTO_UDP}
+    # UDP-Lite (RFC 3828: UDP with a partial checksum, ports like UDP's) is judged by the udp
+    # rules (``any`` and ``tcp,udp`` include them), allows and denies alike: no rule
+    # grammar names it, and a ``deny udp`` must cover it (docs/network.md).
+    UDP_PROTOS = {0, IPPROTO_UDP, getattr(_socket, "IPPROTO_UDPLITE", 136)}
+    IPPROTO_UDPLITE = getattr(_socket, "IPPROTO_UDPLITE", 136)
     AI_NUMERICHOST, AI_PASSIVE = _socket.AI_NUMERICHOST, _socket.AI_PASSIVE
     AI_CANONNAME = _socket.AI_CANONNAME
     NI_NUMERICHOST, NI_NAMEREQD = _socket.NI_NUMERICHOST, _socket.NI_NAMEREQD
@@ -779,7 +804,9 @@ def _n_inet(k: dict[str, Any]) -> dict[str, Any]:
         family = family_of(sock)
         if type(address) is not tuple:
             kind = "AF_INET" if family == AF_INET else "AF_INET6"
-            raise TypeError(f"{kind} address must be tuple, not {TYPE_NAME(type(address))}")
+            raise TypeError(
+                f"{call}(): {kind} address must be tuple, not {TYPE_NAME(type(address))}"
+            )  # CPython's words (getsockaddrarg names its caller)
         if family == AF_INET and len(address) != 2:
             raise TypeError("AF_INET address must be a pair (host, port)")
         if family == AF_INET6 and not 2 <= len(address) <= 4:
@@ -935,6 +962,15 @@ def _n_sockets(k: dict[str, Any]) -> dict[str, Any]:
                 return hit
         return target(sock, address, direction, call)
 
+    # Exact built-in types no buffer / no integer converter takes: ``sendto``'s C parsing
+    # refuses such data or flags (TypeError) before it reads the address.
+    not_data = (str, int, float, complex, bool, type(None), list, tuple, dict, set)
+    not_flags = (str, bytes, bytearray, float, complex, type(None), list, tuple, dict, set)
+
+    def one_of(value, kinds) -> bool:
+        kind = type(value)  # by identity: a class's hash may be the program's (a metaclass)
+        return any(kind is k for k in kinds)
+
     def address_judge(name: str, direction: str, call: str):
         at = ADDRESS_AT[name]
 
@@ -965,6 +1001,13 @@ def _n_sockets(k: dict[str, Any]) -> dict[str, Any]:
                 return None  # sendto(data) / wrong count: the C method explains
             if pos >= n or (name == "sendmsg" and args[pos] is None):
                 return None  # no address (a connected socket): nothing to judge
+            if name == "sendto" and (
+                one_of(args[1], not_data) or (n == 4 and one_of(args[2], not_flags))
+            ):
+                # CPython's TypeError for the data (or flags), raised by the C method's
+                # argument parsing before the address is read: nothing is sent (and the
+                # audit backstop judges the address of any call that gets further).
+                return None
             checked = checked_address(args[0], args[pos], direction, call)
             return ((*args[:pos], checked, *args[pos + 1 :]), kwargs)
 

@@ -88,6 +88,13 @@ _RESOLVER_DEFAULTS = {"getaddrinfo": (0, 0, 0, 0)}
 #: end, when the method takes 3 or 4 arguments).
 _ADDRESS_AT = {"connect": 1, "connect_ex": 1, "bind": 1, "sendto": -1, "sendmsg": 4}
 
+#: The providers whose OS layer carries no UDP-Lite: the packet filter of their network
+#: namespace accepts TCP and UDP only, so a datagram is dropped at its first send (EPERM)
+#: while the peer, in another thread, waits for it for ever (CPython's test_socket hung
+#: there). The guard refuses the socket itself under them, at once and in words.
+#: (Landlock's seccomp filter refuses the socket already: ``_n_refused_socket_init``.)
+_NO_UDPLITE = frozenset({"bwrap", "unshare", "firejail"})
+
 
 # ---------------------------------------------------------------------------------------
 # Hooks
@@ -216,6 +223,7 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
         RECORDER=_seal.private_recorder(recorder),
         ENFORCE=enforce,
         LEARNING=learning,
+        NO_UDPLITE=policy.provider in _NO_UDPLITE,
         M=matcher,
         M_CHECK=match_ns["check"],
         M_CHECK_HOST=match_ns["check_host"],
