@@ -289,19 +289,6 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
-        ("*",),
-        "test_sqlite3",
-        7,
-        0,
-        (
-            "7 errors by design of the file guard's SQLite judge: connections are made by "
-            "`sqlite3.connect()` only (its authorizer judges ATTACH), so a `factory=` or a "
-            "`Connection` subclass with its own `__init__`, and re-initialising a connection, are "
-            "refused with PermissionError; opening a database under a read-only exposure is "
-            "refused before SQLite tries (WriteDeniedError, not OperationalError)."
-        ),
-    ),
-    Known(
         _NO_CAPS,
         "test_argparse",
         0,

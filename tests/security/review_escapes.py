@@ -184,25 +184,97 @@ print('control attached')
 """
 
 
+SQLITE_URIS = """
+import sqlite3
+DB = OUTSIDE + '/db.sqlite'
+PCT = DB.replace('/', '%2F')
+# SQLite decodes %HH in a URI's path, and the last mode= wins: each name reaches the
+# database outside the exposures (or writes one under the read-only ./pub).
+for label, name in [
+    ('percent-encoded path', 'file:' + PCT),
+    ('percent-encoded path, ro', 'file:' + PCT + '?mode=ro'),
+    ('memory, then rw', 'file:' + DB + '?mode=memory&mode=rw'),
+    ('encoded mode name', 'file:' + DB + '?mode=memory&m%6Fde=rw'),
+    ('ro, then rw, in pub', 'file:pub/created.sqlite?mode=ro&mode=rwc'),
+]:
+    try:
+        con = sqlite3.connect(name, uri=True)
+        con.execute('CREATE TABLE IF NOT EXISTS z (x)')
+        print('ESCAPED connect', label, con.execute('SELECT * FROM t').fetchall())
+    except (sqlite3.Error, OSError) as e:  # pysb's refusals are OSErrors
+        print('refused connect', label, type(e).__name__)
+    con = sqlite3.connect(':memory:', uri=True)
+    try:
+        con.execute('ATTACH DATABASE ? AS o', (name,))
+        con.execute('CREATE TABLE IF NOT EXISTS o.z (x)')
+        print('ESCAPED attach', label, con.execute('SELECT * FROM o.t').fetchall())
+    except sqlite3.Error as e:
+        print('refused attach', label, type(e).__name__)
+# controls: an in-memory URI, and a read-only URI of a database inside an exposure
+sqlite3.connect('file:' + DB + '?mode=rw&mode=memory', uri=True).execute('SELECT 1')
+sqlite3.connect('file:rw/inside.sqlite?mode=rwc', uri=True).execute('CREATE TABLE t (x)')
+con = sqlite3.connect('file:rw/%69nside.sqlite?mode=ro', uri=True)
+print('control uris', con.execute('SELECT count(*) FROM t').fetchall())
+"""
+
+
+SQLITE_READ_ONLY = """
+import os, sqlite3
+# A database under the read-only ./pub is opened read-only: SQLite answers a write with its
+# own OperationalError, as under a read-only file system, and creates no side file.
+for db in ('pub/plain.sqlite', 'pub/wal.sqlite', os.path.abspath('pub/plain.sqlite').encode()):
+    con = sqlite3.connect(db)
+    print('read', con.execute('SELECT x FROM t').fetchall())
+    for sql in ("INSERT INTO t VALUES ('pwned')", 'CREATE TABLE u (x)', 'PRAGMA journal_mode=DELETE'):
+        try:
+            con.execute(sql)
+            con.commit()
+            rows = con.execute('SELECT x FROM t').fetchall()
+            print('ESCAPED' if 'pwned' in str(rows) or sql.startswith('CREATE') else 'kept', sql)
+        except sqlite3.OperationalError as e:
+            print('refused', sql, e)
+    con.close()
+for db in ('pub/missing/x.sqlite', 'pub/new.sqlite'):
+    try:
+        sqlite3.connect(db)
+        print('ESCAPED created', db)
+    except sqlite3.OperationalError as e:
+        print('refused', db, e)
+print('files', sorted(os.listdir('pub')))
+"""
+
+
 SQLITE_OTHER_CONNECTIONS = """
 import sqlite3
+class Early(sqlite3.Connection):
+    # uses the connection in its own __init__, before sqlite3.connect's face gets it back
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        try:
+            self.execute("ATTACH DATABASE ? AS o", (OUTSIDE + '/db.sqlite',))
+            print('ESCAPED in __init__', self.execute('SELECT * FROM o.t').fetchall())
+        except sqlite3.Error as e:
+            print('refused in __init__ at ATTACH', e)
 for label, make in [
     ('Connection()', lambda: sqlite3.Connection(':memory:')),
     ('factory with __init__', lambda: sqlite3.connect(':memory:', factory=type('C', (sqlite3.Connection,), {'__init__': lambda self, *a, **k: sqlite3.Connection.__init__(self, *a, **k)}))),
-    ('re-initialised', lambda: sqlite3.Connection.__init__(sqlite3.connect(':memory:'), ':memory:')),
+    ('re-initialised', lambda: sqlite3.Connection.__init__(c := sqlite3.connect(':memory:'), ':memory:') or c),
     ('factory with __new__', lambda: sqlite3.connect(':memory:', factory=type('N', (sqlite3.Connection,), {'__new__': lambda cls, *a, **k: object.__new__(cls)}))),
+    ('factory using it early', lambda: sqlite3.connect(':memory:', factory=Early)),
 ]:
     try:
         con = make()
     except PermissionError as e:
         print('refused', label, e)
         continue
-    try:
-        con.execute("ATTACH DATABASE ? AS o", (OUTSIDE + '/db.sqlite',))
-        print('ESCAPED', label, con.execute('SELECT * FROM o.t').fetchall())
-    except sqlite3.Error as e:
-        print('refused', label, 'at ATTACH', e)
-# a factory without an __init__ of its own is still a plain connection
+    print('made', label, con.execute('SELECT 1').fetchall())
+    for how in ('execute', 'executescript'):
+        try:
+            getattr(con, how)("ATTACH DATABASE '" + OUTSIDE + "/db.sqlite' AS o")
+            print('ESCAPED', label, how, con.execute('SELECT * FROM o.t').fetchall())
+        except sqlite3.Error as e:
+            print('refused', label, how, 'at ATTACH', e)
+# a factory without an __init__ of its own is a plain connection
 con = sqlite3.connect(':memory:', factory=type('D', (sqlite3.Connection,), {}))
 print('control factory', type(con).__name__)
 """
@@ -385,7 +457,7 @@ CASES: dict[str, Case] = {
     "ctypes-raw-memory": Case(CTYPES_FROM_ADDRESS, ("ctypes",), refused=3),
     "spwd": Case(SPWD, ("spwd",)),
     "sqlite-other-connections": Case(
-        SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=4, controls=("control factory D",)
+        SQLITE_OTHER_CONNECTIONS, ("sqlite3",), refused=11, controls=("control factory D",)
     ),
     "tcl": Case(TCL, ("tkinter",)),
     "c-files": Case(C_FILES, ("syslog", "_multiprocessing", "_ssl"), refused=4),

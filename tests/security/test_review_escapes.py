@@ -35,6 +35,8 @@ from review_escapes import (
     SPWD,
     SQLITE,
     SQLITE_OTHER_CONNECTIONS,
+    SQLITE_READ_ONLY,
+    SQLITE_URIS,
     TCL,
     program,
     refusals,
@@ -69,7 +71,7 @@ class Box:
             "  expose-rw: [./rw]\n" + extra
         )
 
-    def run(self, code: str, *args: str, timeout: float = 120) -> str:
+    def run(self, code: str, *args: str, timeout: float = 120, python: str | None = None) -> str:
         if self.provider != "subprocess":
             require_provider(self.provider)
         script = self.project / "pub" / "attack.py"
@@ -84,6 +86,7 @@ class Box:
             "pub/attack.py",
             cwd=self.project,
             timeout=timeout,
+            python=python,
         )
         out = r.stdout + r.stderr
         assert "held" in r.stdout, out
@@ -162,11 +165,63 @@ def test_sqlite_attach_is_judged_as_a_file_access(box: Box) -> None:
     assert not (box.outside / "vacuumed.sqlite").exists()
 
 
-def test_sqlite_connections_made_otherwise_are_refused(box: Box) -> None:
+def _outside_db(box: Box) -> None:
+    db = sqlite3.connect(box.outside / "db.sqlite")
+    db.execute("CREATE TABLE t (x)")
+    db.execute("INSERT INTO t VALUES (?)", (box.token,))
+    db.commit()
+    db.close()
+
+
+def test_sqlite_connections_made_otherwise_judge_attach(box: Box, pysb_python: str) -> None:
+    """``sqlite3.Connection(path)``, a factory with an ``__init__`` or ``__new__`` of its
+    own, a re-initialised connection: made, usable, and their ``ATTACH`` judged from the
+    first statement on (SQLite's hook sets the authorizer as the library opens the
+    connection). They were refused with PermissionError before, except the factory with
+    a plain ``__init__``, which used the connection before the authorizer was set."""
+    _outside_db(box)
     box.profile("sqlite3")
-    out = box.run(SQLITE_OTHER_CONNECTIONS)
+    out = box.run(SQLITE_OTHER_CONNECTIONS, python=pysb_python)
     assert refusals(out) == CASES["sqlite-other-connections"].refused, out
+    assert out.count("at ATTACH not authorized") == 11, out
+    assert out.count("made ") == 5, out
     assert "control factory D" in out, out
+
+
+def test_sqlite_uris_are_judged_as_sqlite_reads_them(box: Box, pysb_python: str) -> None:
+    """Percent escapes in a URI's path and its last ``mode=`` decide what SQLite opens: the
+    judge read ``file:%2F...`` as a relative name and ``?mode=memory&mode=rw`` as memory,
+    and a connection read the database outside."""
+    _outside_db(box)
+    box.profile("sqlite3")
+    out = box.run(SQLITE_URIS, python=pysb_python)
+    assert refusals(out) == 10, out
+    assert "control uris [(0,)]" in out, out
+    assert not (box.project / "pub" / "created.sqlite").exists()
+    assert sorted(p.name for p in box.outside.iterdir()) == ["db.sqlite", "secret.txt"]
+
+
+def test_sqlite_read_only_exposure_is_opened_read_only(box: Box, pysb_python: str) -> None:
+    """A database under a read-only exposure opens read-only: reads work, a write is
+    SQLite's own OperationalError (a WriteDeniedError at connect() before), nothing is
+    created or changed beside it (a WAL database's -wal and -shm included)."""
+    pub = box.project / "pub"
+    for name, wal in (("plain.sqlite", False), ("wal.sqlite", True)):
+        db = sqlite3.connect(pub / name)
+        if wal:
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE t (x)")
+        db.execute("INSERT INTO t VALUES ('kept')")
+        db.commit()
+        db.close()
+    before = {p.name: p.read_bytes() for p in pub.iterdir() if p.is_file()}
+    box.profile("sqlite3, os")
+    out = box.run(SQLITE_READ_ONLY, python=pysb_python)
+    assert out.count("read [('kept',)]") == 3, out
+    assert out.count("attempt to write a readonly database") == 6, out
+    assert out.count("unable to open database file") == 2, out
+    after = {p.name: p.read_bytes() for p in pub.iterdir() if p.is_file() and p.name != "attack.py"}
+    assert after == {k: v for k, v in before.items() if k != "attack.py"}
 
 
 @hole("11: a program's own set_authorizer(None) lifts the check")
@@ -270,7 +325,14 @@ def test_renamed_exposure_is_judged_where_the_program_sees_it(box: Box) -> None:
 
 def test_corpus_programs_compile() -> None:
     """The attack programs are valid Python (a typo would make every test pass vacuously)."""
-    for code in (SQLITE, SHM, RENAMED, *(case.code for case in CASES.values())):
+    for code in (
+        SQLITE,
+        SQLITE_URIS,
+        SQLITE_READ_ONLY,
+        SHM,
+        RENAMED,
+        *(case.code for case in CASES.values()),
+    ):
         compile(program(code, "/s", "/o", "/p"), "<attack>", "exec")
 
 

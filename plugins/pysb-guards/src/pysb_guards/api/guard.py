@@ -131,6 +131,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         **{k: b[k] for k in ("RESOLVE", "PLACE")},
         CHECK_MODULE=b["CHECK_MODULE"],
         GETFRAME=sys._getframe,
+        SEALED=b["SEALED_BUILTINS"],
         PREFIXES=library_prefixes(),
         FRAMEWORK=os.path.join(os.path.dirname(os.path.abspath(pysb_core.__file__)), "child") + "/",
         FRAME_ARGS=_caller_namespaces,

@@ -836,23 +836,164 @@ def _f_make_shm_patcher(attr, prepare, prefix="/dev/shm/"):
     return patcher
 
 
+def _f_sqlite_uri(text):
+    """What SQLite opens for the URI ``text`` (``file:...``), read as its
+    ``sqlite3ParseUri`` does: ``(path, write)``, or None for an in-memory database.
+
+    Percent escapes are decoded in the path, the names and the values (``file:%2Fetc``
+    is ``/etc``; a decoded character separates nothing; ``%00`` drops the rest of that
+    part), ``#`` ends the URI, an option with an empty name is skipped, and the *last*
+    ``mode`` wins (``?mode=ro&mode=rw`` opens for writing, ``?mode=memory&mode=rw`` a
+    file). An authority other than empty or ``localhost``, or an unknown mode, makes
+    SQLite refuse the URI; both are judged anyway (as a write), which refuses nothing
+    SQLite would open."""
+    hexdigits = b"0123456789abcdefABCDEF"  # of a %HH escape (SQLite's sqlite3Isxdigit)
+    raw = str.encode(text, FSENC, "surrogateescape")
+    n = len(raw)
+    i = 5
+    if raw[5:7] == b"//":  # file://AUTHORITY/path
+        j = raw.find(b"/", 7)
+        i = n if j < 0 else j
+    parts = []  # the path, then name, value, name, value...
+    cur = bytearray()
+    state = 0  # 0: the path, 1: a name, 2: a value
+    while i < n:
+        c = raw[i]
+        if c == 0x23:  # '#': the fragment, ignored
+            break
+        i += 1
+        if c == 0x25 and i + 1 < n and raw[i] in hexdigits and raw[i + 1] in hexdigits:
+            octet = int(raw[i : i + 2], 16)
+            i += 2
+            if octet == 0:
+                while i < n:
+                    c = raw[i]
+                    if c == 0x23 or (state == 0 and c == 0x3F):
+                        break
+                    if (state == 1 and c in (0x3D, 0x26)) or (state == 2 and c == 0x26):
+                        break
+                    i += 1
+                continue
+            cur.append(octet)
+            continue
+        if state == 1 and (c == 0x26 or c == 0x3D):
+            if not cur:  # an empty name: the whole option is skipped
+                while i < n and raw[i] != 0x23 and raw[i - 1] != 0x26:
+                    i += 1
+                continue
+            parts.append(bytes(cur))
+            cur = bytearray()
+            if c == 0x26:
+                parts.append(b"")  # a name without a value
+            else:
+                state = 2
+            continue
+        if (state == 0 and c == 0x3F) or (state == 2 and c == 0x26):
+            parts.append(bytes(cur))
+            cur = bytearray()
+            state = 1
+            continue
+        cur.append(c)
+    if state != 1 or cur:
+        parts.append(bytes(cur))
+    if state == 1 and cur:
+        parts.append(b"")
+    mode = None
+    for k in range(1, len(parts) - 1, 2):
+        if parts[k] == b"mode":
+            mode = parts[k + 1]
+    if mode == b"memory":
+        return None
+    path = parts[0]
+    if path == b":memory:":
+        return None
+    return bytes.decode(path, FSENC, "surrogateescape"), mode != b"ro"
+
+
+def _f_sqlite_refusal(text, literal):
+    """None when SQLite may open the database name ``text``, else a Refusal. A ``file:``
+    name is judged as the URI SQLite reads (:func:`_f_sqlite_uri`) and, when ``literal``,
+    also as a file name (the library reads it so when URIs are off)."""
+    if text in ("", ":memory:"):
+        return None  # a private temporary database
+    uri = text.startswith("file:")
+    if literal or not uri:
+        verdict = _f_check(text, True, True, None, "write")
+        if type(verdict) is REFUSAL:
+            return verdict
+    if not uri:
+        return None
+    target = _f_sqlite_uri(text)
+    if target is None:
+        return None
+    path, write = target
+    if path in ("", ":memory:"):
+        return None
+    verdict = _f_check(path, write, True, None, "write" if write else "read")
+    return verdict if type(verdict) is REFUSAL else None
+
+
+def _f_sqlite_literal(text):
+    """Whether a ``file:`` name read as a file name could be opened at all: a name with a
+    ``/`` needs its first component (``file:...``, in the working directory) to exist."""
+    head, slash, _ = text.partition("/")
+    if not slash:
+        return True
+    try:
+        LSTAT(head)
+    except OSError:
+        return False
+    return True
+
+
 def _f_sqlite_judge_attached(text):
     """None when SQLite may open ``text`` for ``ATTACH`` / ``VACUUM INTO``, else a Refusal.
     Both readings of a ``file:`` name are judged (a URI when the connection takes URIs, a
     file name otherwise): the authorizer cannot tell which the library will use."""
-    if text in ("", ":memory:"):
-        return None  # a private temporary database
-    verdict = _f_check(text, True, True, None, "write")
-    if type(verdict) is REFUSAL or not text.startswith("file:"):
-        return verdict if type(verdict) is REFUSAL else None
-    body, _, query = text[5:].partition("?")
-    if "mode=memory" in query or body in ("", ":memory:"):
+    return _f_sqlite_refusal(text, True)
+
+
+def _f_sqlite_read_only(args, kwargs):
+    """The judge of ``sqlite3.connect``'s door: a database file under a read-only exposure
+    is opened read-only -- as the URI ``file:ABSOLUTE?mode=ro&immutable=1`` -- so that
+    SQLite itself answers a write (``OperationalError: attempt to write a readonly
+    database``) or a missing file (``unable to open database file``), as CPython does
+    under a read-only file system. ``immutable``: ``mode=ro`` alone still creates a WAL
+    database's ``-wal`` and ``-shm`` files (SQLite opens them read-write, falling back to
+    read-only only when the kernel refuses, which under ``subprocess`` it does not); an
+    immutable database is read with no side file at all (a ``-wal`` not yet checkpointed
+    is not read). Only the plain call is rewritten (a factory of the program's gets the
+    arguments as given); a name that is a URI is the program's own, judged as SQLite
+    reads it (the audit hook)."""
+    database = args[0] if args else kwargs.get("database")
+    if type(database) is not str and type(database) is not bytes:
         return None
-    if body.startswith("//"):  # file://host/path: only an empty host or localhost
-        body = body[2:]
-        body = body[body.find("/") :] if "/" in body else ""
-    verdict = _f_check(body, "mode=ro" not in query, True, None, "write")
-    return verdict if type(verdict) is REFUSAL else None
+    factory = args[5] if len(args) > 5 else kwargs.get("factory")
+    if factory is not None and factory is not ST["sqlite_base"]:
+        return None
+    text = _f_text(database)
+    if text in ("", ":memory:") or text.startswith("file:") or "\0" in text:
+        return None
+    if type(_f_check(text, True, True, None, "write")) is not REFUSAL:
+        return None  # writable (or refused in the event for another reason)
+    if type(_f_check(text, False, True, None, "read")) is REFUSAL:
+        return None  # not exposed at all: the audit hook refuses it
+    absolute = _f_abs(text, None)
+    if absolute is None:
+        return None
+    quoted = absolute.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    if quoted.startswith("//"):
+        quoted = "/%2f" + quoted[2:]  # not an authority
+    uri = "file:" + quoted + "?mode=ro&immutable=1"
+    if args:
+        args = (uri, *args[1:])
+    else:
+        kwargs = {**kwargs, "database": uri}
+    if len(args) > 7:
+        args = (*args[:7], True, *args[8:])
+    else:
+        kwargs = {**kwargs, "uri": True}
+    return args, kwargs
 
 
 def _f_sqlite_authorizer(action, arg1, arg2, database, source):
@@ -880,13 +1021,16 @@ def _f_patch_sqlite(module):
                 ST["sqlite_base"] = found[2]
     found = RESOLVE(module, "connect")
     if found is not None and not IS_FACE(found[2]):
-        door = MAKE_DOOR(found[2], None, _f_sqlite_connected, name="connect")
+        door = MAKE_DOOR(found[2], _f_sqlite_read_only, _f_sqlite_connected, name="connect")
         ST["sqlite_doors"].add(DOOR_CODE_ID(door))
         PLACE(module, "connect", MAKE_FACE(door, found[2], ST["prepare_database"]))
 
 
 def _f_sqlite_connected(connection, args, kwargs):
-    """The door's post: the connection ``sqlite3.connect`` made judges ``ATTACH``."""
+    """The door's post: the connection ``sqlite3.connect`` made judges ``ATTACH`` (set
+    here only when SQLite's own hook is not: then it was set as the library opened it)."""
+    if ST["sqlite_c"] is not None:
+        return connection
     set_authorizer = ST["set_authorizer"]
     if set_authorizer is None:
         return REFUSE(ImportError("pysb: sqlite3.Connection.set_authorizer was not found"))
@@ -895,6 +1039,41 @@ def _f_sqlite_connected(connection, args, kwargs):
     except Exception as e:  # not a connection (a factory of the program's): refused
         return REFUSE(e)
     return connection
+
+
+def _f_sqlite_c_authorizer(data, action, arg1, arg2, database, trigger):
+    """The authorizer SQLite's hook sets (a C callback, ``sqlite_c.py``): ``ATTACH`` judged
+    as :func:`_f_sqlite_authorizer` does. It never raises: an exception in a C callback is
+    printed and answered 0 (allowed) by ctypes, so anything unexpected denies."""
+    try:
+        if action != 24:
+            return 0
+        if type(arg1) is not bytes:
+            return 1
+        text = bytes.decode(arg1, FSENC, "surrogateescape")
+        return 0 if _f_sqlite_judge_attached(text) is None else 1
+    except BaseException:
+        return 1
+
+
+def _f_sqlite_c_entry(db, message, api):
+    """SQLite's auto-extension entry point, run inside every ``sqlite3_open_v2``: the new
+    connection gets the authorizer before the handle reaches anyone. Only an open this
+    thread's ``sqlite3.connect`` event announced is armed (anything else -- a call of
+    this function with a made-up pointer -- is refused: a nonzero answer fails the
+    open); the ``sqlite3.connect/handle`` event then checks it was."""
+    try:
+        pending = ST["sqlite_pending"]
+        me = GET_IDENT()
+        c = ST["sqlite_c"]
+        if c is None or pending.get(me) is not False:
+            return 1
+        if c["set_authorizer"](db, c["authorizer"], None) != 0:
+            return 1
+        pending[me] = True
+        return 0
+    except BaseException:
+        return 1
 
 
 def _f_sqlite_plain_class(connection):
@@ -1102,20 +1281,17 @@ def _f_make_handlers(events):
     def on_sqlite(args):
         database = args[0]
         kind = type(database)
-        text = _f_text(database) if kind is str or kind is bytes else None
-        if text is None or text in ("", ":memory:"):
-            return None
-        write = True
-        if text.startswith("file:"):
-            body, _, query = text[5:].partition("?")
-            if "mode=memory" in query:
-                return None
-            write = "mode=ro" not in query
-            text = body or ":memory:"
-            if text == ":memory:":
-                return None
-        verdict = _f_check(text, write, True, None, "write" if write else "read")
-        return None if verdict is None or type(verdict) is not REFUSAL else EXC_OF(verdict)
+        if kind is not str and kind is not bytes:
+            # sqlite3.connect's face passes an exact str/bytes on; anything else would be
+            # converted by C code after this judgment (a __fspath__ of the program's)
+            return TypeError("pysb: sqlite3.connect of a database that is not str or bytes")
+        text = _f_text(database)
+        verdict = _f_sqlite_refusal(text, text.startswith("file:") and _f_sqlite_literal(text))
+        if verdict is not None:
+            return EXC_OF(verdict)
+        if ST["sqlite_c"] is not None:
+            ST["sqlite_pending"][GET_IDENT()] = False  # the open that follows is armed
+        return None
 
     def make(event, pairs, write, follow, kind):
         def handler(args):
@@ -1154,9 +1330,15 @@ def _f_make_handlers(events):
         return handler
 
     def on_sqlite_handle(args):
-        """A connection made (or re-initialised) other than by ``sqlite3.connect`` itself
-        -- ``sqlite3.Connection(path)``, a factory with an ``__init__`` of its own --
-        would get no authorizer: refused."""
+        """A connection SQLite's hook did not arm (or, without the hook, one made other
+        than by ``sqlite3.connect`` itself -- ``sqlite3.Connection(path)``, a factory with
+        an ``__init__`` of its own --) would get no authorizer: refused."""
+        if ST["sqlite_c"] is not None:
+            if ST["sqlite_pending"].pop(GET_IDENT(), None) is True:
+                return None
+            return PermissionError(
+                "pysb: this SQLite connection was opened without the file guard's authorizer"
+            )
         if _f_caller_is_sqlite_door() and _f_sqlite_plain_class(args[0] if args else None):
             return None
         return PermissionError(

@@ -220,12 +220,42 @@ def install(policy: Policy, recorder: Recorder) -> None:
     ns["ST"]["cwd"] = ns["_f_cwd"]()
     _install_faces(ns, tables)
     _install_patches(ns, imports)
+    _install_sqlite_hook(ns, policy)
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
         add_handler(event, handler)
     if recorder.learning:
         for event in EXEC_EVENTS:
             add_handler(event, ns["_f_make_exec_learner"](event))
+
+
+def _install_sqlite_hook(ns: dict[str, Any], policy: Policy) -> None:
+    """SQLite's auto-extension hook sets the guard's authorizer on every connection, made
+    however it is (:mod:`.sqlite_c`); without it only ``sqlite3.connect`` arms one, and
+    connections made otherwise are refused."""
+    from pysb_guards.files import sqlite_c
+
+    if not sqlite_c.wanted(policy.imports):
+        return
+    c = sqlite_c.prepare()
+    if c is not None:
+        ns["ST"]["sqlite_c"] = c["make"](ns["_f_sqlite_c_entry"], ns["_f_sqlite_c_authorizer"])
+
+
+def _make_sqlite_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]]:
+    """``sqlite3.connect``'s prepare: the database made an exact str/bytes, except for a
+    ``factory`` of the program's, which gets it as given (what reaches
+    ``Connection.__init__`` is judged by the audit hook, exact str/bytes only)."""
+    inner = _make_prepare(((0, "database"),))
+    len_ = len
+
+    def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if len_(args) > 5 or "factory" in kwargs:
+            return args, kwargs
+        return inner(args, kwargs)
+
+    prepare.skips_lone_str = True  # type: ignore[attr-defined]  # a lone str: no factory
+    return prepare
 
 
 def _policy_tables(policy: Policy) -> dict[str, Any]:
@@ -329,10 +359,12 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
             # (3.11): the copy is judged and passed on, the error names what was given
             "buffers": {},
             "held": {},  # thread -> whether each open _f_lock took the lock
-            "prepare_database": _make_prepare(((0, "database"),)),
+            "prepare_database": _make_sqlite_prepare(),
             "set_authorizer": None,  # sqlite3.Connection's, taken when _sqlite3 loads
             "sqlite_doors": set(),  # code ids of the doors of sqlite3.connect's faces
             "sqlite_base": None,  # sqlite3.Connection itself
+            "sqlite_c": None,  # SQLite's own hook (sqlite_c.py), when it could be set
+            "sqlite_pending": {},  # thread -> False after its connect event, True once armed
         },
         RECORDER=_seal.private_recorder(recorder),
         FDENIED=FileDeniedError,
