@@ -359,7 +359,7 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
-        ("bwrap", "firejail"),
+        ("bwrap", "unshare", "firejail"),
         "test_os",
         1,
         1,
@@ -370,17 +370,6 @@ KNOWN: tuple[Known, ...] = (
             "and 1 more skip: the shared seccomp filter refuses set-user/group-ID bits "
             "(`chmod` with S_ISGID: EPERM, docs/providers.md), so "
             "`test_exist_ok_s_isgid_directory` skips itself."
-        ),
-    ),
-    Known(
-        ("unshare",),
-        "test_os",
-        2,
-        1,
-        (
-            "as under bwrap (`test_chown_with_root` in a one-user user namespace, the set-ID "
-            "skip), and `test_openpty`: unshare's `/dev` holds `null`, "
-            "`zero`, `full`, `random`, `urandom` and `tty` only, no `ptmx` (docs/providers.md)."
         ),
     ),
     Known(
@@ -440,16 +429,14 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
-        ("unshare",),
-        "test_pty",
-        3,
-        1,
+        ("landlock",),
+        "test_asyncio.test_events",
+        9,
+        0,
         (
-            "no pseudo-terminal to open: unshare's `/dev` holds `null`, `zero`, `full`, "
-            "`random`, `urandom` and `tty` only, no `ptmx` and no devpts (docs/providers.md), so "
-            "`test_fork`, `test_master_read` and `test_spawn_doesnt_hang` err ('out of pty "
-            "devices') and `test_openpty` skips itself ('Pseudo-terminals (seemingly) not "
-            "functional'), as `test_os`'s `test_openpty`."
+            "`test_read_pty_output`, `test_write_pty` and `test_bidirectional_pty` err in each "
+            "of the 3 event loops (PermissionError opening `/dev/ptmx`): no pseudo-terminal to "
+            "open under landlock, as `test_pty` below."
         ),
     ),
     Known(

@@ -402,6 +402,42 @@ def test_terminal_ctrl_c_reaches_program_once_and_tiocsti_is_refused():
     assert "rc 5" in text, text
 
 
+def test_pseudo_terminals_are_the_sandboxs_own():
+    """os.openpty and pty.fork work (CPython's test_pty, test_os.test_openpty, asyncio's pty
+    tests), from a devpts instance of the sandbox's own: not the host's /dev/pts, whose
+    terminals (this user's other sessions) stay out of reach."""
+    host_master, host_slave = os.openpty()  # the host's devpts holds at least this one
+    try:
+        code = textwrap.dedent(
+            """
+            import json, os, pty, time
+            m, s = os.openpty()
+            os.write(m, b"ping\\n")
+            got = os.read(s, 10)
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.write(1, b"from-child\\n")
+                time.sleep(0.2)
+                os._exit(0)
+            out = os.read(fd, 100)
+            os.waitpid(pid, 0)
+            print(json.dumps({"name": os.ttyname(s), "got": got.decode(), "child": out.decode(),
+                              "dev": os.stat("/dev/pts").st_dev, "pts": os.listdir("/dev/pts")}))
+            """
+        )
+        res = run_plan(py(code))
+        assert res.returncode == 0, res
+        seen = json.loads(res.stdout.strip().splitlines()[-1])
+        assert seen["name"].startswith("/dev/pts/"), seen
+        assert seen["got"] == "ping\n" and "from-child" in seen["child"], seen
+        assert seen["dev"] != os.stat("/dev/pts").st_dev, seen  # another devpts instance
+        host = {n for n in os.listdir("/dev/pts") if n.isdigit()}
+        assert len(host) >= 1 and len([n for n in seen["pts"] if n.isdigit()]) <= 2, seen
+    finally:
+        os.close(host_master)
+        os.close(host_slave)
+
+
 def test_global_sysctls_are_read_only():
     """uid 0 inside may be the host's root (pysb run as root): /proc/sys must not be
     writable. Non-destructive probe: write back the value just read."""

@@ -235,7 +235,8 @@ class UnshareProvider(Provider):
             "namespaces: user (uid 0 mapped to you, no capabilities), mount, pid, net, ipc, "
             "uts, cgroup",
             "root: tmpfs with read-only /usr, /lib*, generated /etc (hosts, resolv.conf, passwd), "
-            "/dev (null zero full random urandom tty), private /tmp and /dev/shm, fresh /proc",
+            "/dev (null zero full random urandom tty, a devpts of its own), private /tmp and "
+            "/dev/shm, fresh /proc",
             seccomp_describe(),
         ]
         for e in plan.exposures:

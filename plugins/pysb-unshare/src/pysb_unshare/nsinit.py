@@ -286,6 +286,18 @@ def run_ops(root: str, ops: list[list], files_dir: str | None = None) -> None:
             data = f"mode={mode}" + (f",size={int(op[3])}" if len(op) > 3 else "")
             dst = ensure(root, target, is_dir=True)
             mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, data)
+        elif kind == "devpts":  # ["devpts", target]: pseudo-terminals of the sandbox's own
+            # A new instance (as bwrap's --dev makes): its ptys are the sandbox's alone, the
+            # host's /dev/pts (other sessions' terminals) is never reachable. No gid= option:
+            # the tty group is not mapped into a one-user user namespace.
+            dst = ensure(root, op[1], is_dir=True)
+            mount(
+                "devpts",
+                dst,
+                "devpts",
+                MS_NOSUID | MS_NOEXEC,
+                "newinstance,ptmxmode=0666,mode=0620",
+            )
         elif kind == "dir":
             ensure(root, op[1], is_dir=True)
         elif kind == "file" and files_dir is not None:  # over the host's file, if any

@@ -148,6 +148,9 @@ def build_ops(
     ops.append(["tmpfs", "/dev", "0755"])
     ops += [["device", d] for d in DEVICES if os.path.exists(f"/dev/{d}")]
     ops += [
+        # Pseudo-terminals (os.openpty, pty.fork): a devpts instance of the sandbox's own.
+        ["devpts", "/dev/pts"],
+        ["symlink", "pts/ptmx", "/dev/ptmx"],
         ["symlink", "/proc/self/fd", "/dev/fd"],
         ["symlink", "/proc/self/fd/0", "/dev/stdin"],
         ["symlink", "/proc/self/fd/1", "/dev/stdout"],
