@@ -129,6 +129,11 @@ def test_program_module_is_always_allowed(tmp_path) -> None:
         "import importlib.machinery as m, importlib.util as u\n"
         "spec = m.FrozenImporter.find_spec('runpy')\n"
         "mod = u.module_from_spec(spec); spec.loader.exec_module(mod)",
+        # an extension module of the standard library loaded under a listed package's name
+        "import importlib.util as u, os\n"
+        "d = os.path.join(os.path.dirname(os.__file__), 'lib-dynload')\n"
+        "f = [x for x in os.listdir(d) if x.startswith('_csv.')][0]\n"
+        "u.module_from_spec(u.spec_from_file_location('importlib._csv', os.path.join(d, f)))",
         # a second instance of a guarded C module
         "import importlib.machinery as m, sys\n"
         "spec = m.BuiltinImporter.find_spec('posix')\n"

@@ -106,15 +106,24 @@ def _e_by_extension_init():
     ``_imp.create_dynamic`` / ``exec_dynamic`` (or the builtin pair). The name is then the
     C code's own (``_sqlite3`` imports ``functools``), and the C code is a library file
     (``_e_judge_dynamic``). A Python frame of anyone's in between (a replaced
-    ``builtins.__import__``) makes it an ordinary import."""
+    ``builtins.__import__``) makes it an ordinary import. The door whose judge asks this (the
+    create call being judged: the first frame above the sealed ones) does not count: that
+    call is the import itself, made by whoever called it (``module_from_spec`` of a spec
+    the program made by hand counted as an extension's own import)."""
     f = GETFRAME(2)
     doors = STATE["extension_doors"]
+    first = True
     while f is not None:
-        if IS_GUARD_FRAME(f):
-            if id(FRAME_CODE(f)) in doors:
-                return True
+        if f.f_builtins is SEALED_BUILTINS:
             f = f.f_back
             continue
+        if IS_GUARD_FRAME(f):
+            if id(FRAME_CODE(f)) in doors and not first:
+                return True
+            first = False
+            f = f.f_back
+            continue
+        first = False
         g = f.f_globals
         if g is BOOT0 or g is BOOT1 or f.f_builtins is SEALED_BUILTINS:
             f = f.f_back
@@ -549,6 +558,21 @@ def _e_judge_dynamic(args, kwargs):
         return _e_extension_refusal(
             name, origin, f"'{name}' is a module of the interpreter, not of this file"
         )
+    # The import is judged by the module the file is, too (as the exec event judges a
+    # module's code by its file): a file of lib-dynload is the module its file name says,
+    # one of site-packages belongs to its top-level package. Loaded under the name of a
+    # listed package (`json._csv`), it passed the profile's list by that name.
+    if in_dynload:
+        owner = canon.rpartition("/")[2].partition(".")[0]
+    else:
+        try:
+            owner = _e_module_of_file(canon)
+        except ImportError as e:
+            return REFUSE(e)
+    if owner is not None and owner.isidentifier() and owner != _e_top(name):
+        verdict = _e_decide(owner)
+        if verdict is not None:
+            return verdict
     if canon == origin:
         return None
     return ((NAMESPACE(name=name, origin=canon), *args[1:]), kwargs)
