@@ -18,7 +18,7 @@ import pytest
 
 from pysb_core import sandboxes
 from pysb_core.testing import require_provider
-from pysb_core.testing.partial import profile_text, write_module
+from pysb_core.testing.partial import profile_text, worker_host_pid, write_module
 
 FUNCTIONS = """
 from pysb_core import sandbox
@@ -64,3 +64,34 @@ def test_a_trivial_call_runs_few_python_functions_in_the_host(tmp_path: Path, pr
     # the least of five: a rare path (the started pipe's drain every 256 answers) only adds
     fewest = min(counts, key=lambda c: sum(c.values()))
     assert 0 < sum(fewest.values()) <= MAX_FUNCTIONS, dict(fewest)
+
+
+def _io_counts(pid: int) -> tuple[int, int]:
+    """The read and write system calls ``pid`` (all its threads) has made so far."""
+    fields = dict(
+        line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines() if line
+    )
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock", "bwrap"])
+def test_the_worker_takes_a_call_with_one_read(tmp_path: Path, provider: str):
+    """A call costs the worker one read (the host pads each frame to a block, so the read
+    of a block takes it whole) and two writes (the started mark, then the answer): before,
+    a header read and a payload read."""
+    if provider != "subprocess":
+        require_provider(provider)
+    mod = write_module(tmp_path, FUNCTIONS)
+    profile = tmp_path / ".pysb.yaml"
+    profile.write_text(profile_text(provider, tmp_path))
+    calls = 300
+    with sandboxes(profile=str(profile), cwd=str(tmp_path)) as box:
+        for i in range(20):
+            assert mod.echo(i) == i
+        worker = worker_host_pid(box.pid)
+        reads0, writes0 = _io_counts(worker)
+        for i in range(calls):
+            assert mod.echo(i) == i
+        reads, writes = _io_counts(worker)
+    assert reads - reads0 <= calls + 5, (reads - reads0, calls)
+    assert writes - writes0 <= 2 * calls + 5, (writes - writes0, calls)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import io
 import ipaddress
 import os
 import pathlib
@@ -79,6 +80,50 @@ def test_frames_from_concurrent_threads_never_interleave(pair):
     for t in threads:
         t.join()
     assert seen == {t: per_thread for t in range(1, 9)}
+
+
+def test_the_worker_reads_each_padded_frame_whole_and_never_past_it(pair):
+    """Frames to the worker are padded to a block: one read of a block takes a small call,
+    a larger frame's rest is read exactly, and the next frame stays in the socket (where
+    the worker's one-shot epoll set sees it)."""
+    from pysb_core.remote import buffers
+
+    a, b = pair
+    writer, reader = (
+        transport.FrameWriter(a.fileno(), padded=True),
+        transport.ExactFrameReader(b.fileno()),
+    )
+    fit = transport.BLOCK - transport.HEADER_SIZE
+    sizes = [0, 1, 60, fit, fit + 1, 3 * transport.BLOCK, 70_000]
+    payloads = [os.urandom(n) for n in sizes]
+    table, blob = buffers.dumps([memoryview(b"tiny"), b"x" * (buffers.MIN_SIZE)])
+    oob = buffers.frame_parts(table, blob)
+
+    def send():
+        for i, p in enumerate(payloads):
+            writer.send(transport.CALL, i + 1, p)
+        writer.send(transport.CALL_OOB, 99, oob)
+        writer.send(transport.SHUTDOWN, 0)
+
+    t = threading.Thread(target=send)
+    t.start()
+    t.join()
+    for i, p in enumerate(payloads):
+        kind, cid, got = reader.read()
+        assert (kind, cid, bytes(got)) == (transport.CALL, i + 1, p)
+        # nothing of the next frame was read: it is still whole in the socket
+        nxt = b.recv(transport.HEADER_SIZE, socket.MSG_PEEK)
+        assert transport.HEADER.unpack(nxt)[1] == (i + 2 if i + 1 < len(payloads) else 99)
+    kind, cid, got = reader.read()
+    assert (kind, cid) == (transport.CALL_OOB, 99)
+    objs = buffers.materialize(got.buffers)
+    unpickler = pickle.Unpickler(io.BytesIO(got.pickle))
+    unpickler.persistent_load = objs.__getitem__
+    assert unpickler.load() == [b"tiny", b"x" * buffers.MIN_SIZE]
+    assert reader.read()[:2] == (transport.SHUTDOWN, 0)
+    a.close()
+    with pytest.raises(transport.ChannelClosed):
+        reader.read()
 
 
 def test_reader_reports_end_of_stream(pair):

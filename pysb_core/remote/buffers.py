@@ -37,6 +37,9 @@ BYTES, BYTEARRAY, VIEW, VIEW_RO = 0, 1, 2, 3
 COUNT = struct.Struct("<I")
 ENTRY = struct.Struct("<QB")
 
+#: A pickle at least this long is made again with its buffers out of band.
+IN_BAND_LIMIT = 1 << 20
+
 _dumps = _pickle.dumps
 _BUFFER_TYPES = (bytes, bytearray, memoryview)
 
@@ -81,7 +84,7 @@ class _Pickler(_pickle.Pickler):
         return index
 
 
-def _shallow_buffer(obj: Any) -> bool:
+def shallow_buffer(obj: Any) -> bool:
     """Whether ``obj`` is, or directly holds, a buffer worth sending out of band (checked
     first so that a large payload is not pickled in band once for nothing)."""
     kind = type(obj)
@@ -97,44 +100,46 @@ def _shallow_buffer(obj: Any) -> bool:
         if type(item) in _BUFFER_TYPES and (type(item) is memoryview or len(item) >= MIN_SIZE):
             return True
         nested = type(item) is tuple or type(item) is dict  # (ref, args, kwargs) of a call
-        if nested and _shallow_buffer(item):
+        if nested and shallow_buffer(item):
             return True
     return False
 
 
 def call_dumps(
-    request: tuple[Any, Any, Any], in_band_limit: int = 1 << 20
+    request: tuple[Any, Any, Any], in_band_limit: int = IN_BAND_LIMIT
 ) -> tuple[bytes, list[tuple[int, memoryview]]]:
     """:func:`dumps` of a call's ``(ref, args, kwargs)``: the same result, with the buffer
     check skipped for empty arguments (the host's hot path: a trivial call)."""
     _, args, kwargs = request
-    if (args and _shallow_buffer(args)) or (kwargs and _shallow_buffer(kwargs)):
-        return _dumps_oob(request)
+    if (args and shallow_buffer(args)) or (kwargs and shallow_buffer(kwargs)):
+        return dumps_oob(request)
     try:
         data = _dumps(request, protocol=5)
     except TypeError:
-        return _dumps_oob(request)
+        return dumps_oob(request)
     if len(data) < in_band_limit:
         return data, []
-    return _dumps_oob(request)
+    return dumps_oob(request)
 
 
-def dumps(obj: Any, in_band_limit: int = 1 << 20) -> tuple[bytes, list[tuple[int, memoryview]]]:
+def dumps(
+    obj: Any, in_band_limit: int = IN_BAND_LIMIT
+) -> tuple[bytes, list[tuple[int, memoryview]]]:
     """Pickle ``obj``; large buffers come back apart (an empty list: an in-band pickle).
 
     A pickle that turns out larger than ``in_band_limit`` is made again with its buffers
     out of band, and so is one that plain pickle refuses (a memoryview inside)."""
-    if not _shallow_buffer(obj):
+    if not shallow_buffer(obj):
         try:
             data = _dumps(obj, protocol=5)
         except TypeError:
             data = None
         if data is not None and len(data) < in_band_limit:
             return data, []
-    return _dumps_oob(obj)
+    return dumps_oob(obj)
 
 
-def _dumps_oob(obj: Any) -> tuple[bytes, list[tuple[int, memoryview]]]:
+def dumps_oob(obj: Any) -> tuple[bytes, list[tuple[int, memoryview]]]:
     out: list[tuple[int, memoryview]] = []
     file = io.BytesIO()
     _Pickler(file, out).dump(obj)

@@ -80,7 +80,7 @@ class _Conn:
         self.pid = proc.pid
         self.sock = sock
         self.reader = transport.FrameReader(sock.fileno(), max_size)
-        self.writer = transport.FrameWriter(sock.fileno())
+        self.writer = transport.FrameWriter(sock.fileno(), padded=True)  # the worker's reads
         self.started_fd = started_fd
         self.started = transport.StartedLog(started_fd)
 

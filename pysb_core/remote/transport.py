@@ -11,7 +11,8 @@ nor slowed down. Every frame is::
     <length: u64> <call id: u64> <kind: u8> <payload: length bytes>
 
 A frame is written with one ``writev`` (no copy of large payloads) under a lock, so that
-frames of concurrent calls never interleave.
+frames of concurrent calls never interleave. Frames to the worker are zero-padded to at
+least :data:`BLOCK` bytes, so that the worker reads a call with one read.
 
 Why one module: the frame layout, its writer, its readers (a buffered one for the caller, an
 exact one for the worker's epoll threads) and the started-call log all share the header format
@@ -73,6 +74,11 @@ def child_limits() -> tuple[int, ...]:
 
 
 _BUFFER_SIZE = 256 * 1024
+#: Every frame to the worker takes at least this many bytes (its payload zero-padded): the
+#: worker reads a call with one read of a block (ExactFrameReader). 512 holds the pickle
+#: of a call with a few small arguments; a larger frame takes a second read for its rest.
+BLOCK = 512
+_PADDING = bytes(BLOCK)
 _writev = os.writev
 _readv = os.readv
 _pack = HEADER.pack_into
@@ -118,13 +124,17 @@ def _oob_layout(size: int, take: Any, take_bytes: Any) -> _buffers.OOBPayload:
 
 
 class FrameWriter:
-    """Writes whole frames to one fd; safe to share between threads."""
+    """Writes whole frames to one fd; safe to share between threads.
 
-    __slots__ = ("_fd", "_lock")
+    ``padded``: every frame takes at least :data:`BLOCK` bytes (the host's writer to the
+    worker, whose reader reads a block at a time)."""
 
-    def __init__(self, fd: int) -> None:
+    __slots__ = ("_fd", "_lock", "_pad")
+
+    def __init__(self, fd: int, padded: bool = False) -> None:
         self._fd = fd
         self._lock = threading.Lock()
+        self._pad = BLOCK if padded else 0
 
     def close(self) -> None:
         """Forget the fd before its owner closes it: a reused fd number is never written."""
@@ -144,6 +154,8 @@ class FrameWriter:
             if size < 65536:
                 # small frames: one buffer, one syscall (the common case)
                 data = header + payload if size else header
+                if len(data) < self._pad:
+                    data += _PADDING[: self._pad - len(data)]
                 written = _writev(self._fd, (data,))
                 if written == len(data):
                     return
@@ -161,6 +173,8 @@ class FrameWriter:
         views = [v for v in views if len(v)]
         size = sum(len(v) for v in views)
         views.insert(0, memoryview(HEADER.pack(size, call_id, kind)))
+        if HEADER_SIZE + size < self._pad:
+            views.append(memoryview(_PADDING)[: self._pad - HEADER_SIZE - size])
         with self._lock:
             fd = self._fd
             if fd < 0:
@@ -326,17 +340,21 @@ class ExactFrameReader:
     Why: the worker's threads wait in one epoll set with the socket registered one-shot,
     so each frame wakes exactly one thread (no thundering herd, no hand-off); a byte of a
     second frame kept in a user-space buffer would be invisible to epoll, and that frame
-    would wait for the next one. Two reads a frame (header, then payload) instead of one.
+    would wait for the next one. The host pads every frame it sends to at least
+    :data:`BLOCK` bytes, so one read of a block takes a whole small frame (a call) and
+    nothing after it; a larger frame's rest is read exactly. The host is the trusted side:
+    its padding is skipped, never interpreted.
     Not thread-safe: one-shot epoll lets one thread read at a time.
     """
 
-    __slots__ = ("_fd", "_head", "_head_view", "_scratch")
+    __slots__ = ("_block", "_fd", "_pos", "_scratch", "_view")
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._scratch = bytearray()
-        self._head = bytearray(HEADER_SIZE)
-        self._head_view = memoryview(self._head)
+        self._block = bytearray(BLOCK)
+        self._view = memoryview(self._block)
+        self._pos = BLOCK  # where an out-of-band frame's reads are in the block
 
     def _fill(self, view: memoryview) -> None:
         got, size, fd = 0, len(view), self._fd
@@ -351,10 +369,19 @@ class ExactFrameReader:
                 raise ChannelClosed("end of stream")
             got += n
 
+    def _into(self, view: memoryview) -> None:
+        """Fill ``view`` with the frame's next bytes: the block's rest, then the socket."""
+        have = min(len(view), BLOCK - self._pos)
+        if have:
+            view[:have] = self._view[self._pos : self._pos + have]
+            self._pos += have
+        if have < len(view):
+            self._fill(view[have:])
+
     def _take(self, n: int) -> bytearray:
         out = bytearray(n)
         if n:
-            self._fill(memoryview(out))
+            self._into(memoryview(out))
         return out
 
     def _take_bytes(self, n: int) -> bytes:
@@ -363,23 +390,36 @@ class ExactFrameReader:
         if len(self._scratch) < n:
             self._scratch = bytearray(n)
         view = memoryview(self._scratch)[:n]
-        self._fill(view)
+        self._into(view)
         return bytes(view)
 
     def read(self) -> tuple[int, int, Any]:
         """Return ``(kind, call_id, payload)`` of the next frame; raise ChannelClosed at EOF."""
-        self._fill(self._head_view)
-        size, call_id, kind = _unpack(self._head, 0)
+        try:
+            n = _readv(self._fd, (self._view,))
+        except OSError as exc:
+            raise ChannelClosed(str(exc)) from None
+        if n != BLOCK:
+            if n == 0:
+                raise ChannelClosed("end of stream")
+            self._fill(self._view[n:])
+        block = self._block
+        size, call_id, kind = _unpack(block, 0)
         if kind in OOB_KINDS:
+            self._pos = HEADER_SIZE
             return kind, call_id, _oob_layout(size, self._take, self._take_bytes)
-        if size == 0:
-            return kind, call_id, b""
+        end = HEADER_SIZE + size
+        if end <= BLOCK:
+            return kind, call_id, block[HEADER_SIZE:end]
         out = bytearray(size)
-        self._fill(memoryview(out))
+        out[: BLOCK - HEADER_SIZE] = self._view[HEADER_SIZE:]
+        self._fill(memoryview(out)[BLOCK - HEADER_SIZE :])
         return kind, call_id, out
 
 
 _STARTED = struct.Struct("<Q")
+#: A started mark: the call's id (the worker writes it itself, inline in its hot path).
+STARTED_ID = _STARTED
 MAX_DRAIN = 2 << 20  # twice the pipe's size (started_pipe)
 _write = os.write
 _read = os.read

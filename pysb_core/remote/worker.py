@@ -77,9 +77,15 @@ class _ArgsUnpickler(_pickle.Unpickler):
 
 
 _OOBPayload = buffers.OOBPayload
-_buffer_dumps = buffers.dumps
+_CALL, _CALL_OOB = transport.CALL, transport.CALL_OOB
+_mark = os.write  # StartedLog.mark, inline in the hot path: one 8-byte write to the pipe
+_pack_id = transport.STARTED_ID.pack
+#: The worker's _CallStream objects (stdout and stderr): flushed before each answer.
+_STREAMS: list[_CallStream] = []
+_dumps_oob = buffers.dumps_oob
+_shallow_buffer = buffers.shallow_buffer
+_IN_BAND_LIMIT = buffers.IN_BAND_LIMIT
 _RESULT = transport.RESULT
-_MAX_RESULT = transport.MAX_RESULT
 _BytesIO = io.BytesIO
 
 
@@ -94,9 +100,16 @@ def _loads(payload: Any) -> Any:
 def _encode_result(value: Any) -> tuple[int, Any]:
     """RESULT and one pickle, or RESULT_OOB and the parts of a frame with its large
     buffers out of band; a SandboxError when it is above what the host accepts."""
-    data, out = _buffer_dumps(value)
-    if not out and len(data) <= _MAX_RESULT:  # most results: one in-band pickle
-        return _RESULT, data
+    # buffers.dumps, inline (on every call): most results are one small in-band pickle
+    data: Any = None
+    if not _shallow_buffer(value):
+        try:
+            data = _dumps(value, protocol=5)
+        except TypeError:
+            data = None  # a memoryview deeper inside: pickled out of band below
+        if data is not None and len(data) < _IN_BAND_LIMIT:
+            return _RESULT, data
+    data, out = _dumps_oob(value)
     table = buffers.COUNT.size + buffers.ENTRY.size * len(out) if out else 0
     _bounded(table + len(data) + sum(view.nbytes for _, view in out))
     if not out:
@@ -115,6 +128,7 @@ class _CallStream(io.TextIOBase):
 
     def __init__(self, kind: int, fallback: Any, writer: transport.FrameWriter) -> None:
         super().__init__()
+        _STREAMS.append(self)
         self._kind = kind
         self._fallback = fallback
         self._writer = writer
@@ -226,7 +240,8 @@ class _Server:
     """One worker process: reads frames, runs calls, sends answers."""
 
     def __init__(self, fd: int, started_fd: int, threads: int) -> None:
-        self.started = transport.StartedLog(started_fd)
+        self.started_fd = started_fd
+        self.stopping = False
         self.writer = transport.FrameWriter(fd)
         self.reader = transport.ExactFrameReader(fd)
         self.read_lock = threading.Lock()  # never contended: one-shot epoll wakes one thread
@@ -244,38 +259,45 @@ class _Server:
 
     # -- the frame loop (leader / follower) ----------------------------------------
 
+    def _end(self) -> None:
+        self.stopping = True
+        self.stop.set()
+
     def _serve_frames(self) -> None:
-        reader, lock, stop = self.reader, self.read_lock, self.stop
+        # The hot loop of the worker (issue 30): a call costs its wait, one read, the
+        # re-arm, the started mark and one write, and a few Python frames; ``stopping``
+        # mirrors ``stop`` as a plain attribute (Event.is_set is a Python call).
+        reader, lock = self.reader, self.read_lock
         wait, rearm, fd = self.epoll.poll, self.epoll.modify, self.fd
-        while not stop.is_set():
+        while not self.stopping:
             try:
                 wait()
             except InterruptedError:
                 continue
             with lock:
-                if stop.is_set():
+                if self.stopping:
                     return
                 try:
                     kind, cid, payload = reader.read()
                 except transport.ChannelClosed:
-                    stop.set()
+                    self._end()
                     return
                 finally:
-                    if not stop.is_set():
+                    if not self.stopping:
                         rearm(fd, _ONE_SHOT)  # the next frame wakes the next idle thread
-            if kind == transport.CALL or kind == transport.CALL_OOB:
+            if kind in (_CALL, _CALL_OOB):
                 self._handle(cid, payload)
             elif kind == transport.SHUTDOWN:
-                stop.set()
+                self._end()
                 return
 
     def _handle(self, cid: int, payload: bytes | bytearray) -> None:
-        send = self.writer.send
-        self.started.mark(cid)  # from here on the host never sends this call again
+        _mark(self.started_fd, _pack_id(cid))  # from here on the host never sends it again
         token = _current.set(cid)
         try:
             ref, args, kwargs = _loads(payload)
-            fn, is_async = self._resolve(ref)
+            hit = self.cache.get(ref)
+            fn, is_async = hit if hit is not None else self._resolve(ref)
             if is_async:
                 self._start_async(cid, fn, args, kwargs)
                 return
@@ -284,8 +306,10 @@ class _Server:
             _flush_call(cid)
             self._send_exception(transport.EXCEPTION, cid, exc)
         else:
-            _flush_call(cid)
-            send(kind, cid, data)
+            for stream in _STREAMS:  # _flush_call, inline: lines this call left unfinished
+                if stream._partial:
+                    stream.flush_call(cid)
+            self.writer.send(kind, cid, data)
         finally:
             _current.reset(token)
 
@@ -376,9 +400,10 @@ def _bounded(size: int) -> None:
 
 
 def _flush_call(cid: int) -> None:
-    """Send the unfinished lines of call ``cid`` before its answer."""
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, _CallStream) and stream._partial:
+    """Send the unfinished lines of call ``cid`` before its answer (of the worker's own
+    streams, whatever ``sys.stdout`` and ``sys.stderr`` are now)."""
+    for stream in _STREAMS:
+        if stream._partial:
             try:
                 stream.flush_call(cid)
             except Exception:

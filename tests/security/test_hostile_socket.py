@@ -3,7 +3,8 @@
 tests/security/test_hostile_decoder.py feeds frames to the decoders in-process; here the
 frames travel as a hostile worker would send them: a child process, written against the
 wire format alone (``<size: u64> <call id: u64> <kind: u8> <payload>`` on the inherited
-socket, call ids on the "started" pipe; no pysb import), is started by a launcher in place
+socket, the host's frames zero-padded to 512 bytes, call ids on the "started" pipe; no pysb
+import), is started by a launcher in place
 of the sandboxed interpreter, and a real :class:`pysb_core.remote.client.Client` -- the
 host side of partial mode -- talks to it. The harness stays at the protocol's edges: the
 launcher interface (``spawn(args, fds)``, ``finish``) and ``Client.call``.
@@ -36,6 +37,7 @@ WORKER = textwrap.dedent(
     case, fd, started = sys.argv[1], int(args["fd"]), int(args["started_fd"])
     planted, secret = args["planted"], args["secret"]
     HEAD = struct.Struct("<QQB")
+    BLOCK = 512  # frames to the worker take at least this many bytes (zero-padded)
 
     def send(kind, cid, payload=b"", size=None):
         data = HEAD.pack(len(payload) if size is None else size, cid, kind) + payload
@@ -52,7 +54,9 @@ WORKER = textwrap.dedent(
                 got += chunk
             return got
         size, cid, kind = HEAD.unpack(take(HEAD.size))
-        return kind, cid, take(size)
+        payload = take(size)
+        take(max(0, BLOCK - HEAD.size - size))  # the host pads each frame to a block
+        return kind, cid, payload
 
     def link(module="builtins", qualname="ValueError", message="hostile", frames=(), **more):
         return {"module": module, "qualname": qualname, "message": message,
