@@ -277,18 +277,6 @@ _SOCKET_SETHOSTNAME = (
 _NO_CAPS = ("bwrap", "unshare", "firejail")
 KNOWN: tuple[Known, ...] = (
     Known(
-        ("*",),
-        "test_traceback",
-        3,
-        0,
-        (
-            "3 failures, all in `CPythonTracebackErrorCaretTests`, which print with the "
-            "interpreter's C printer (`_testcapi.exception_print`): before 3.13 it reads a "
-            "traceback without any audited attribute, so the face entry of a guarded `exec` stays "
-            "in it (docs/compat.md, Tracebacks). Python-level printing is clean."
-        ),
-    ),
-    Known(
         _NO_CAPS,
         "test_argparse",
         0,

@@ -169,3 +169,88 @@ def test_the_hooks_judge_their_arguments_as_cpythons(tmp_path: Path, python: str
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == plain.stdout.splitlines()
+
+
+C_PRINTED = r"""
+import io, sys
+import _testcapi
+
+
+def c_printed(call):
+    try:
+        call()
+    except BaseException as e:
+        saved, sys.stderr = sys.stderr, io.StringIO()
+        try:
+            _testcapi.exception_print(e)  # the interpreter's C printer, as test_traceback's
+            return sys.stderr.getvalue()
+        finally:
+            sys.stderr = saved
+    return "returned"
+
+
+x = 5
+def local_namespaces():
+    y = 3
+    exec("print('exec sees', x + y)")
+    return eval("x + y")
+
+
+for name, call in [
+    ("compile", lambda: compile("1 $ 2", "<src>", "exec")),
+    # (a code's file is named: pysb's start-up stub is a `-c` whose source 3.13 shows for
+    # "<string>" entries, a difference of its own)
+    ("exec", lambda: exec(compile("1/0", "<src>", "exec"), {})),
+    ("eval", lambda: eval(compile("1/0", "<src>", "eval"))),
+    ("exec compile", lambda: exec(compile("def f():\n    return 1/0\nf()", "<src>", "exec"))),
+]:
+    print(name, "->", c_printed(call))
+print("namespaces", local_namespaces())
+"""
+
+
+def test_c_printer_shows_no_face_of_an_allowed_exec(tmp_path: Path, python: str) -> None:
+    """With ``dynamic-code`` allowed, ``exec`` / ``eval`` / ``compile`` are the builtins
+    themselves (nothing to judge), so a traceback through them reads as CPython's even to
+    C code that takes it as it is (``_testcapi.exception_print``, CPython's
+    test_traceback's CPythonTracebackErrorCaretTests: the face's entry showed before 3.13).
+    Their default namespaces are the caller's, as under CPython."""
+    import subprocess
+
+    script = tmp_path / "printed.py"
+    script.write_text(C_PRINTED)
+    plain = subprocess.run(
+        [python, str(script)], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert plain.returncode == 0, plain.stderr
+    result = guarded.run(
+        "",
+        script=script,
+        cwd=tmp_path,
+        python=python,
+        imports=("io", "sys", "_testcapi"),
+        exposures=[guarded.expose(tmp_path)],
+        api=(("allow", "dynamic-code"),),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "<pysb" not in result.stdout, result.stdout
+    assert result.stdout.splitlines() == plain.stdout.splitlines()
+
+
+def test_exec_alone_allowed_keeps_eval_refused(tmp_path: Path, python: str) -> None:
+    """The builtins go unfaced only when all three are allowed: the ``exec`` / ``compile``
+    events cannot tell ``eval`` from ``exec``, so with one allowed the faces decide."""
+    result = guarded.run(
+        "exec('print(\"exec ran\")')\n"
+        "try:\n    eval('1')\n    print('eval ran')\nexcept PermissionError as e:\n"
+        "    print('eval refused', type(e).__name__)\n",
+        cwd=tmp_path,
+        python=python,
+        imports=("builtins",),
+        exposures=[guarded.expose(tmp_path)],
+        api=(("allow", "builtins.exec"),),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["exec ran", "eval refused ApiDeniedError"], (
+        result.stdout
+    )

@@ -224,6 +224,22 @@ def _a_untraced(result, args, kwargs):
     return result
 
 
+def _a_unjudged_dynamic(qualname):
+    """True for ``eval``, ``exec`` and ``compile`` when the rules allow all three and nothing is
+    learned: their faces would judge nothing (their door allows at the first lookup, and
+    so does the ``exec`` / ``compile`` events' backstop), yet leave the face's entry in
+    every traceback through them -- which C code reads as it is, without the splice on
+    ``tb_frame`` (``PyErr_Display`` before 3.13, ``_testcapi.exception_print``: CPython's
+    test_traceback) -- and two frames below the code ``exec`` runs. So no face then. All
+    three or none: the ``exec`` / ``compile`` events cannot tell ``eval`` from ``exec``
+    (both raise them), so with one of them denied the faces tell them apart."""
+    names = ("builtins.eval", "builtins.exec", "builtins.compile")
+    if qualname not in names or ST["learning"]:
+        return False
+    verdicts = ST["pending"]
+    return all(verdicts.get(name, False) for name in names)
+
+
 def _a_make_patcher(members):
     """The patch of one module: a face for each of its registry entries (``PATCHES``
     indices). The module is read and written by C code only (``RESOLVE`` / ``PLACE``): it
@@ -239,6 +255,8 @@ def _a_make_patcher(members):
             owner, name, original = found
             if IS_FACE(original):
                 continue
+            if _a_unjudged_dynamic(qualname):
+                continue  # nothing to judge: the builtin itself, no frame of pysb's
             face = ST["faces"].get(id(original))
             if face is None:
                 post = POSTS.get(qualname)
