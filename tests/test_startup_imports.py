@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pysb_core.testing import BASE_ENV, require_provider, trust_profile
 
 FAMILIES = ("imports", "files", "network", "api", "env")
@@ -64,6 +66,7 @@ def _python(code: str, cwd: Path, *args: str) -> str:
         [sys.executable, "-c", code, *args],
         cwd=cwd,
         env=env,
+        stdin=subprocess.DEVNULL,  # no file on a standard stream: no relay threads
         capture_output=True,
         text=True,
         timeout=60,
@@ -81,6 +84,28 @@ def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
     assert out["status"] == 0
     assert NEVER_ON_THE_HOST.isdisjoint(out["modules"]), NEVER_ON_THE_HOST & set(out["modules"])
     assert "pysb_guards.files.hooks" in out["modules"]
+
+
+#: What the providers that start the sandbox without a helper (no ``subprocess``, which
+#: brings ``threading`` and ``signal``'s ``enum``) keep off the host too: ``enum`` (the
+#: kits' ``Capability`` is the light StrEnum), ``threading`` (a lock of ``_thread``; the
+#: module only for a thread), ``functools`` and ``collections`` that both bring.
+NEVER_WITHOUT_A_HELPER = {"enum", "threading", "functools", "collections", "collections.abc"}
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock"])
+def test_a_run_without_a_helper_imports_no_enum_nor_threading(
+    tmp_path: Path, provider: str
+) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    trust_profile(tmp_path / ".pysb.yaml")
+    _python(RUN, tmp_path, "--provider", provider)
+    out = json.loads(_python(RUN, tmp_path, "--provider", provider))
+    assert out["status"] == 0
+    never = NEVER_ON_THE_HOST | NEVER_WITHOUT_A_HELPER
+    assert never.isdisjoint(out["modules"]), never & set(out["modules"])
 
 
 def test_a_firejail_run_imports_none_of_it(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,62 @@ def test_defaults_from_a_factory_are_fresh_and_hash_follows_equality() -> None:
     frozen_a, frozen_b = Point(1, 2, ()), Point(1, 2, ())  # type: ignore[arg-type]
     assert frozen_a == frozen_b and hash(frozen_a) == hash(frozen_b)
     assert Point(1) != DataPoint(1)  # like two dataclasses: another class is never equal
+
+
+def _both_capability_classes() -> tuple[Any, Any]:
+    """pysb's Capability (the light StrEnum) and enum.StrEnum made of the same members."""
+    import enum
+
+    from pysb_core.provider import Capability
+
+    return Capability, enum.StrEnum("Capability", [(m.name, m.value) for m in Capability])
+
+
+def test_the_light_strenum_answers_as_enum_strenum() -> None:
+    """``Capability`` is built at every ``pysb run`` without ``enum``: every answer code
+    gets from a member or from the class is ``enum.StrEnum``'s for the same members."""
+    import copy
+    import json
+
+    ours, theirs = _both_capability_classes()
+    assert [(m.name, m.value) for m in ours] == [(m.name, m.value) for m in theirs]
+    assert len(ours) == len(theirs) == 10 and repr(ours) == repr(theirs)
+    assert [m.name for m in reversed(ours)] == [m.name for m in reversed(theirs)]
+    assert list(ours.__members__) == list(theirs.__members__)
+    for a, b in zip(ours, theirs, strict=True):
+        assert (repr(a), str(a), f"{a}", f"{a:>12}", a.name, a.value) == (
+            repr(b),
+            str(b),
+            f"{b}",
+            f"{b:>12}",
+            b.name,
+            b.value,
+        )
+        assert a == b == a.value and hash(a) == hash(b) == hash(a.value)
+        assert isinstance(a, str) and isinstance(a, ours)
+        assert ours(a.value) is a and ours(a) is a and ours[a.name] is a
+        assert a in ours
+        if sys.version_info >= (3, 12):
+            assert a.value in ours and a.value in theirs
+        else:  # a member only, a TypeError otherwise (enum warns first)
+            with pytest.raises(TypeError) as mine:
+                a.value in ours  # noqa: B015
+            with pytest.raises(TypeError) as real, pytest.warns(DeprecationWarning):
+                a.value in theirs  # noqa: B015
+            assert str(mine.value) == str(real.value)
+        assert getattr(ours, a.name) is a
+        assert pickle.loads(pickle.dumps(a)) is a
+        assert copy.copy(a) is a and copy.deepcopy(a) is a
+        assert json.dumps({a: [a]}) == json.dumps({b: [b]})
+    assert sorted(ours) == sorted(theirs)
+    if sys.version_info >= (3, 12):
+        assert "no-such" not in ours and 3 not in ours
+    for bad in ("no-such", 3, None):
+        with pytest.raises(ValueError) as mine:
+            ours(bad)
+        with pytest.raises(ValueError) as real:
+            theirs(bad)
+        assert str(mine.value) == str(real.value)
+    with pytest.raises(KeyError):
+        ours["no_such"]
+    assert frozenset({ours.FILES, ours.ENV}) == frozenset({"files", "env"})

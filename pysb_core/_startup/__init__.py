@@ -22,12 +22,16 @@ third parties, tests):
   name and version from ``METADATA``, extras);
 - :mod:`.records` -- ``@record`` / ``@mutable_record``: the surface of frozen dataclasses
   the code uses (construction, defaults, equality, hashing, ``repr``, ``replace``,
-  pickling), from shared methods.
+  pickling), from shared methods;
+- :mod:`.strenum` -- ``StrEnum``: ``Capability``'s ``enum.StrEnum`` without ``enum``
+  (which brings ``functools`` and ``collections``: ~2 ms);
+- :mod:`.memo` -- ``cache``: ``functools.cache`` for the run path's two caches.
 
 Each answers as the library it stands in for, and tests hold them to it by running the
 same inputs through both: tests/test_startup_hooks.py (generated plugins, pluggy's
 errors), tests/test_startup_entrypoints.py (odd distributions) and
 tests/test_startup_shims.py (the installed pysb distributions and plugins, records
-against dataclasses). Private: plugin authors reach ``hookimpl`` and the records through
-:mod:`pysb_core`, :mod:`pysb_core.providerkit` and :mod:`pysb_core.guardkit`.
+against dataclasses, the StrEnum against enum's). Private: plugin authors reach
+``hookimpl`` and the records through :mod:`pysb_core`, :mod:`pysb_core.providerkit` and
+:mod:`pysb_core.guardkit`.
 """

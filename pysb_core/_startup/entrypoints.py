@@ -12,10 +12,11 @@ METADATA, and values with extras (``module:attr [extra]``) that load the same ob
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from importlib import import_module
+
+from pysb_core._startup.memo import cache
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def _parse(path: str, dist: tuple[str, str] | str, prefix: str = "") -> list[Ent
     return out
 
 
-@functools.cache
+@cache
 def all_entry_points(prefix: str = "") -> tuple[EntryPoint, ...]:
     """Every entry point of every distribution on ``sys.path`` (first one of a name wins,
     as with importlib.metadata), of the groups whose name starts with ``prefix``."""

@@ -10,11 +10,15 @@ import os
 import sys
 
 from pysb_core.cli.argv import RunArgs, UsageError, split_run_args
-from pysb_core.errors import ExitCode, ProfileError, SandboxError
+from pysb_core.errors import ProfileError, SandboxError
 
 TYPE_CHECKING = False  # `pysb run` start-up: no typing at run time
 if TYPE_CHECKING:
     from typing import NoReturn
+
+#: ``ExitCode.SETUP_FAILED`` as a plain int: the IntEnum would import ``enum`` at every
+#: start (tests/test_startup_imports.py).
+SETUP_FAILED = 125
 
 RUN_HELP = """\
 Usage: pysb run [PYSB OPTIONS] [PYTHON OPTIONS] [-m MODULE | -c CODE | SCRIPT | -] [ARGS]...
@@ -56,7 +60,7 @@ def _fail(message: str) -> int:
     for line in message.splitlines() or [message]:
         sys.stderr.write(f"pysb: error: {line}\n" if not _located(line) else f"{line}\n")
     sys.stderr.flush()
-    return ExitCode.SETUP_FAILED
+    return SETUP_FAILED
 
 
 #: ``--debug`` (or ``PYSB_DEBUG``): an error also prints the traceback behind it.
@@ -187,7 +191,7 @@ def run_main(argv: list[str]) -> int:
     if _learning_failed:
         # the program ran, but what the learning run is for failed: said above
         _learning_failed.clear()
-        return ExitCode.SETUP_FAILED
+        return SETUP_FAILED
     return status
 
 
@@ -292,7 +296,7 @@ def _run(session, args: RunArgs) -> int:
 
     program, interactive = _program(args, session)
     policy = session.policy
-    status: int = ExitCode.SETUP_FAILED
+    status: int = SETUP_FAILED
 
     def wall_time_hit() -> None:
         src = policy.limits.sources.get("wall-time", "the profile")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
+from _thread import allocate_lock  # `threading` (with functools, collections) only for a thread
 
 from pysb_core._startup.records import Record, field, mutable_record
 from pysb_core.check import PYTHON_ONLY_FAMILIES, CheckReport
-from pysb_core.errors import ExitCode, ProfileError, SandboxError, UnenforceableRuleError
+from pysb_core.errors import ProfileError, SandboxError, UnenforceableRuleError
 from pysb_core.launch.plugins import Hooks, get_plugin_manager, plugin_failure
 from pysb_core.linux.paths import is_within
 from pysb_core.plan import LaunchPlan
@@ -29,6 +29,7 @@ from pysb_core.policy import AUTO, Exposure
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Any
 
@@ -191,7 +192,7 @@ class EventRelay:
     LIMIT = 1024
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         self._early: list[Event] = []
         self._deliver: Callable[[Event], None] | None = None
 
@@ -334,7 +335,7 @@ class Session:
         #: Every sandbox started and not yet released: host PID -> (plan, report reader).
         self._by_pid: dict[int, tuple[LaunchPlan, threading.Thread | None, Watch | None]] = {}
         self._spawned = False
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         self._finished = False
 
     # -- creation -------------------------------------------------------------------
@@ -702,6 +703,8 @@ class Session:
         report_r = plan.report_read_fd
         reader = None
         if report_r is not None:
+            import threading
+
             reader = threading.Thread(
                 target=self._read_reports, args=(report_r,), name="pysb-report", daemon=True
             )
@@ -844,7 +847,7 @@ class Session:
         from pysb_core.profile.learning import LearnedProfile
         from pysb_core.profile.writer import merge_learned
 
-        if returncode == ExitCode.SETUP_FAILED or not self._spawned:
+        if returncode == 125 or not self._spawned:  # ExitCode.SETUP_FAILED (no enum at start)
             # The program never ran: writing an empty profile would turn the next run into
             # an enforcing one that refuses what was never learned.
             _warn(self.stderr, "the program did not start: no profile written")

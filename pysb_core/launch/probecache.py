@@ -16,10 +16,13 @@ parent would otherwise pay at every run for this file alone).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
 
 from pysb_core.linux.statedir import state_dir, trusted
 from pysb_core.provider import ProviderStatus
+
+TYPE_CHECKING = False  # read at every start under landlock: no collections at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 _MAGIC = "pysb-probe 2"
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"

@@ -9,10 +9,10 @@ the link and its target.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
+from pysb_core._startup.memo import cache
 from pysb_core.linux.paths import is_within
 from pysb_core.policy import Exposure
 
@@ -48,7 +48,7 @@ def _existing(paths: list[str]) -> list[str]:
     return out
 
 
-@functools.cache
+@cache
 def python_paths(executable: str = sys.executable) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(files, directories)`` the interpreter needs, as canonical paths.
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
+
+TYPE_CHECKING = False  # imported by every `pysb run` under a confining provider
+if TYPE_CHECKING:
+    import threading
 
 _FILE_KINDS = (stat.S_ISREG, stat.S_ISDIR, stat.S_ISBLK)
 
@@ -88,6 +91,8 @@ class StdioRelay:
         for fd in self._child_ends:
             os.close(fd)
         self._child_ends.clear()
+        if self._starts:  # `threading` (functools, collections) only for a relay that copies
+            import threading
         for src, dst, close_dst in self._starts:
             t = threading.Thread(target=_pump, args=(src, dst, close_dst), daemon=True)
             t.start()

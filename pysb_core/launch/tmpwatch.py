@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+
+TYPE_CHECKING = False  # imported by every `pysb run`: no collections at start
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: Seconds between two measurements.
 INTERVAL = 0.2
