@@ -26,6 +26,10 @@ from pysb_core import sandbox
 @sandbox
 def echo(x):
     return x
+
+@sandbox(retry_on_crash=True)
+def again(x):
+    return x
 """
 
 #: Python functions the calling thread may enter for one call (13 today): the wrapper, the
@@ -95,3 +99,27 @@ def test_the_worker_takes_a_call_with_one_read(tmp_path: Path, provider: str):
         reads, writes = _io_counts(worker)
     assert reads - reads0 <= calls + 5, (reads - reads0, calls)
     assert writes - writes0 <= 2 * calls + 5, (writes - writes0, calls)
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock"])
+def test_a_call_safe_to_repeat_costs_the_worker_no_started_mark(tmp_path: Path, provider: str):
+    """``retry_on_crash`` calls are sent again after a crash whether they started or not,
+    so the worker writes no started mark for them: one write per call (the answer), not
+    two. (tests/test_partial_crash.py: such a call still runs again after a crash, and a
+    call without it still fails.)"""
+    if provider != "subprocess":
+        require_provider(provider)
+    mod = write_module(tmp_path, FUNCTIONS)
+    profile = tmp_path / ".pysb.yaml"
+    profile.write_text(profile_text(provider, tmp_path))
+    calls = 300
+    with sandboxes(profile=str(profile), cwd=str(tmp_path)) as box:
+        for i in range(20):
+            assert mod.again(i) == i
+        worker = worker_host_pid(box.pid)
+        reads0, writes0 = _io_counts(worker)
+        for i in range(calls):
+            assert mod.again(i) == i
+        reads, writes = _io_counts(worker)
+    assert reads - reads0 <= calls + 5, (reads - reads0, calls)
+    assert writes - writes0 <= calls + 5, (writes - writes0, calls)

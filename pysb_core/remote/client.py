@@ -52,6 +52,7 @@ _FAILED_CALL = -1  # item kind: the call failed on our side (payload is the exce
 _RESULT_OOB = transport.RESULT_OOB
 _RESULT = transport.RESULT
 _CALL = transport.CALL
+_CALL_RETRY = transport.CALL_RETRY
 _loads = unpickler.loads
 _call_dumps = buffers.call_dumps
 _LEAD = -2  # item kind: this waiting thread now holds the reading role
@@ -104,10 +105,13 @@ class _Call:
     def __init__(self, name: str, request: Any, retry: bool, sink: Any, loop: Any) -> None:
         self.name = name
         data, out = _call_dumps(request)  # _encode, inline: on every call
+        # A call safe to repeat needs no started mark (it is sent again after a crash
+        # whether it started or not): its kind tells the worker to skip the pipe's write.
         if out:
-            self.kind, self.payload = transport.CALL_OOB, buffers.frame_parts(data, out)
+            self.kind = transport.CALL_OOB_RETRY if retry else transport.CALL_OOB
+            self.payload = buffers.frame_parts(data, out)
         else:
-            self.kind, self.payload = _CALL, data
+            self.kind, self.payload = _CALL_RETRY if retry else _CALL, data
         self.retry = retry
         self.sink = sink
         self.loop = loop

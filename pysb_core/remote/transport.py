@@ -40,6 +40,10 @@ HEADER_SIZE = HEADER.size
 CALL = 1  # payload: pickle((ref, args, kwargs))
 SHUTDOWN = 2  # no payload: finish and exit
 CALL_OOB = 3  # like CALL, its large buffers out of band (pysb_core.remote.buffers)
+#: CALL and CALL_OOB of a call that is safe to repeat (``retry_on_crash``): the worker
+#: writes no started mark for it, since the host sends it again after a crash anyway.
+CALL_RETRY = 4
+CALL_OOB_RETRY = 5
 # child -> parent
 READY = 10  # payload: pickle(info dict); init_fn has run
 STARTED = 11  # (unused on the socket: see StartedLog)
@@ -50,7 +54,7 @@ EXCEPTION = 15  # payload: pickle(wire description of the exception)
 INIT_FAILED = 16  # payload: like EXCEPTION, for init_fn
 RESULT_OOB = 17  # like RESULT, its large buffers out of band (pysb_core.remote.buffers)
 #: Kinds whose payload is a buffer table, a pickle and buffers (read apart).
-OOB_KINDS = frozenset({CALL_OOB, RESULT_OOB})
+OOB_KINDS = frozenset({CALL_OOB, CALL_OOB_RETRY, RESULT_OOB})
 
 #: The largest payload of each kind of frame from the child (issue 26 #3): a bigger one is a
 #: protocol violation, refused before the host allocates anything. The honest worker keeps

@@ -78,6 +78,7 @@ class _ArgsUnpickler(_pickle.Unpickler):
 
 _OOBPayload = buffers.OOBPayload
 _CALL, _CALL_OOB = transport.CALL, transport.CALL_OOB
+_CALL_RETRY, _CALL_OOB_RETRY = transport.CALL_RETRY, transport.CALL_OOB_RETRY
 _mark = os.write  # StartedLog.mark, inline in the hot path: one 8-byte write to the pipe
 _pack_id = transport.STARTED_ID.pack
 #: The worker's _CallStream objects (stdout and stderr): flushed before each answer.
@@ -286,13 +287,15 @@ class _Server:
                     if not self.stopping:
                         rearm(fd, _ONE_SHOT)  # the next frame wakes the next idle thread
             if kind in (_CALL, _CALL_OOB):
+                _mark(self.started_fd, _pack_id(cid))  # the host never sends it again
+                self._handle(cid, payload)
+            elif kind in (_CALL_RETRY, _CALL_OOB_RETRY):  # safe to repeat: no mark
                 self._handle(cid, payload)
             elif kind == transport.SHUTDOWN:
                 self._end()
                 return
 
     def _handle(self, cid: int, payload: bytes | bytearray) -> None:
-        _mark(self.started_fd, _pack_id(cid))  # from here on the host never sends it again
         token = _current.set(cid)
         try:
             ref, args, kwargs = _loads(payload)
