@@ -371,9 +371,9 @@ def _run_program(program: dict, runpy) -> None:
             _run_module_as_main(runpy, "__main__", alter_argv=False)
             return
         source = program["source"]
-        main_globals["__file__"] = path
+        main_globals["__file__"] = program["file"]
         main_globals["__cached__"] = None
-        code = _COMPILE(source, path, "exec", dont_inherit=True)
+        code = _COMPILE(source, program["file"], "exec", dont_inherit=True)
     elif mode == "code":
         code = _COMPILE(program["code"], "<string>", "exec", dont_inherit=True)
     elif mode == "stdin":
@@ -474,12 +474,34 @@ def _restore_sys_path(original: list[str] | None) -> None:
     sys.path[:] = [*head, *original, *tail]
 
 
+def _dash_c_lines(source: str | None) -> None:
+    """Show the program's ``-c`` code in tracebacks as ``python -c`` does, and pysb's never.
+
+    From 3.13 the interpreter keeps the ``-c`` command's lines in ``linecache`` under
+    ``<string>`` (so tracebacks of ``python -c`` show its source). The sandbox's interpreter
+    is started with pysb's own ``-c`` stub, so those lines were the stub's: a traceback
+    through any ``<string>`` frame (``exec("1/0")``) showed pysb's bootstrap line, and one of
+    ``pysb run -c CODE`` none of CODE's. The entry is replaced by the program's code (``-c``)
+    or dropped; before 3.13 there is no such entry and nothing changes."""
+    linecache = sys.modules.get("linecache")
+    cache = getattr(linecache, "cache", None)
+    if not isinstance(cache, dict) or "<string>" not in cache:
+        return
+    if source is None:
+        del cache["<string>"]
+    else:
+        text = source + "\n"  # as the interpreter keeps it
+        lines = [line + "\n" for line in text.splitlines()]
+        cache["<string>"] = (len(text), None, lines, "<string>")
+
+
 def main(fd: str, original_path: list[str] | None = None) -> None:
     from pysb_core.remote.state import mark_in_sandbox
 
     mark_in_sandbox()  # @sandbox functions called here run directly (complete mode)
     payload = _read_payload(int(fd))
     program = payload["program"]
+    _dash_c_lines(program["code"] if program["mode"] == "code" else None)
     if payload.get("tmp_watch"):
         _send_tmp_dirs(payload["tmp_watch"])
     for entry in payload.get("sys_path", ()):
@@ -503,6 +525,9 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
         # would itself be an access the profile may not grant. A directory or a zip file
         # with __main__.py is itself sys.path[0], as CPython puts it (see _program_modules).
         path = program["path"]
+        # The script's __file__ and code file name, as CPython (3.9+) makes them: the
+        # working directory joined to a relative path, not normalised; argv[0] stays as given.
+        program["file"] = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
         if "source" not in program or program["source"][:2] == b"PK":
             program["path0"] = os.path.join(os.getcwd(), path)
             program["importer"] = True

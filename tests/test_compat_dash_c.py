@@ -1,0 +1,71 @@
+"""Tracebacks through ``<string>`` read as under ``python`` (issue 28, tracebacks).
+
+From 3.13 the interpreter keeps the lines of its ``-c`` command in ``linecache`` under
+``<string>``, so a traceback of ``python -c CODE`` shows CODE's lines. The sandbox's
+interpreter is started with pysb's own ``-c`` stub: a traceback through any ``<string>``
+frame (``exec("1/0")`` in a script) showed pysb's bootstrap line, and one of
+``pysb run -c CODE`` none of CODE's. Compared with the same interpreter run plainly, under
+subprocess, landlock and bwrap, on 3.11 to 3.13 (before 3.13 there is nothing to differ).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pysb_core.testing import Project, require_provider
+
+PROVIDERS = ["subprocess", "landlock", "bwrap"]
+PROFILE = "version: 1\nimports: [traceback, linecache]\napi: {allow: ['*']}\n"
+
+SCRIPT = """\
+import traceback
+
+try:
+    exec("x = 1\\n1/0")
+except ZeroDivisionError:
+    traceback.print_exc()
+"""
+CODE = "import linecache\nprint(linecache.getline('<string>', 2), end='')\nx = 1\n1/0\n"
+
+
+def _traceback(text: str) -> list[str]:
+    """The lines from ``Traceback`` on (the program's own output and pysb's notes aside)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Traceback"))
+    return lines[start:]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_exec_in_a_script_shows_no_line_of_pysb(
+    project: Project, provider: str, pysb_python: str
+) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    project.file("tb.py", SCRIPT)
+    project.profile(PROFILE)
+    plain = subprocess.run(
+        [pysb_python, "tb.py"], cwd=project.root, capture_output=True, text=True, check=False
+    )
+    res = project.run("run", "--provider", provider, "tb.py", python=pysb_python)
+    assert res.returncode == 0, res.stdout + res.stderr
+    boxed = _traceback(res.stderr)
+    assert boxed == _traceback(plain.stderr), res.stderr
+    assert not any("pysb" in line for line in boxed), res.stderr
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_dash_c_tracebacks_show_the_programs_lines(
+    project: Project, provider: str, pysb_python: str
+) -> None:
+    if provider != "subprocess":
+        require_provider(provider)
+    project.profile(PROFILE)
+    plain = subprocess.run(
+        [pysb_python, "-c", CODE], cwd=project.root, capture_output=True, text=True, check=False
+    )
+    res = project.run("run", "--provider", provider, "-c", CODE, python=pysb_python)
+    assert res.returncode == plain.returncode == 1, res.stdout + res.stderr
+    assert res.stdout == plain.stdout, res.stdout  # linecache's line 2 of <string>, as plain
+    assert _traceback(res.stderr) == _traceback(plain.stderr), res.stderr
