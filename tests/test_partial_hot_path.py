@@ -78,27 +78,35 @@ def _io_counts(pid: int) -> tuple[int, int]:
     return int(fields["syscr"]), int(fields["syscw"])
 
 
-@pytest.mark.parametrize("provider", ["subprocess", "landlock", "bwrap"])
-def test_the_worker_takes_a_call_with_one_read(tmp_path: Path, provider: str):
-    """A call costs the worker one read (the host pads each frame to a block, so the read
-    of a block takes it whole) and two writes (the started mark, then the answer): before,
-    a header read and a payload read."""
+def _worker_io(tmp_path: Path, provider: str, name: str, calls: int) -> tuple[int, int]:
+    """The worker's reads and writes (``/proc/PID/io``) over ``calls`` warm calls of
+    ``name``."""
     if provider != "subprocess":
         require_provider(provider)
     mod = write_module(tmp_path, FUNCTIONS)
     profile = tmp_path / ".pysb.yaml"
     profile.write_text(profile_text(provider, tmp_path))
-    calls = 300
+    fn = getattr(mod, name)
     with sandboxes(profile=str(profile), cwd=str(tmp_path)) as box:
         for i in range(20):
-            assert mod.echo(i) == i
+            assert fn(i) == i
         worker = worker_host_pid(box.pid)
         reads0, writes0 = _io_counts(worker)
         for i in range(calls):
-            assert mod.echo(i) == i
+            assert fn(i) == i
         reads, writes = _io_counts(worker)
-    assert reads - reads0 <= calls + 5, (reads - reads0, calls)
-    assert writes - writes0 <= 2 * calls + 5, (writes - writes0, calls)
+    return reads - reads0, writes - writes0
+
+
+@pytest.mark.parametrize("provider", ["subprocess", "landlock", "bwrap"])
+def test_the_worker_takes_a_call_with_one_read(tmp_path: Path, provider: str):
+    """A call costs the worker one read (the host pads each frame to a block, so the read
+    of a block takes it whole) and two writes (the started mark, then the answer): before,
+    a header read and a payload read."""
+    calls = 300
+    reads, writes = _worker_io(tmp_path, provider, "echo", calls)
+    assert reads <= calls + 5, (reads, calls)
+    assert writes <= 2 * calls + 5, (writes, calls)
 
 
 @pytest.mark.parametrize("provider", ["subprocess", "landlock"])
@@ -107,19 +115,7 @@ def test_a_call_safe_to_repeat_costs_the_worker_no_started_mark(tmp_path: Path, 
     so the worker writes no started mark for them: one write per call (the answer), not
     two. (tests/test_partial_crash.py: such a call still runs again after a crash, and a
     call without it still fails.)"""
-    if provider != "subprocess":
-        require_provider(provider)
-    mod = write_module(tmp_path, FUNCTIONS)
-    profile = tmp_path / ".pysb.yaml"
-    profile.write_text(profile_text(provider, tmp_path))
     calls = 300
-    with sandboxes(profile=str(profile), cwd=str(tmp_path)) as box:
-        for i in range(20):
-            assert mod.again(i) == i
-        worker = worker_host_pid(box.pid)
-        reads0, writes0 = _io_counts(worker)
-        for i in range(calls):
-            assert mod.again(i) == i
-        reads, writes = _io_counts(worker)
-    assert reads - reads0 <= calls + 5, (reads - reads0, calls)
-    assert writes - writes0 <= calls + 5, (writes - writes0, calls)
+    reads, writes = _worker_io(tmp_path, provider, "again", calls)
+    assert reads <= calls + 5, (reads, calls)
+    assert writes <= calls + 5, (writes, calls)
