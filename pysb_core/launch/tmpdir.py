@@ -7,7 +7,7 @@ run nor meet another program's. Two shapes, chosen by the provider:
   (:attr:`Provider.private_tmp` = ``"/tmp"``: bwrap, unshare, firejail, the qemu guest) gives the
   program ``/tmp`` itself: ``TMPDIR=/tmp``, and the file guard allows it without a rule;
 - any other provider (subprocess, landlock) gets a fresh host directory made
-  here (mode 0700, ``pysb-UID/tmp-PID-RANDOM`` in the host's temporary directory, where
+  here (mode 0700, ``pysb-UID/PID-RANDOM`` in the host's temporary directory, where
   what a killed pysb left is collected), exposed read-write
   at its own path like an implicit exposure, named by ``TMPDIR``, and removed when the
   sandbox's clean-ups run.
@@ -91,7 +91,7 @@ def make_private_tmp(
 
 
 def _make_host_dir(environ: Mapping[str, str]) -> str:
-    """A new directory, mode 0700, for one sandbox: ``BASE/pysb-UID/tmp-PID-RANDOM`` in the
+    """A new directory, mode 0700, for one sandbox: ``BASE/pysb-UID/PID-RANDOM`` in the
     host's temporary directory (as ``tempfile`` picks it, without importing it: ``pysb run``
     start-up is a budget). Directories left by a pysb that was killed (its PID gone) are
     removed on the way; where ``pysb-UID`` is not a private directory of this user (someone
@@ -104,9 +104,12 @@ def _make_host_dir(environ: Mapping[str, str]) -> str:
         if parent is not None:
             _remove_stale(parent)
         where = parent or base
-        prefix = f"tmp-{os.getpid()}-" if parent else "pysb-tmp-"
+        # Short on purpose: a program's Unix socket paths below $TMPDIR (multiprocessing's
+        # forkserver, tests binding sockets) have 108 bytes in all, and this name is the
+        # only part a plain run has not.
+        prefix = f"{os.getpid()}-" if parent else "pysb-tmp-"
         for _ in range(16):
-            path = os.path.join(where, prefix + os.urandom(6).hex())
+            path = os.path.join(where, prefix + os.urandom(4).hex())
             try:
                 os.mkdir(path, 0o700)
             except FileExistsError:
@@ -145,13 +148,17 @@ def _private_parent(base: str) -> str | None:
 
 
 def _remove_stale(parent: str) -> None:
-    """Remove what a pysb killed before its clean-ups left (``tmp-PID-*``, PID gone)."""
+    """Remove what a pysb killed before its clean-ups left (``PID-*``, and the ``tmp-PID-*``
+    of earlier versions, PID gone)."""
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for name in names:
-        pid = name.split("-")[1] if name.startswith("tmp-") and name.count("-") >= 2 else ""
+        parts = name.split("-")
+        pid = parts[1] if parts[0] == "tmp" and len(parts) >= 3 else parts[0]
+        if len(parts) < 2:
+            continue
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
         path = os.path.join(parent, name)
