@@ -366,7 +366,6 @@ def _run_program(program: dict, runpy) -> None:
         _run_module_as_main(runpy, program["module"], alter_argv=True)
         return
     if mode == "script":
-        path = program["path"]
         if runpy is not None:  # a directory or a zip file with __main__.py: as CPython does
             _run_module_as_main(runpy, "__main__", alter_argv=False)
             return
@@ -529,7 +528,7 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
         # working directory joined to a relative path, not normalised; argv[0] stays as given.
         program["file"] = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
         if "source" not in program or program["source"][:2] == b"PK":
-            program["path0"] = os.path.join(os.getcwd(), path)
+            program["path0"] = program["file"]
             program["importer"] = True
         else:
             program["path0"] = os.path.dirname(os.path.realpath(path))

@@ -156,9 +156,9 @@ def _remove_stale(parent: str) -> None:
         return
     for name in names:
         parts = name.split("-")
-        pid = parts[1] if parts[0] == "tmp" and len(parts) >= 3 else parts[0]
         if len(parts) < 2:
             continue
+        pid = parts[1] if parts[0] == "tmp" and len(parts) >= 3 else parts[0]
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
         path = os.path.join(parent, name)
