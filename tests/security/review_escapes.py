@@ -280,6 +280,71 @@ print('control factory', type(con).__name__)
 """
 
 
+#: Every way the program has to install or remove an authorizer, on every kind of
+#: connection: the guard's check of ATTACH / VACUUM INTO stays (the program's authorizer
+#: composes with it); the program's callback still decides what the guard lets through.
+SQLITE_AUTHORIZERS = """
+import importlib, sqlite3, sys
+class Sub(sqlite3.Connection):
+    pass
+class Own(sqlite3.Connection):
+    def set_authorizer(self, *a, **k):
+        return super().set_authorizer(*a, **k)
+class Call:
+    def __call__(self, *a):
+        return 0
+def allow_all(*a):
+    return sqlite3.SQLITE_OK
+def reinit(con):
+    con.set_authorizer(None)
+    sqlite3.Connection.__init__(con, ':memory:')
+    return con
+def second_copy():
+    del sys.modules['_sqlite3']
+    copy = importlib.import_module('_sqlite3')
+    assert copy.Connection is not sqlite3.Connection
+    return copy.connect(':memory:')
+connections = [
+    ('connect', lambda: sqlite3.connect(':memory:')),
+    ('Connection()', lambda: sqlite3.Connection(':memory:')),
+    ('factory', lambda: sqlite3.connect(':memory:', factory=Sub)),
+    ('own method', lambda: sqlite3.connect(':memory:', factory=Own)),
+    ('re-initialised', lambda: reinit(sqlite3.connect(':memory:'))),
+    ('second _sqlite3', second_copy),
+]
+installers = [
+    ('None', lambda con: con.set_authorizer(None)),
+    ('allow all', lambda con: con.set_authorizer(allow_all)),
+    ('lambda', lambda con: con.set_authorizer(lambda *a: 0)),
+    ('callable object', lambda con: con.set_authorizer(Call())),
+    ('keyword', lambda con: con.set_authorizer(authorizer_callback=None)),
+    ('unbound', lambda con: type(con).set_authorizer(con, None)),
+    ('type dict', lambda con: [k for k in type(con).__mro__ if 'set_authorizer' in k.__dict__][-1].__dict__['set_authorizer'](con, allow_all)),
+    ('super', lambda con: super(type(con), con).set_authorizer(None) if type(con).__name__ != 'Connection' else con.set_authorizer(None)),
+    ('twice', lambda con: (con.set_authorizer(allow_all), con.set_authorizer(None))),
+    ('re-initialised after', lambda con: (con.set_authorizer(None), type(con).__init__(con, ':memory:'))),
+]
+for n, (cname, make, iname, install) in enumerate([(c, m, i, f) for c, m in connections for i, f in installers]):
+        con = make()
+        install(con)
+        for sql in ("ATTACH DATABASE '" + OUTSIDE + "/db.sqlite' AS o", "VACUUM INTO '" + OUTSIDE + "/vacuumed.sqlite'"):
+            try:
+                con.execute(sql)
+                print('ESCAPED', cname, iname, sql)
+            except Exception as e:  # a second _sqlite3 raises its own classes
+                print('refused', cname, iname, sql.split()[0], e)
+        # what the guard lets through, the program's authorizer decides
+        con.execute("ATTACH DATABASE '" + PROJECT + "/rw/" + str(n) + ".sqlite' AS w")
+        con.set_authorizer(lambda action, *a: sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_SELECT else 0)
+        try:
+            con.execute('SELECT 1')
+            print('ESCAPED? the program authorizer was ignored', cname, iname)
+        except Exception as e:
+            print('control denied', e)
+        con.close()
+"""
+
+
 TCL = """
 try:
     import tkinter

@@ -34,6 +34,7 @@ from review_escapes import (
     SHM,
     SPWD,
     SQLITE,
+    SQLITE_AUTHORIZERS,
     SQLITE_OTHER_CONNECTIONS,
     SQLITE_READ_ONLY,
     SQLITE_URIS,
@@ -224,16 +225,23 @@ def test_sqlite_read_only_exposure_is_opened_read_only(box: Box, pysb_python: st
     assert after == {k: v for k, v in before.items() if k != "attack.py"}
 
 
-@hole("11: a program's own set_authorizer(None) lifts the check")
-def test_sqlite_authorizer_cannot_be_removed(box: Box) -> None:
-    db = box.outside / "db.sqlite"
-    sqlite3.connect(db).close()
-    box.profile("sqlite3")
-    box.run(
-        "import sqlite3\ncon = sqlite3.connect(':memory:')\ncon.set_authorizer(None)\n"
-        "try:\n    con.execute('ATTACH DATABASE ? AS o', (OUTSIDE + '/db.sqlite',))\n"
-        "    print('ESCAPED attached')\nexcept sqlite3.Error as e:\n    print('refused', e)\n"
-    )
+def test_sqlite_authorizer_cannot_be_removed(box: Box, pysb_python: str) -> None:
+    """A program's ``set_authorizer(None)`` replaced the guard's authorizer, and
+    ``ATTACH`` then read the database outside. Now the program's authorizer composes with
+    the guard's, however it is set (method, keyword, unbound, the type's dictionary,
+    ``super``, a subclass's override, a second ``_sqlite3``) and on whatever connection
+    (``connect``, ``Connection()``, a factory, a re-initialised one): ``ATTACH`` and
+    ``VACUUM INTO`` outside are refused, an ``ATTACH`` in the read-write exposure works,
+    and the program's own authorizer still denies what it denies."""
+    _outside_db(box)
+    box.profile("sqlite3, _sqlite3, importlib, sys")
+    out = box.run(SQLITE_AUTHORIZERS, python=pysb_python)
+    assert refusals(out) == 6 * 10 * 2, out
+    assert out.count(" ATTACH not authorized") == 6 * 10, out
+    assert out.count(" VACUUM authorization denied") == 6 * 10, out
+    assert out.count("control denied") == 6 * 10, out
+    assert sorted(p.name for p in box.outside.iterdir()) == ["db.sqlite", "secret.txt"]
+    assert len(list((box.project / "rw").iterdir())) == 6 * 10
 
 
 def test_syslog_and_named_semaphores_are_file_accesses(box: Box) -> None:

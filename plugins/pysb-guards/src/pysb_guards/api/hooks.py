@@ -92,12 +92,6 @@ def python_layer_limits(policy: Policy) -> list[str]:
             "call the Python layer sees, so it holds `native` only against programs that do "
             "not use ctypes; an OS provider still confines the process"
         )
-    if star or imports & {"sqlite3", "_sqlite3"}:
-        notes.append(
-            "imports allow sqlite3: SQL cannot ATTACH files outside the exposures, but a "
-            "program that calls Connection.set_authorizer itself lifts that check for its "
-            "connection; an OS provider still confines the process"
-        )
     return notes
 
 

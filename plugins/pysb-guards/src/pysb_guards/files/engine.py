@@ -996,29 +996,121 @@ def _f_sqlite_read_only(args, kwargs):
     return args, kwargs
 
 
-def _f_sqlite_authorizer(action, arg1, arg2, database, source):
-    """SQLite's authorizer on every connection: ``ATTACH`` (which ``VACUUM INTO`` also
-    uses) opens a file with C code of its own, judged here as a file access. Anything
-    else is SQLite's business (0 = SQLITE_OK, 1 = SQLITE_DENY)."""
-    if action != 24:
-        return 0
+def _f_sqlite_denies(args):
+    """The guard's verdict on one call of SQLite's authorizer (CPython passes ``action,
+    arg1, arg2, database, source``): ``ATTACH`` (which ``VACUUM INTO`` also uses) opens a
+    file with C code of its own, judged here as a file access; anything else is SQLite's
+    business. Only exact ints and strs are compared (the program may call an authorizer
+    face itself, with objects of its own): anything else denies."""
+    if len(args) != 5 or type(args[0]) is not int:
+        return True
+    if args[0] != 24:
+        return False
+    arg1 = args[1]
     if type(arg1) is not str:
-        return 1
-    return 0 if _f_sqlite_judge_attached(arg1) is None else 1
+        return True
+    return _f_sqlite_judge_attached(arg1) is not None
+
+
+def _f_sqlite_authorizer(action, arg1, arg2, database, source):
+    """SQLite's authorizer of a connection the guard arms through CPython's
+    ``set_authorizer`` (when SQLite's own hook could not be set): 0 = SQLITE_OK,
+    1 = SQLITE_DENY."""
+    return 1 if _f_sqlite_denies((action, arg1, arg2, database, source)) else 0
+
+
+def _f_sqlite_first(args, kwargs):
+    """The judge of the door in front of an authorizer the program sets: the guard's
+    check runs first, and a denial (SQLITE_DENY) is the answer without the program's
+    callback; otherwise the callback decides, called by the door as CPython would call
+    it (its return value and its exceptions reach CPython's own handling)."""
+    if kwargs or _f_sqlite_denies(args):
+        return NEW_VALUE(1)
+    return None
+
+
+def _f_sqlite_ok(action, arg1, arg2, database, source):
+    """What the guard's own authorizer answers once its check let a call through."""
+    return 0
+
+
+def _f_sqlite_composed(callback):
+    """The callable CPython stores as a connection's authorizer: a face whose door runs
+    the guard's check (:func:`_f_sqlite_first`), then ``callback`` (the program's, or
+    :func:`_f_sqlite_ok` when the program has none). The face takes the name of a
+    program's function, so CPython's report of an exception it raised
+    (``sys.unraisablehook``'s ``object``) reads as its own."""
+    if callback is None:
+        face = ST["sqlite_guard_only"]
+        if face is None:
+            door = MAKE_DOOR(_f_sqlite_ok, _f_sqlite_first, name="authorizer")
+            face = ST["sqlite_guard_only"] = MAKE_FACE(door)
+        return face
+    door = MAKE_DOOR(callback, _f_sqlite_first, name="authorizer")
+    try:
+        return MAKE_FACE(door, callback)
+    except ImportError:  # a function whose __kwdefaults__ holds a name that is no str
+        return MAKE_FACE(door)
+
+
+def _f_sqlite_set_authorizer(args, kwargs):
+    """The judge of ``Connection.set_authorizer``'s door: the callable the program gives
+    (None included) is replaced by one that runs the guard's check first
+    (:func:`_f_sqlite_composed`): the program's authorizer composes with the guard's,
+    ``set_authorizer(None)`` removes the program's alone. A call CPython itself refuses
+    (another number of arguments, another keyword) goes on as given."""
+    if len(args) == 2 and not kwargs:
+        return (args[0], _f_sqlite_composed(args[1])), kwargs
+    if len(args) == 1 and len(kwargs) == 1 and "authorizer_callback" in kwargs:
+        return args, {"authorizer_callback": _f_sqlite_composed(kwargs["authorizer_callback"])}
+    return None
+
+
+def _f_sqlite_guard_type(cls):
+    """Put the door of ``set_authorizer`` (:func:`_f_sqlite_set_authorizer`) in the
+    namespace of ``cls``, a ``Connection`` type of a ``_sqlite3`` just executed (every
+    copy has types of its own). The type is immutable: its dictionary is written
+    directly and the type told (``PyType_Modified``, :func:`.sqlite_c.type_tools`),
+    before any program code saw the module. Subclasses, factories
+    and ``Connection.__dict__`` then all give the door; its original is held here only.
+    False when that cannot be done (the import is then refused)."""
+    if type(cls) is not type:
+        return False
+    proxy = TYPE_DICT(cls)
+    original = proxy.get("set_authorizer")
+    if IS_FACE(original):
+        return True
+    if type(original) is not METHOD_DESCRIPTOR:
+        return False
+    tools = ST["type_tools"]
+    if tools is None:
+        return False
+    ns = tools["namespace"](cls)
+    if type(ns) is not dict or dict.get(ns, "set_authorizer") is not original:
+        return False
+    door = MAKE_DOOR(original, _f_sqlite_set_authorizer, name="set_authorizer")
+    ST["sqlite_kept"].append(original)
+    face = MAKE_FACE(door, original, ST["prepare_set_authorizer"])
+    dict.__setitem__(ns, "set_authorizer", face)
+    tools["modified"](cls)
+    return True
 
 
 def _f_patch_sqlite(module):
     """``sqlite3.connect`` (and ``_sqlite3``'s): the audit hook judges the path in the event
     it raises; the face turns path objects into exact str/bytes first, and its door hands
     the new connection SQLite's authorizer (``_f_sqlite_authorizer``), set with the C
-    type's own ``set_authorizer`` taken as ``_sqlite3`` loads."""
-    if ST["set_authorizer"] is None:
-        found = RESOLVE(module, "Connection")
-        if found is not None and type(found[2]) is type:
-            method = TYPE_DICT(found[2]).get("set_authorizer")
-            if type(method) is METHOD_DESCRIPTOR:
-                ST["set_authorizer"] = method
-                ST["sqlite_base"] = found[2]
+    type's own ``set_authorizer`` taken as ``_sqlite3`` loads. ``Connection.set_authorizer``
+    gets a door (:func:`_f_sqlite_guard_type`): a program's authorizer composes with the
+    guard's, never replaces it."""
+    found = RESOLVE(module, "Connection")
+    if found is not None and type(found[2]) is type:
+        method = TYPE_DICT(found[2]).get("set_authorizer")
+        if ST["set_authorizer"] is None and type(method) is METHOD_DESCRIPTOR:
+            ST["set_authorizer"] = method
+            ST["sqlite_base"] = found[2]
+        if not _f_sqlite_guard_type(found[2]):
+            raise ImportError("pysb: sqlite3.Connection.set_authorizer could not be guarded")
     found = RESOLVE(module, "connect")
     if found is not None and not IS_FACE(found[2]):
         door = MAKE_DOOR(found[2], _f_sqlite_read_only, _f_sqlite_connected, name="connect")

@@ -237,6 +237,7 @@ def _install_sqlite_hook(ns: dict[str, Any], policy: Policy) -> None:
 
     if not sqlite_c.wanted(policy.imports):
         return
+    ns["ST"]["type_tools"] = sqlite_c.type_tools()
     c = sqlite_c.prepare()
     if c is not None:
         ns["ST"]["sqlite_c"] = c["make"](ns["_f_sqlite_c_entry"], ns["_f_sqlite_c_authorizer"])
@@ -255,6 +256,37 @@ def _make_sqlite_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]]:
         return inner(args, kwargs)
 
     prepare.skips_lone_str = True  # type: ignore[attr-defined]  # a lone str: no factory
+    return prepare
+
+
+#: CPython 3.13's warning for ``set_authorizer(authorizer_callback=...)``.
+_AUTHORIZER_KEYWORD = (
+    "Passing keyword argument 'authorizer_callback' to _sqlite3.Connection.set_authorizer() "
+    "is deprecated. Parameter 'authorizer_callback' will become positional-only in Python 3.15."
+)
+
+
+def _make_set_authorizer_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]]:
+    """``Connection.set_authorizer``'s prepare: from 3.13 CPython warns of the keyword
+    ``authorizer_callback``, from the C method, whose caller is then the door and the
+    warning's line a door's. The face's prepare warns instead, for the program's line
+    (``stacklevel`` 2: the face's frame is one ``warnings`` passes over), and passes the
+    callable on positionally. Plain code: the program's warning filters run here."""
+    import warnings
+
+    warn = warnings.warn
+    deprecated = sys.version_info >= (3, 13)
+    len_, type_, list_, items, str_ = len, type, list, dict.items, str
+
+    def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if not deprecated or len_(args) != 1 or len_(kwargs) != 1:
+            return args, kwargs
+        ((key, value),) = list_(items(kwargs))
+        if type_(key) is not str_ or key != "authorizer_callback":
+            return args, kwargs
+        warn(_AUTHORIZER_KEYWORD, DeprecationWarning, stacklevel=2)
+        return (args[0], value), {}
+
     return prepare
 
 
@@ -360,11 +392,15 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
             "buffers": {},
             "held": {},  # thread -> whether each open _f_lock took the lock
             "prepare_database": _make_sqlite_prepare(),
+            "prepare_set_authorizer": _make_set_authorizer_prepare(),
             "set_authorizer": None,  # sqlite3.Connection's, taken when _sqlite3 loads
             "sqlite_doors": set(),  # code ids of the doors of sqlite3.connect's faces
             "sqlite_base": None,  # sqlite3.Connection itself
             "sqlite_c": None,  # SQLite's own hook (sqlite_c.py), when it could be set
             "sqlite_pending": {},  # thread -> False after its connect event, True once armed
+            "sqlite_kept": [],  # the set_authorizer methods of the types given a door
+            "sqlite_guard_only": None,  # the authorizer face of set_authorizer(None)
+            "type_tools": None,  # a type's own dictionary, PyType_Modified (sqlite_c)
         },
         RECORDER=_seal.private_recorder(recorder),
         FDENIED=FileDeniedError,

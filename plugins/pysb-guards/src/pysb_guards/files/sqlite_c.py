@@ -112,3 +112,41 @@ def prepare() -> dict[str, Any] | None:
         return pieces  # kept alive by the guard's sealed state: SQLite holds their addresses
 
     return {"make": make}
+
+
+def type_tools() -> dict[str, Any] | None:
+    """``namespace(cls)``, the dictionary itself of a type (``PyObject_GenericGetDict``:
+    ``type.__dict__`` is a read-only proxy) and ``modified(cls)`` (``PyType_Modified``),
+    C functions of this interpreter called with the GIL held: the file guard writes its
+    ``set_authorizer`` into the dictionary of the immutable ``sqlite3.Connection`` type,
+    whose attribute caches must then forget the old method. None without ``_ctypes``
+    (the guard then refuses ``_sqlite3``)."""
+    try:
+        import _ctypes
+
+        handle = _ctypes.dlopen(None, os.RTLD_NOW)
+        get_dict = _ctypes.dlsym(handle, "PyObject_GenericGetDict")
+        modified = _ctypes.dlsym(handle, "PyType_Modified")
+    except (ImportError, OSError):
+        return None
+
+    class PyObject(_ctypes._SimpleCData):
+        _type_ = "O"
+
+    class CPointer(_ctypes._SimpleCData):
+        _type_ = "P"
+
+    api = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_PYTHONAPI
+
+    class GetDict(_ctypes.CFuncPtr):
+        _argtypes_ = (PyObject, CPointer)
+        _restype_ = PyObject
+        _flags_ = api
+
+    class TypeModified(_ctypes.CFuncPtr):
+        _argtypes_ = (PyObject,)
+        _restype_ = None
+        _flags_ = api
+
+    namespace = GetDict(get_dict)
+    return {"namespace": lambda cls: namespace(cls, None), "modified": TypeModified(modified)}
