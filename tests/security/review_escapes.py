@@ -222,8 +222,13 @@ SQLITE_READ_ONLY = """
 import os, sqlite3
 # A database under the read-only ./pub is opened read-only: SQLite answers a write with its
 # own OperationalError, as under a read-only file system, and creates no side file.
-for db in ('pub/plain.sqlite', 'pub/wal.sqlite', os.path.abspath('pub/plain.sqlite').encode()):
-    con = sqlite3.connect(db)
+class Sub(sqlite3.Connection):
+    pass
+class Own(sqlite3.Connection):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+for db, factory in (('pub/plain.sqlite', None), ('pub/wal.sqlite', None), (os.path.abspath('pub/plain.sqlite').encode(), None), ('pub/plain.sqlite', Sub), ('pub/wal.sqlite', Own)):
+    con = sqlite3.connect(db) if factory is None else sqlite3.connect(db, factory=factory)
     print('read', con.execute('SELECT x FROM t').fetchall())
     for sql in ("INSERT INTO t VALUES ('pwned')", 'CREATE TABLE u (x)', 'PRAGMA journal_mode=DELETE'):
         try:

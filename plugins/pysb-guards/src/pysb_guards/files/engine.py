@@ -962,14 +962,12 @@ def _f_sqlite_read_only(args, kwargs):
     database's ``-wal`` and ``-shm`` files (SQLite opens them read-write, falling back to
     read-only only when the kernel refuses, which under ``subprocess`` it does not); an
     immutable database is read with no side file at all (a ``-wal`` not yet checkpointed
-    is not read). Only the plain call is rewritten (a factory of the program's gets the
-    arguments as given); a name that is a URI is the program's own, judged as SQLite
-    reads it (the audit hook)."""
+    is not read). A ``factory`` of the program's gets the URI too (and ``uri=True``),
+    when the database it is given is an exact str/bytes (a path object reaches it as
+    given, and is judged as a write when it reaches ``Connection.__init__``); a name
+    that is a URI is the program's own, judged as SQLite reads it (the audit hook)."""
     database = args[0] if args else kwargs.get("database")
     if type(database) is not str and type(database) is not bytes:
-        return None
-    factory = args[5] if len(args) > 5 else kwargs.get("factory")
-    if factory is not None and factory is not ST["sqlite_base"]:
         return None
     text = _f_text(database)
     if text in ("", ":memory:") or text.startswith("file:") or "\0" in text:
