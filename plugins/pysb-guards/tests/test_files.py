@@ -410,3 +410,44 @@ def test_error_names_the_path_object_given_and_no_reference_is_kept(
     assert boxed == expected
     assert expected["refs_relative"] == ("ok", "0")
     assert expected["stat_str"] == ("ok", "(True, 'FileNotFoundError')")
+
+
+def test_sqlite_deprecation_warnings_name_the_programs_line(project: Path, python: str) -> None:
+    """CPython 3.13 warns of ``connect``'s positional arguments and of
+    ``set_authorizer(authorizer_callback=...)`` from C code, whose caller under the guards
+    is a door: the warnings named ``<pysb-door (importlib._bootstrap)>`` (CPython's
+    test_sqlite3: test_connect_positional_arguments, test_authorizer_keyword_args). They
+    name the program's line, as plain Python's do (none before 3.13); a factory's own
+    ``Connection.__init__`` warns for the factory's line."""
+    import subprocess
+
+    code = textwrap.dedent(
+        """
+        import sqlite3, warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            sqlite3.connect(':memory:', 1.0).close()
+            class Factory(sqlite3.Connection):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+            sqlite3.connect(':memory:', 1.0, factory=Factory).close()
+            sqlite3.connect(':memory:', 1.0, 0, None, True, Factory).close()
+            con = sqlite3.connect(':memory:')
+            con.set_authorizer(authorizer_callback=None)
+            con.set_authorizer(None)
+            con.close()
+        print('WARNINGS', [(x.filename, x.lineno, x.category.__name__, str(x.message)) for x in w])
+        """
+    )
+    plain = subprocess.run(
+        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
+    )
+    boxed = guarded.run(code, cwd=project, python=python, exposures=[guarded.expose(project)])
+    expected = [line for line in plain.stdout.splitlines() if line.startswith("WARNINGS")]
+    got = [line for line in boxed.stdout.splitlines() if line.startswith("WARNINGS")]
+    assert len(expected) == len(got) == 1, boxed.stdout + boxed.stderr
+    door = "<pysb-door (importlib._bootstrap)>"
+    # through a factory, connect's C code warns a second time for the door (docstring of
+    # guard._make_sqlite_prepare); every warning for the program's lines is plain's
+    program_lines = [w for w in ast.literal_eval(got[0][len("WARNINGS ") :]) if w[0] != door]
+    assert program_lines == ast.literal_eval(expected[0][len("WARNINGS ") :]), got

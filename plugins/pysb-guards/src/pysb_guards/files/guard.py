@@ -243,14 +243,61 @@ def _install_sqlite_hook(ns: dict[str, Any], policy: Policy) -> None:
         ns["ST"]["sqlite_c"] = c["make"](ns["_f_sqlite_c_entry"], ns["_f_sqlite_c_authorizer"])
 
 
+#: ``sqlite3.connect``'s parameters after ``database``, in order (3.11 to 3.13).
+_CONNECT_PARAMS = (
+    "timeout",
+    "detect_types",
+    "isolation_level",
+    "check_same_thread",
+    "factory",
+    "cached_statements",
+    "uri",
+)
+
+#: CPython 3.13's warnings for more than one positional argument, of ``sqlite3.connect``
+#: and of the ``Connection()`` it calls.
+_CONNECT_POSITIONAL = (
+    "Passing more than 1 positional argument to {}() is deprecated. Parameters 'timeout', "
+    "'detect_types', 'isolation_level', 'check_same_thread', 'factory', 'cached_statements' "
+    "and 'uri' will become keyword-only parameters in Python 3.15."
+)
+
+
 def _make_sqlite_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]]:
     """``sqlite3.connect``'s prepare: the database made an exact str/bytes, except for a
     ``factory`` of the program's, which gets it as given (what reaches
-    ``Connection.__init__`` is judged by the audit hook, exact str/bytes only)."""
+    ``Connection.__init__`` is judged by the audit hook, exact str/bytes only).
+
+    From 3.13 CPython warns of positional arguments after the database, from the C
+    function, whose caller is then the door: the prepare warns instead, for the
+    program's line (``stacklevel`` 2 passes over the face's frame), as ``connect`` and
+    the default ``Connection()`` would, and passes them on by name. A ``factory`` (given
+    by position or by name) gets them all as given (its ``Connection.__init__`` warns for its own
+    line, as in CPython); ``connect``'s C code then warns a second time, for the door's
+    frame (seen only by filters that show every warning)."""
+    import warnings
+
     inner = _make_prepare(((0, "database"),))
-    len_ = len
+    warn = warnings.warn
+    deprecated = sys.version_info >= (3, 13)
+    len_, type_, list_, dict_, str_, zip_ = len, type, list, dict, str, zip
+
+    def by_name(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        keys = list_(kwargs)
+        for k in keys:
+            if type_(k) is not str_ or (k in _CONNECT_PARAMS and k != "factory"):
+                return args, kwargs  # CPython's TypeError (given twice), as it raises it
+        warn(_CONNECT_POSITIONAL.format("sqlite3.connect"), DeprecationWarning, stacklevel=3)
+        if len_(args) > 5 or "factory" in keys:
+            return args, kwargs  # the factory gets them as given (see above)
+        warn(_CONNECT_POSITIONAL.format("_sqlite3.Connection"), DeprecationWarning, 3)
+        named = dict_(zip_(_CONNECT_PARAMS, args[1:]))
+        named.update(kwargs)
+        return (args[0],), named
 
     def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if deprecated and 1 < len_(args) <= 8:
+            args, kwargs = by_name(args, kwargs)
         if len_(args) > 5 or "factory" in kwargs:
             return args, kwargs
         return inner(args, kwargs)
