@@ -350,6 +350,39 @@ for n, (cname, make, iname, install) in enumerate([(c, m, i, f) for c, m in conn
 """
 
 
+#: The guard's ``_find_spec`` is plain code (docs/security.md): a program may rewrite its
+#: ``__code__`` or its decision cell. What it then imports is still refused, by the
+#: ``exec`` event or the import gates, and the refusal must be pysb's.
+FIND_SPEC_REWRITTEN = """
+import importlib, sys
+import importlib._bootstrap as bootstrap
+guard = bootstrap._find_spec
+cells = dict(zip(guard.__code__.co_freevars, guard.__closure__))
+def attempt(how):
+    for label, fn in (
+        ('import', lambda: __import__('csv')),
+        ('import_module', lambda: importlib.import_module('csv')),
+        ('_gcd_import', lambda: bootstrap._gcd_import('csv')),
+    ):
+        try:
+            fn()
+            print('ESCAPED', how, label)
+        except ImportError as e:
+            print('refused', how, label, type(e).__name__, e)
+def make(decide, find, module_spec, patch, taken):
+    def _find_spec(name, path, target=None):
+        (decide, module_spec, patch, taken)
+        return find(name, path, target)
+    return _find_spec
+saved = guard.__code__
+guard.__code__ = make(*(c.cell_contents for c in guard.__closure__)).__code__
+attempt('code')
+guard.__code__ = saved
+cells['decide'].cell_contents = lambda name: None
+attempt('decision cell')
+"""
+
+
 TCL = """
 try:
     import tkinter

@@ -27,6 +27,7 @@ from review_escapes import (
     CASES,
     CTYPES_FROM_ADDRESS,
     CWD_RACE,
+    FIND_SPEC_REWRITTEN,
     NATIVE_FROM_MEMORY,
     PROC_FD_REPOINTED,
     RENAMED,
@@ -244,6 +245,19 @@ def test_sqlite_authorizer_cannot_be_removed(box: Box, pysb_python: str) -> None
     assert out.count("control denied") == 6 * 10, out
     assert sorted(p.name for p in box.outside.iterdir()) == ["db.sqlite", "secret.txt"]
     assert len(list((box.project / "rw").iterdir())) == 6 * 10
+
+
+def test_a_rewritten_find_spec_still_refuses_as_pysb(box: Box, pysb_python: str) -> None:
+    """A program that rewrites the ``__code__`` or the decision cell of the import guard's
+    ``_find_spec`` skips its decision; the module is still refused (the ``exec`` event, the
+    ``__import__`` / ``import_module`` gates), and the refusal is pysb's
+    ``ImportDeniedError`` (SPEC §7). It was ``ModuleNotFoundError: No module named
+    'pysb_core'``: building the refusal imported pysb's error class, which the rewritten
+    function no longer handed back (issue 28's residual)."""
+    box.profile("importlib, sys")
+    out = box.run(FIND_SPEC_REWRITTEN, python=pysb_python)
+    assert refusals(out) == 6, out
+    assert out.count("ImportDeniedError import of 'csv' refused by the sandbox") == 6, out
 
 
 def test_syslog_and_named_semaphores_are_file_accesses(box: Box) -> None:

@@ -271,7 +271,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         },
         RECORDER=_seal.private_recorder(recorder),
         DENIED=ImportDeniedError,
-        IMPORT_DENIED=_import_denied,
+        IMPORT_DENIED=_make_import_denied(ImportDeniedError),
         PREFIXES=library_prefixes(),
         GETFRAME=sys._getframe,
         SYS_DICT=vars(sys),
@@ -448,18 +448,25 @@ def _opcodes() -> tuple[int, int]:
     return opcode.opmap["IMPORT_NAME"], opcode.opmap["EXTENDED_ARG"]
 
 
-def _import_denied(name: str, rule: str) -> BaseException:
-    """The exception refusing an import (built by faces, outside sealed code)."""
-    from pysb_core.guardkit import ImportDeniedError
+def _make_import_denied(denied: type[BaseException]) -> Callable[[str, str], BaseException]:
+    """The maker of the exception refusing an import (called by faces, outside sealed
+    code), with ``ImportDeniedError`` bound at install: importing it at refusal time went
+    through the import system, and a program that rewrote the closure of
+    ``importlib._bootstrap._find_spec`` (its decision cell: pysb's modules set aside are
+    no longer handed back) got a plain ``ModuleNotFoundError: No module named
+    'pysb_core'`` instead of pysb's refusal (SPEC §7)."""
 
-    exc = ImportDeniedError(
-        f"import of '{name}' refused by the sandbox: add `{rule}` to the profile",
-        target=name,
-        suggested_rule=rule,
-    )
-    exc.name = name
-    exc.msg = str(exc)
-    return exc
+    def import_denied(name: str, rule: str) -> BaseException:
+        exc = denied(
+            f"import of '{name}' refused by the sandbox: add `{rule}` to the profile",
+            target=name,
+            suggested_rule=rule,
+        )
+        exc.name = name  # type: ignore[attr-defined]
+        exc.msg = str(exc)  # type: ignore[attr-defined]
+        return exc
+
+    return import_denied
 
 
 def _import_args(
