@@ -220,7 +220,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
     ns["ST"]["cwd"] = ns["_f_cwd"]()
     _install_faces(ns, tables)
     _install_patches(ns, imports)
-    _install_sqlite_hook(ns, policy)
+    _install_sqlite_hook(ns, policy, recorder)
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
         add_handler(event, handler)
@@ -229,13 +229,15 @@ def install(policy: Policy, recorder: Recorder) -> None:
             add_handler(event, ns["_f_make_exec_learner"](event))
 
 
-def _install_sqlite_hook(ns: dict[str, Any], policy: Policy) -> None:
+def _install_sqlite_hook(ns: dict[str, Any], policy: Policy, recorder: Recorder) -> None:
     """SQLite's auto-extension hook sets the guard's authorizer on every connection, made
     however it is (:mod:`.sqlite_c`); without it only ``sqlite3.connect`` arms one, and
-    connections made otherwise are refused."""
+    connections made otherwise are refused. Made when the program may import ``sqlite3``:
+    the policy lets it, or a learning run, whose import guard records and refuses nothing
+    (without the type tools ``_sqlite3`` would be refused there)."""
     from pysb_guards.files import sqlite_c
 
-    if not sqlite_c.wanted(policy.imports):
+    if not (recorder.learning or sqlite_c.wanted(policy.imports)):
         return
     ns["ST"]["type_tools"] = sqlite_c.type_tools()
     c = sqlite_c.prepare()
