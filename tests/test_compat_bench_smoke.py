@@ -190,3 +190,45 @@ def test_the_profile_lets_test_zipfile_write_where_plain_python_does(tmp_path: P
         results[module] = r.stdout.strip()
     assert results["test_zipfile"] == plain.stdout.strip() == "[True, True]", results
     assert results["test_json"] == "[False, False]", results
+
+
+def test_a_rerun_replaces_its_cells_and_the_differences_follow(tmp_path: Path) -> None:
+    """``--report-only --merge RERUN``: a re-run of one module under one provider (after a fix)
+    replaces that cell and its plain cell in the full run's JSON, the differences are
+    computed again from the merged cells, and the generated section names the re-run."""
+    ok = {"result": "SUCCESS", "run": 16, "skipped": 2}
+    crashed = {"result": "CRASHED", "run": 0, "skipped": 0}
+    full = {
+        "when": "then",
+        "python": "3",
+        "modules": ["test_glob", "test_json"],
+        "providers": ["subprocess", "qemu"],
+        "unavailable": {},
+        "qemu_modules": ["test_glob"],
+        "results": {
+            "test_glob": {"plain": ok, "subprocess": ok, "qemu": crashed},
+            "test_json": {"plain": ok, "subprocess": ok, "qemu": {"result": "NOT_RUN", "run": 0}},
+        },
+        "differences": [
+            {"module": "test_glob", "provider": "qemu", "plain": ok, "sandboxed": crashed}
+        ],
+    }
+    rerun = {"when": "later", "modules": ["test_glob"], "providers": ["qemu"],
+             "results": {"test_glob": {"plain": ok, "qemu": dict(ok, seconds=265.0)}}}  # fmt: skip
+    (tmp_path / "full.json").write_text(json.dumps(full))
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun))
+    md = tmp_path / "out.md"
+    args = ["--report-only", "--json", str(tmp_path / "full.json"), "--markdown", str(md)]
+    compat = _compat_module()
+    assert compat.main(args) == 1  # the crash: unexplained
+    assert compat.main([*args, "--merge", str(tmp_path / "rerun.json")]) == 0
+    merged = json.loads((tmp_path / "full.json").read_text())
+    assert merged["results"]["test_glob"]["qemu"]["result"] == "SUCCESS"
+    assert merged["differences"] == []
+    assert merged["reruns"] == [{"module": "test_glob", "provider": "qemu", "when": "later"}]
+    assert "test_glob under qemu (later)" in md.read_text()
+    # a re-run of a module the run does not have is an error, not a silent addition
+    rerun["modules"] = ["test_nosuch"]
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun))
+    with pytest.raises(SystemExit):
+        compat.main([*args, "--merge", str(tmp_path / "rerun.json")])
