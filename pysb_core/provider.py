@@ -149,6 +149,12 @@ class Provider(ABC):
     #: size (firejail): pysb's parent watches them against ``limits: tmp`` through
     #: descriptors its bootstrap sends out (:mod:`pysb_core.launch.tmpwatch`; not a boundary).
     tmp_unbounded: ClassVar[bool] = False
+    #: The sandboxed interpreter is a local process that holds the very fds it inherits
+    #: (``plan.pass_fds``): partial mode then talks to its workers over two pipes, ~6 µs
+    #: cheaper per call than the socketpair (:mod:`pysb_core.remote.transport`). False
+    #: (the default): one bidirectional Unix socket, for a provider that relays each fd as
+    #: a port of its own (a VM).
+    partial_pipes: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

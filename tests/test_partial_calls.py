@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -96,10 +97,13 @@ def hostile(marker):
 
 @sandbox
 def forge_huge_frame():
+    # the header of a 1 TiB result, on every socket and pipe it can write: the answer
+    # pipe among them (the started pipe's copy is junk the host must survive too)
     import stat, struct
     for fd in range(3, 256):
         try:
-            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
                 os.write(fd, struct.pack("<QQB", 1 << 40, 1, 14))
         except OSError:
             pass
@@ -441,16 +445,14 @@ def test_leaving_waits_for_running_calls(mod, box, tmp_path):
         mod.double(1)  # and new calls are refused
 
 
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
+def _fd_links(pid: int) -> set[str]:
+    links = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            links.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    return inodes
+    return links
 
 
 def _inodes_in(table: str) -> set[str]:
@@ -458,16 +460,23 @@ def _inodes_in(table: str) -> set[str]:
         lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
     except OSError:
         return set()
-    column = 6 if table == "unix" else 9
-    return {line.split()[column] for line in lines if len(line.split()) > column}
+    return {line.split()[9] for line in lines if len(line.split()) > 9}  # the inode
 
 
-def test_the_transport_is_an_inherited_unix_socket_not_a_port(mod, box):
+def test_the_transport_is_two_inherited_pipes_not_a_port(mod, box):
+    """The channel is the very pipes the host made (the worker holds their other ends),
+    and the worker holds no TCP or UDP socket: no port, no token (issue 30 item 2)."""
+    from pysb_core.remote import api
+
     with sandboxes(**box) as s:
         assert mod.double(1) == 2
-        sockets = _socket_inodes(s.pid)
-        assert sockets, "the worker holds its end of the socketpair"
-        assert sockets <= _inodes_in("unix")
+        conn = api._client._conn
+        assert conn.sock is None, "a local worker's channel is two pipes, not a socketpair"
+        ours = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in conn.fds}
+        assert len(ours) == 2 and all(stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in conn.fds)
+        links = _fd_links(s.pid)
+        assert ours <= links, "the worker holds the other ends of both pipes"
+        sockets = {link[8:-1] for link in links if link.startswith("socket:[")}
         for table in ("tcp", "tcp6", "udp", "udp6"):
             assert not sockets & _inodes_in(table)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
+import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,6 +142,55 @@ def test_a_call_running_when_the_worker_dies_fails_and_is_not_run_again(env):
         assert mod.ping() == "pong"  # restarted
         assert box.pid != old
         assert len(mod.init_state()) == 1  # init_fn ran again in the new worker
+    assert marker.read_text().count("run") == 1
+
+
+def _channel_links(box) -> tuple[Any, set[str], set[str]]:
+    """The worker's channel as the host holds it, the ``pipe:[inode]`` links of the host's
+    ends, and the worker's own fd links (its host PID, checked to be our descendant)."""
+    from pysb_core.remote import api
+
+    conn = api._client._conn
+    ours = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in conn.fds}
+    pid = worker_host_pid(box.pid)
+    assert is_descendant(pid)
+    links = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            links.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return conn, ours, links
+
+
+@pytest.mark.parametrize("provider", PROVIDERS[:-1], indirect=True)
+def test_a_local_worker_talks_over_two_pipes_and_their_end_is_its_death(env):
+    """Issue 30 item 2: a local worker's channel is two pipes -- the worker holds the other
+    ends of the host's very pipes, no socketpair -- and its death still reaches the host
+    through them: a running call fails (EOF on the answer pipe), an idle worker's death
+    wakes the watcher (POLLHUP on the answer pipe's read end), and each restarted worker
+    gets pipes of its own."""
+    mod, rw, kwargs = env
+    marker, pid_file = rw / "runs", rw / "pid"
+    with sandboxes(**kwargs) as box, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert mod.ping() == "pong"
+        conn, first, links = _channel_links(box)
+        assert conn.sock is None, "a local worker's channel is two pipes, not a socketpair"
+        assert all(stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in conn.fds)
+        assert len(first) == 2 and first <= links, "the worker holds both pipes' other ends"
+        future = pool.submit(mod.mark_and_wait, str(marker), str(pid_file), 60)
+        wait_for_file(pid_file)
+        _kill_worker(box)
+        with pytest.raises(SandboxProtocolError, match="SIGKILL"):
+            future.result(timeout=120)  # a bound against a hang, not a timing assert
+        assert mod.ping() == "pong"
+        conn, second, links = _channel_links(box)
+        assert conn.sock is None and len(second) == 2 and second <= links
+        assert not first & second
+        old = box.pid
+        _kill_worker(box)  # idle: only the watcher's poll on the answer pipe sees it
+        _wait_new_worker(box, old, timeout=120)
+        assert mod.ping() == "pong"
     assert marker.read_text().count("run") == 1
 
 

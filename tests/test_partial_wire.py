@@ -170,6 +170,100 @@ def test_each_kind_of_frame_has_its_own_bound(pair, kind, bound):
         reader.read()
 
 
+@pytest.fixture
+def pipes():
+    """The two pipes of a local worker's channel: (call read, call write), (answer read,
+    answer write)."""
+    made = transport.call_pipes()
+    yield made
+    for pipe in made:
+        for fd in pipe:
+            os.close(fd)
+
+
+def test_the_start_up_frame_is_read_exactly_and_the_rest_left_to_the_reader(pipes):
+    """read_first takes READY and not a byte more (issue 30 item 2: no socket option
+    bounds the start any more): the frames after it reach the FrameReader whole."""
+    _, (answer_r, answer_w) = pipes
+    writer = transport.FrameWriter(answer_w)
+    writer.send(transport.READY, 0, pickle.dumps({"pid": 1}))
+    writer.send(transport.OUT, 7, b"hello")
+    writer.send(transport.RESULT, 7, b"answer")
+    kind, cid, payload = transport.read_first(answer_r, 30.0, transport.child_limits())
+    assert (kind, cid, pickle.loads(payload)) == (transport.READY, 0, {"pid": 1})
+    reader = transport.FrameReader(answer_r, transport.child_limits())
+    assert reader.read() == (transport.OUT, 7, b"hello")
+    assert reader.read() == (transport.RESULT, 7, b"answer")
+
+
+def test_a_start_up_frame_stopped_halfway_or_too_large_is_refused(pipes):
+    """A hostile worker cannot hold the host at start-up: a frame cut short, or none,
+    ends under the deadline; an announced size above the bound is refused unread."""
+    limits = transport.child_limits()
+    _, (answer_r, answer_w) = pipes
+    os.write(answer_w, transport.HEADER.pack(100, 0, transport.READY) + b"x" * 10)
+    with pytest.raises(transport.ChannelClosed, match="within"):
+        transport.read_first(answer_r, 0.2, limits)
+    with pytest.raises(transport.ChannelClosed, match="within"):
+        transport.read_first(answer_r, 0.2, limits)  # nothing at all
+    os.write(answer_w, transport.HEADER.pack(1 << 40, 0, transport.INIT_FAILED))
+    with pytest.raises(transport.FrameTooLarge):
+        transport.read_first(answer_r, 30.0, limits)
+    os.write(answer_w, transport.HEADER.pack(16, 0, transport.RESULT_OOB))
+    with pytest.raises(transport.FrameTooLarge):
+        transport.read_first(answer_r, 30.0, limits)
+
+
+def test_a_dead_worker_ends_the_start_up_read_at_once():
+    (call_r, call_w), (answer_r, answer_w) = transport.call_pipes()
+    try:
+        os.write(answer_w, transport.HEADER.pack(100, 0, transport.READY))
+        os.close(answer_w)  # the worker's end: it died inside its frame
+        with pytest.raises(transport.ChannelClosed, match="end of stream"):
+            transport.read_first(answer_r, 3600.0, transport.child_limits())
+    finally:
+        for fd in (call_r, call_w, answer_r):
+            os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody with setpriv (needs root)")
+def test_pipes_keep_working_when_the_kernel_refuses_their_size(tmp_path):
+    """Unprivileged, F_SETPIPE_SZ above fs.pipe-max-size fails (EPERM): the pipes keep the
+    default size and still carry a frame many times larger than it."""
+    import shutil
+    import subprocess
+    import sys
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    maximum = int(pathlib.Path("/proc/sys/fs/pipe-max-size").read_text())
+    script = (
+        "import fcntl, os, threading\n"
+        "from pysb_core.remote import transport\n"
+        f"transport.PIPE_SIZE = {maximum * 4}\n"
+        "(r, w), (ar, aw) = transport.call_pipes()\n"
+        "sizes = {fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in (r, ar)}\n"
+        "blob = os.urandom(8 << 20)\n"
+        "t = threading.Thread(target=transport.FrameWriter(w).send, "
+        "args=(transport.RESULT, 1, blob))\n"
+        "t.start()\n"
+        "got = transport.FrameReader(r).read()\n"
+        "t.join()\n"
+        "print(sorted(sizes), got[2] == blob)\n"
+    )
+    out = subprocess.run(
+        [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    sizes, same = out.stdout.split("] ")
+    assert int(sizes.strip("[")) < maximum * 4 and same.strip() == "True"
+
+
 def test_a_closed_writer_never_writes_to_a_reused_fd(pair):
     a, _ = pair
     writer = transport.FrameWriter(a.fileno())

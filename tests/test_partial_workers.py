@@ -72,6 +72,9 @@ def test_calls_spread_across_the_workers_and_init_fn_runs_in_each(env):
         assert len(tokens) == 2  # both workers served calls
         for token, state in answers:
             assert state == [token]  # init_fn ran once in each worker, before its calls
+        # each worker talks over two pipes of its own, as a lone one (issue 30 item 2)
+        conns = [client._conn for client in api._client._clients]
+        assert all(conn.sock is None and len(conn.fds) == 2 for conn in conns)
 
 
 def test_a_worker_that_dies_is_restarted_alone_and_its_call_is_not_run_again(env):

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 class SubprocessProvider(Provider):
     name = "subprocess"
+    partial_pipes = True  # a local process: partial mode over two pipes
     description = "a fresh interpreter, no OS boundary (Python guards only)"
     capabilities = frozenset({Capability.ENV, Capability.LIMITS})
 

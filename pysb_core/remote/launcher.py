@@ -25,6 +25,8 @@ class SessionLauncher:
         session_kwargs.setdefault("stderr", sys.stderr)
         self.session = Session.create(**session_kwargs)
         self.provider = self.session.policy.provider
+        #: Two pipes instead of a socketpair (Provider.partial_pipes, read by the Client).
+        self.partial_pipes = bool(getattr(self.session.provider, "partial_pipes", False))
 
     def spawn(self, args: dict[str, Any], fds: list[int]) -> subprocess.Popen[bytes]:
         from pysb_core.launch.pipeline import Program

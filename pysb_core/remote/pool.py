@@ -27,6 +27,8 @@ class _SharedLauncher:
         self._launcher = launcher
         self._lock = threading.Lock()
         self.provider = getattr(launcher, "provider", None)
+        #: Each worker's channel: two pipes or a socketpair (read by its Client).
+        self.partial_pipes = bool(getattr(launcher, "partial_pipes", False))
 
     def spawn(self, args: dict[str, Any], fds: list[int]) -> Any:
         with self._lock:

@@ -1,4 +1,5 @@
-"""The sandboxed side of partial mode: serve calls arriving over the inherited socket.
+"""The sandboxed side of partial mode: serve calls arriving over the inherited channel
+(the call pipe, answers on the answer pipe; or one socket: pysb_core.remote.transport).
 
 Started by the bootstrap in "entry" mode: this module is imported *before* the guards are
 installed (framework code), then :func:`serve` runs with the guards installed but not yet
@@ -7,7 +8,7 @@ and fd functions, the stdout/stderr proxies -- is created or captured first, so 
 armed API guard (which may deny threads, pickle or sockets to user code) never has to make
 an exception for the framework.
 
-Concurrency: a fixed pool of worker threads waits in one epoll set where the socket is
+Concurrency: a fixed pool of worker threads waits in one epoll set where the call fd is
 registered one-shot: a frame wakes exactly one idle thread (epoll's waiters are exclusive,
 and one-shot keeps the others asleep until that thread has read the frame and re-armed),
 which then runs the call itself -- one wake-up per call, no hand-off, no thundering herd.
@@ -240,10 +241,11 @@ class _BinaryStream(io.RawIOBase):
 class _Server:
     """One worker process: reads frames, runs calls, sends answers."""
 
-    def __init__(self, fd: int, started_fd: int, threads: int) -> None:
+    def __init__(self, fd: int, started_fd: int, threads: int, out_fd: int = -1) -> None:
         self.started_fd = started_fd
         self.stopping = False
-        self.writer = transport.FrameWriter(fd)
+        # answers go to ``out_fd`` (the answer pipe), or back on ``fd`` (the socket)
+        self.writer = transport.FrameWriter(fd if out_fd < 0 else out_fd)
         self.reader = transport.ExactFrameReader(fd)
         self.read_lock = threading.Lock()  # never contended: one-shot epoll wakes one thread
         self.fd = fd
@@ -516,11 +518,13 @@ def serve(args: dict[str, Any], arm: Callable[[], None]) -> None:
     """Entry point called by the bootstrap; never returns (exits when the parent says so)."""
     mark_in_sandbox()
     fd, started_fd = int(args["fd"]), int(args["started_fd"])
-    for own in (fd, started_fd):  # never inherited by processes the user's code starts
-        os.set_inheritable(own, False)
+    out_fd = int(args.get("out_fd", -1))  # two pipes: calls on fd, answers on out_fd
+    for own in (fd, started_fd, out_fd):  # never inherited by processes the user's code starts
+        if own >= 0:
+            os.set_inheritable(own, False)
     if args.get("sys_path"):
         _merge_sys_path([str(p) for p in args["sys_path"]])
-    server = _Server(fd, started_fd, int(args.get("threads") or DEFAULT_THREADS))
+    server = _Server(fd, started_fd, int(args.get("threads") or DEFAULT_THREADS), out_fd)
     sys.stdout = _CallStream(transport.OUT, sys.stdout, server.writer)
     sys.stderr = _CallStream(transport.ERR, sys.stderr, server.writer)
     _carry_calls_into_threads()

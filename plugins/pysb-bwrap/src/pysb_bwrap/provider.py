@@ -63,6 +63,7 @@ class BwrapProvider(Provider):
     """Bubblewrap namespaces; network allow rules through ``pysb_core.net.netns`` when present."""
 
     name = "bwrap"
+    partial_pipes = True  # a local process: partial mode over two pipes
     description = "bubblewrap: private mount, user, pid, ipc, uts, cgroup and network namespaces"
     capabilities = BASE_CAPABILITIES | netlayer.NETWORK_CAPABILITIES
     install_hint = INSTALL_FIX

@@ -60,6 +60,7 @@ class FirejailProvider(Provider):
     netfilter on a host bridge (``providers: {firejail: {bridge: NAME}}``) when configured."""
 
     name = "firejail"
+    partial_pipes = True  # a local process: partial mode over two pipes
     description = (
         "firejail: whitelisted file system, caps dropped, seccomp; no network, or a "
         "host bridge filtered by --netfilter"

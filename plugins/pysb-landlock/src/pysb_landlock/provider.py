@@ -49,6 +49,7 @@ class LandlockProvider(Provider):
     """Landlock LSM: files by path hierarchy, TCP by port; no hosts, UDP, hiding, renames."""
 
     name = "landlock"
+    partial_pipes = True  # a local process: partial mode over two pipes
     description = "Linux Landlock LSM: the interpreter restricts itself (no root, no namespaces)"
     capabilities = frozenset(
         {

@@ -99,6 +99,7 @@ def _staging_dir() -> str:
 
 class UnshareProvider(Provider):
     name = "unshare"
+    partial_pipes = True  # a local process: partial mode over two pipes
     description = (
         "util-linux unshare: user/mount/pid/net/ipc/uts namespaces, explicit binds, nftables"
     )
