@@ -451,3 +451,53 @@ def test_sqlite_deprecation_warnings_name_the_programs_line(project: Path, pytho
     # guard._make_sqlite_prepare); every warning for the program's lines is plain's
     program_lines = [w for w in ast.literal_eval(got[0][len("WARNINGS ") :]) if w[0] != door]
     assert program_lines == ast.literal_eval(expected[0][len("WARNINGS ") :]), got
+
+
+def test_a_bool_file_descriptor_is_cpythons_and_is_judged_as_its_int(
+    project: Path, python: str
+) -> None:
+    """A bool stands for the descriptor 0 or 1 (``os.stat(False)``, ``dir_fd=True``,
+    ``FileIO(True)``): the guards give what plain Python gives, 3.13's RuntimeWarning
+    ('bool is used as a file descriptor') on the program's line included, and an OSError
+    naming the bool (CPython 3.13's test_os, test_posix, test_posixpath, test_fileio: the
+    guards dropped the warning, and FileIO(True) was refused). And a ``dir_fd=False`` is
+    judged as the descriptor 0: with a directory outside the exposures put on fd 0, a name
+    in it stays refused."""
+    import subprocess
+
+    body = """
+        import io, os, warnings
+        warnings.simplefilter("always")
+        def seen(fn):
+            with warnings.catch_warnings(record=True) as w:
+                line = __sys._getframe().f_lineno + 1
+                try: r = type(fn()).__name__
+                except OSError as e: r = (type(e).__name__, e.filename)
+            return r, [(w_.category.__name__, str(w_.message), w_.lineno == line) for w_ in w]
+        t("stat", lambda: seen(lambda: os.stat(False)))
+        t("exists", lambda: seen(lambda: os.path.exists(False)))
+        t("fileio", lambda: seen(lambda: io.FileIO(False, closefd=False)))
+        t("dir_fd", lambda: seen(lambda: os.stat(".", dir_fd=False)))
+        t("listdir", lambda: seen(lambda: os.listdir(True)))
+    """
+    boxed = _run(project, body, python=python)
+    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
+    plain = subprocess.run(
+        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
+    )
+    expected = ast.literal_eval(plain.stdout.splitlines()[-1])
+    assert boxed == expected
+    # fd 0: the read-only project; the working directory: its read-write out/
+    escape = """
+        import os
+        os.dup2(os.open(".", os.O_RDONLY | os.O_DIRECTORY), 0)
+        os.chdir("out")
+        t("bool", lambda: os.mkdir("made-by-bool", dir_fd=False))
+        t("int", lambda: os.mkdir("made-by-int", dir_fd=0))
+        t("cwd", lambda: os.mkdir("made-here"))
+    """
+    out = _run(project, escape, python=python)
+    assert out["bool"][0] == out["int"][0] != "ok", out
+    assert out["cwd"][0] == "ok", out
+    assert not (project / "made-by-bool").exists()
+    assert not (project / "out" / "made-by-bool").exists()

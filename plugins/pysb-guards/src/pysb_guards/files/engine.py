@@ -1357,8 +1357,8 @@ def _f_make_handlers(events):
         flags = args[2] if len(args) > 2 else 0
         kind = type(path)
         if kind is not str and kind is not bytes:
-            if kind is int or path is None:
-                return None
+            if kind is int or kind is bool or path is None:
+                return None  # a descriptor (FileIO(True) on 3.13: C warns itself)
             return TypeError("pysb: open() of a path that is not str or bytes")
         write = type(flags) is int and bool(flags & WRITE_FLAGS)
         verdict = _f_check(path, write, True, None, "read")
@@ -1397,12 +1397,14 @@ def _f_make_handlers(events):
                     continue
                 path = args[index]
                 if type(path) is not str and type(path) is not bytes:
-                    if type(path) is int or path is None:
-                        continue
+                    if type(path) is int or type(path) is bool or path is None:
+                        continue  # a descriptor
                     return TypeError(f"pysb: {event} of a path that is not str or bytes")
                 dir_fd = (
                     args[dfd_index] if dfd_index is not None and dfd_index < len(args) else None
                 )
+                if type(dir_fd) is bool:  # the descriptor 0 or 1, as C takes it
+                    dir_fd = 1 if dir_fd else 0
                 if dir_fd is not None and type(dir_fd) is not int:
                     dir_fd = None
                 follows = (True, False) if follow is None else (follow,)

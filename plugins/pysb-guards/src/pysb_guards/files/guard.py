@@ -630,6 +630,16 @@ def _make_prepare(
     name_of = type.__dict__["__name__"].__get__
     c_original = original if type(original) is type(len) else None
     buffers = sys.version_info < (3, 12)  # bytes-like paths: deprecated, still taken
+    # 3.13 warns when a bool stands for a file descriptor (os.stat(False), dir_fd=True);
+    # the face warns as CPython would, on the program's line, and judges and passes the int
+    bool_fd_warns = sys.version_info >= (3, 13)
+    runtime_warning = RuntimeWarning
+
+    def bool_fd(value: bool, level: int) -> int:
+        if bool_fd_warns:
+            warn("bool is used as a file descriptor", runtime_warning, level)
+        return 1 if value else 0
+
     get_ident = _thread.get_ident
 
     def cpython_error(value: Any, pos: int, kw: str, args: list, kwargs: dict) -> Any:
@@ -656,6 +666,10 @@ def _make_prepare(
         kind = type_(value)
         if kind is str_ or kind is bytes_ or kind is int_ or value is None:
             return value
+        if kind is bool_:  # a descriptor (bool has no subclasses); an OSError names the bool
+            fd = bool_fd(value, 4)  # bool_fd, norm, prepare, the face: the program's line
+            found.append((fd, value))
+            return fd
         if isinstance_(value, (str_, bytes_)):
             new = str_.__str__(value) if isinstance_(value, str_) else bytes_(value)
             found.append((new, value))
@@ -702,6 +716,8 @@ def _make_prepare(
                     raise overflow(
                         "fd is greater than maximum" if fd > 0 else "fd is less than minimum"
                     )
+            elif key in kwargs and type_(kwargs[key]) is bool_:
+                kwargs = {**kwargs, key: bool_fd(kwargs[key], 3)}
             elif key in kwargs and kwargs[key] is not None:
                 fd = kwargs[key]
                 if isinstance_(fd, float_) or not hasattr_(type_(fd), "__index__"):
