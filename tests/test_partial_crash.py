@@ -145,7 +145,7 @@ def test_a_call_running_when_the_worker_dies_fails_and_is_not_run_again(env):
     assert marker.read_text().count("run") == 1
 
 
-def _channel_links(box) -> tuple[Any, set[str], set[str]]:
+def _channel_links(box) -> tuple[Any, set[str], set[str] | None]:
     """The worker's channel as the host holds it, the ``pipe:[inode]`` links of the host's
     ends, and the worker's own fd links (its host PID, checked to be our descendant)."""
     from pysb_core.remote import api
@@ -154,12 +154,18 @@ def _channel_links(box) -> tuple[Any, set[str], set[str]]:
     ours = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in conn.fds}
     pid = worker_host_pid(box.pid)
     assert is_descendant(pid)
-    links = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            links.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            continue
+    links: set[str] | None = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                links.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except FileNotFoundError:
+                continue
+    except PermissionError:
+        # set-uid firejail run by a normal user: its sandboxed processes are not dumpable,
+        # so their /proc/PID/fd is the kernel's to read, not ours
+        assert os.geteuid() != 0
+        links = None
     return conn, ours, links
 
 
@@ -177,7 +183,9 @@ def test_a_local_worker_talks_over_two_pipes_and_their_end_is_its_death(env):
         conn, first, links = _channel_links(box)
         assert conn.sock is None, "a local worker's channel is two pipes, not a socketpair"
         assert all(stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in conn.fds)
-        assert len(first) == 2 and first <= links, "the worker holds both pipes' other ends"
+        assert len(first) == 2, "two pipes"
+        if links is not None:
+            assert first <= links, "the worker holds both pipes' other ends"
         future = pool.submit(mod.mark_and_wait, str(marker), str(pid_file), 60)
         wait_for_file(pid_file)
         _kill_worker(box)
@@ -185,7 +193,9 @@ def test_a_local_worker_talks_over_two_pipes_and_their_end_is_its_death(env):
             future.result(timeout=120)  # a bound against a hang, not a timing assert
         assert mod.ping() == "pong"
         conn, second, links = _channel_links(box)
-        assert conn.sock is None and len(second) == 2 and second <= links
+        assert conn.sock is None and len(second) == 2
+        if links is not None:
+            assert second <= links
         assert not first & second
         old = box.pid
         _kill_worker(box)  # idle: only the watcher's poll on the answer pipe sees it
