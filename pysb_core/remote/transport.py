@@ -39,6 +39,10 @@ from time import monotonic as _monotonic
 
 from pysb_core.remote import buffers as _buffers
 
+TYPE_CHECKING = False  # typing is not imported inside the sandbox
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 TYPE_CHECKING = False  # typing is not imported inside the sandbox (start-up budget)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
@@ -321,9 +325,13 @@ class FrameReader:
         return kind, call_id, out
 
 
-def _read_into(fd: int, view: memoryview) -> None:
+def _read_into(fd: int, view: memoryview, wait: Callable[[], None] | None = None) -> None:
+    """Fill ``view`` from ``fd``; ``wait`` (when given) runs before each read and raises
+    ChannelClosed when the bytes are not there in time (:func:`read_first`)."""
     got, n = 0, len(view)
     while got < n:
+        if wait is not None:
+            wait()
         try:
             k = _readv(fd, (view[got:],))
         except InterruptedError:
@@ -443,22 +451,14 @@ def read_first(fd: int, timeout: float, limits: tuple[int, ...]) -> tuple[int, i
     poller.register(fd, select.POLLIN)
     deadline = _monotonic() + timeout
 
+    def wait() -> None:
+        left = deadline - _monotonic()
+        if left <= 0 or not poller.poll(max(1, int(left * 1000 + 0.999))):
+            raise ChannelClosed(f"no start-up frame within {timeout:g} s")
+
     def take(n: int) -> bytes:
         out = bytearray(n)
-        view, got = memoryview(out), 0
-        while got < n:
-            left = deadline - _monotonic()
-            if left <= 0 or not poller.poll(max(1, int(left * 1000 + 0.999))):
-                raise ChannelClosed(f"no start-up frame within {timeout:g} s")
-            try:
-                k = _readv(fd, (view[got:],))
-            except InterruptedError:
-                continue
-            except OSError as exc:
-                raise ChannelClosed(str(exc)) from None
-            if k == 0:
-                raise ChannelClosed("end of stream")
-            got += k
+        _read_into(fd, memoryview(out), wait)
         return bytes(out)
 
     size, call_id, kind = HEADER.unpack(take(HEADER_SIZE))
