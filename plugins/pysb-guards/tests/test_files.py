@@ -16,6 +16,18 @@ def _run(project: Path, body: str, **kw):
     return guarded.probe(body, cwd=project, **kw)
 
 
+def _plain(project: Path, body: str, python: str) -> dict[str, tuple[str, str]]:
+    """What ``body`` (a probe for :func:`guarded.probe`) gives under plain ``python``: what
+    the guarded run must give too."""
+    import subprocess
+
+    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
+    plain = subprocess.run(
+        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
+    )
+    return ast.literal_eval(plain.stdout.splitlines()[-1])
+
+
 def test_not_exposed_paths_do_not_exist_by_every_door(project: Path, python: str) -> None:
     secret = str(project.parent / "outside" / "secret.txt")
     r = _run(
@@ -316,7 +328,6 @@ def test_bad_path_types_get_cpythons_errors(project: Path, python: str) -> None:
     taken with CPython's DeprecationWarning, attributed to the program's line (CPython's
     ``test_posix``: 1 failure and 3 errors under the guards; they said ``pysb: a path must be
     str or bytes``, or raised AttributeError for ``dir_fd='x'``)."""
-    import subprocess
 
     (project / "out" / "f").write_text("x")
     body = """
@@ -341,11 +352,7 @@ def test_bad_path_types_get_cpythons_errors(project: Path, python: str) -> None:
         t("warned", warned)
     """
     boxed = _run(project, body, python=python)
-    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
-    plain = subprocess.run(
-        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
-    )
-    expected = ast.literal_eval(plain.stdout.splitlines()[-1])
+    expected = _plain(project, body, python)
     assert boxed == expected
     assert expected["float"][0] == "TypeError"
 
@@ -360,7 +367,6 @@ def test_error_names_the_path_object_given_and_no_reference_is_kept(
     is not kept alive by the decision cache. CPython's ``test_os``: ``test_oserror_filename``
     and ``test_rename`` (which counts the references to its path around a call) failed
     under the guards."""
-    import subprocess
 
     body = """
         import os, pathlib, sys, warnings
@@ -402,11 +408,7 @@ def test_error_names_the_path_object_given_and_no_reference_is_kept(
         t("refs_absolute", lambda: refs(os.path.abspath("out") + "/" + "g" * 3))
     """
     boxed = _run(project, body, python=python)
-    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
-    plain = subprocess.run(
-        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
-    )
-    expected = ast.literal_eval(plain.stdout.splitlines()[-1])
+    expected = _plain(project, body, python)
     assert boxed == expected
     assert expected["refs_relative"] == ("ok", "0")
     assert expected["stat_str"] == ("ok", "(True, 'FileNotFoundError')")
@@ -463,7 +465,6 @@ def test_a_bool_file_descriptor_is_cpythons_and_is_judged_as_its_int(
     guards dropped the warning, and FileIO(True) was refused). And a ``dir_fd=False`` is
     judged as the descriptor 0: with a directory outside the exposures put on fd 0, a name
     in it stays refused."""
-    import subprocess
 
     body = """
         import io, os, warnings
@@ -481,11 +482,7 @@ def test_a_bool_file_descriptor_is_cpythons_and_is_judged_as_its_int(
         t("listdir", lambda: seen(lambda: os.listdir(True)))
     """
     boxed = _run(project, body, python=python)
-    code = guarded.PRELUDE + textwrap.dedent(body) + guarded.EPILOGUE
-    plain = subprocess.run(
-        [python, "-c", code], cwd=project, capture_output=True, text=True, timeout=60
-    )
-    expected = ast.literal_eval(plain.stdout.splitlines()[-1])
+    expected = _plain(project, body, python)
     assert boxed == expected
     # fd 0: the read-only project; the working directory: its read-write out/
     escape = """
