@@ -1403,8 +1403,7 @@ def _f_make_handlers(events):
                 dir_fd = (
                     args[dfd_index] if dfd_index is not None and dfd_index < len(args) else None
                 )
-                if type(dir_fd) is bool:  # the descriptor 0 or 1, as C takes it
-                    dir_fd = 1 if dir_fd else 0
+                # (the events carry dir_fd as C converted it: an int, never a bool)
                 if dir_fd is not None and type(dir_fd) is not int:
                     dir_fd = None
                 follows = (True, False) if follow is None else (follow,)
