@@ -20,7 +20,7 @@ MODULES = [
     "_pickle", "sys", "gc", "threading", "_thread", "importlib", "faulthandler", "pty",
     "resource", "select", "tempfile", "sqlite3", "glob", "zipfile", "fileinput", "mmap",
     "multiprocessing", "asyncio", "time", "fcntl", "ssl", "traceback", "inspect", "runpy",
-    "code", "sysconfig", "platform", "shlex", "importlib.util",
+    "code", "sysconfig", "platform", "shlex", "importlib.util", "warnings",
 ]
 ONLY = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
 
@@ -43,6 +43,8 @@ def describe(value):
         out["signature"] = str(inspect.signature(value))
     except (ValueError, TypeError) as e:
         out["signature"] = "raised " + type(e).__name__
+    # CPython's test_inspect reads it on every C function (None: no signature)
+    out["has __text_signature__"] = hasattr(value, "__text_signature__")
     wrapped = getattr(value, "__wrapped__", None)
     # a staticmethod's own __wrapped__ (the face of a C function) leads to no original
     out["__wrapped__ leads to"] = None if wrapped is None or is_face(wrapped) else repr(wrapped)
@@ -90,6 +92,8 @@ OWN_MODULE_FACES = ("signal",)
 
 
 def known(attr: str, where: str, face: object, plain: object) -> bool:
+    if attr == "has __text_signature__" and face is True and plain is False:
+        return True  # a Python function's face says its parameters in a text signature
     if attr == "__module__" and face is None and plain == "<no such attribute>":
         return True  # a face is a function, which has a __module__; a C method has none
     if attr == "__module__" and face in OWN_MODULE_FACES and plain == "_" + face:
@@ -158,3 +162,46 @@ def test_every_routine_of_signal_that_is_no_builtin_says_signal(python: str) -> 
     assert "call of 'signal.alarm' (process-control) refused" in result.stderr
     plain = subprocess.run([python, "-c", SIGNAL_ROUTINES], capture_output=True, text=True)
     assert json.loads(plain.stdout) == {}, plain.stderr
+
+
+#: The guards' Python stand-ins for stack walkers (``pysb_guards._stacks``): no faces (they
+#: walk the stack themselves, leaving the guards' frames out), but they must look the same.
+STACK_WALKERS = (
+    "faulthandler.dump_traceback",
+    "traceback.walk_stack",
+    "inspect.getouterframes",
+    "warnings._is_internal_frame",
+    "warnings._next_external_frame",
+)
+
+
+def test_the_stack_walkers_look_like_cpythons_own(tmp_path: Path, python: str) -> None:
+    """``faulthandler.dump_traceback`` stands in for a C function: inspect finds the C
+    function's text signature on it, or none where the C function has none (CPython's
+    test_inspect read ``__text_signature__`` on it: AttributeError on 3.13)."""
+    script = tmp_path / "describe.py"
+    script.write_text(DESCRIBE)
+    only = json.dumps(STACK_WALKERS)
+    sandboxed_script = tmp_path / "describe_walkers.py"
+    sandboxed_script.write_text(f"import sys\nsys.argv[1:] = [{only!r}]\n{DESCRIBE}")
+    result = guarded.run(
+        "",
+        script=sandboxed_script,
+        cwd=tmp_path,
+        python=python,
+        exposures=[guarded.expose("/")],
+        api=(("allow", "*"),),
+    )
+    assert result.returncode == 0, result.stderr
+    sandboxed = json.loads(result.stdout.splitlines()[-1])
+    plain_run = subprocess.run([python, str(script), only], capture_output=True, text=True)
+    assert plain_run.returncode == 0, plain_run.stderr
+    plain = json.loads(plain_run.stdout)
+    assert set(sandboxed) == set(STACK_WALKERS)
+    differences = [
+        f"{where} {attr}: {value!r}, CPython's: {plain[where][attr]!r}"
+        for where, described in sorted(sandboxed.items())
+        for attr, value in described.items()
+        if value != plain[where][attr]
+    ]
+    assert not differences, "\n".join(differences)

@@ -127,6 +127,40 @@ def test_socket_classes_keep_their_shape(python: str) -> None:
     assert found["name"] == ("ok", "('_socket', 'socket')")
 
 
+def test_the_guarded_socket_class_is_as_immutable_as_cpythons(python: str) -> None:
+    """``_socket.socket`` is a C type: setting or deleting one of its attributes is a
+    TypeError (CPython's test_socket.test_socket_type, 3.12+). The guarded class that
+    stands for it refuses the same, in CPython's words; ``socket.socket`` and the program's
+    own subclasses stay mutable."""
+    found = probe(
+        """
+        import _socket, socket
+        def assign():
+            _socket.socket.foo = 1
+        def delete():
+            del _socket.socket.connect
+        def subclass():
+            class Mine(_socket.socket):
+                pass
+            Mine.foo = 1
+            socket.socket.bar = 2
+            del socket.socket.bar
+            return Mine.foo
+        t("assign", assign)
+        t("delete", delete)
+        t("subclass", subclass)
+        t("kept", lambda: "foo" in vars(_socket.socket) or "connect" not in vars(_socket.socket))
+        """,
+        families=ALL,
+        python=python,
+    )
+    message = "cannot set '{}' attribute of immutable type '_socket.socket'"
+    assert found["assign"] == ("TypeError", message.format("foo")), found
+    assert found["delete"] == ("TypeError", message.format("connect")), found
+    assert found["subclass"] == ("ok", "1"), found
+    assert found["kept"] == ("ok", "False"), found
+
+
 def test_a_non_ascii_name_fails_on_the_rule(python: str) -> None:
     """No IDNA codec is loaded ahead: the refusal still comes from the rules, before any
     query, whichever door the name takes."""

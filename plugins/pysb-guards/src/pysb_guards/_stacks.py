@@ -95,11 +95,6 @@ def walk_stack(f: Any) -> Iterator[tuple[Any, int]]:
 
 
 walk_stack.__module__ = "traceback"  # as CPython's: test_traceback's test_all lists by it
-walk_stack.__doc__ = """Walk a stack yielding the frame and line number for each frame.
-
-    This will follow f.f_back from the given frame. If no frame is given, the
-    current stack is used. Usually used with StackSummary.extract.
-    """
 
 
 def getouterframes(frame: Any, context: int = 1) -> list[Any]:
@@ -113,10 +108,6 @@ def getouterframes(frame: Any, context: int = 1) -> list[Any]:
     return framelist
 
 
-getouterframes.__doc__ = """Get a list of records for a frame and all higher (calling) frames.
-
-    Each record contains a frame object, filename, line number, function
-    name, a list of lines of context, and index within the context."""
 getouterframes.__module__ = "inspect"
 
 
@@ -217,8 +208,9 @@ def _is_internal_frame(frame: Any) -> bool:
 _is_internal_frame.__module__ = "warnings"
 
 
-def _next_external_frame(frame: Any, skip_file_prefixes: tuple[str, ...] = ()) -> Any:
-    """Find the next frame that doesn't involve Python or user internals."""
+def _next_external(frame: Any, skip_file_prefixes: tuple[str, ...]) -> Any:
+    """``warnings._next_external_frame``: the next frame that is neither the import
+    system's nor under one of ``skip_file_prefixes``."""
     frame = frame.f_back
     while frame is not None:
         try:
@@ -233,9 +225,23 @@ def _next_external_frame(frame: Any, skip_file_prefixes: tuple[str, ...] = ()) -
     return frame
 
 
+if sys.version_info < (3, 12):  # the parameters of CPython's own, version by version
+
+    def _next_external_frame(frame: Any) -> Any:
+        return _next_external(frame, ())
+
+else:
+
+    def _next_external_frame(frame: Any, skip_file_prefixes: tuple[str, ...]) -> Any:
+        return _next_external(frame, skip_file_prefixes)
+
+
 _next_external_frame.__module__ = "warnings"
-if sys.version_info < (3, 12):  # one argument, and CPython's words of the time
-    _next_external_frame.__doc__ = "Find the next frame that doesn't involve CPython internals."
+#: The stand-ins, with CPython's parameters and no annotations: inspect shows them as it
+#: shows CPython's own; each takes its original's ``__doc__`` when placed (:func:`_s_like`).
+STAND_INS = (walk_stack, getouterframes, dump_traceback, _is_internal_frame, _next_external_frame)
+for _stand_in in STAND_INS:
+    _stand_in.__annotations__ = {}
 
 
 # -- install: sealed patchers (they run under the import guard's sealed code) ------------
@@ -249,23 +255,38 @@ WALK_STACK: Any = None
 OUTER_FRAMES: Any = None
 DUMP_TRACEBACK: Any = None
 WARNINGS_WALKERS: Any = None
+_unbound_signature: Any = None  # the seal's (pysb_guards._seal.makers), sealed with them
+
+
+def _s_like(stand_in, original):
+    """``stand_in`` with ``original``'s docstring (it differs from version to version) and,
+    for a C function, its text signature: inspect reads the C function's parameters on the
+    stand-in, as on any face (none where the C function has none: inspect's ValueError).
+    C code reads ``original`` (an exact function or C function, checked by the caller)."""
+    stand_in.__doc__ = original.__doc__
+    if type(original) is BUILTIN:
+        text = _unbound_signature(original.__text_signature__)
+        stand_in.__text_signature__ = "(<no signature>)" if text is None else text
 
 
 def _s_patch_traceback(module):
     found = RESOLVE(module, "walk_stack")
     if found is not None and type(found[2]) is FUNCTION:
+        _s_like(WALK_STACK, found[2])
         PLACE(module, "walk_stack", WALK_STACK)
 
 
 def _s_patch_inspect(module):
     found = RESOLVE(module, "getouterframes")
     if found is not None and type(found[2]) is FUNCTION:
+        _s_like(OUTER_FRAMES, found[2])
         PLACE(module, "getouterframes", OUTER_FRAMES)
 
 
 def _s_patch_faulthandler(module):
     found = RESOLVE(module, "dump_traceback")
     if found is not None and type(found[2]) is BUILTIN:
+        _s_like(DUMP_TRACEBACK, found[2])
         PLACE(module, "dump_traceback", DUMP_TRACEBACK)
 
 
@@ -273,6 +294,7 @@ def _s_patch_warnings(module):
     for name, replacement in WARNINGS_WALKERS:
         found = RESOLVE(module, name)
         if found is not None and type(found[2]) is FUNCTION:
+            _s_like(replacement, found[2])
             PLACE(module, name, replacement)
 
 
@@ -281,10 +303,18 @@ def install(on_import: Any) -> None:
     sealed too and call nothing the program can change: they only place functions made
     now, before the program runs."""
     from pysb_guards import _seal
+    from pysb_guards._seal.makers import _unbound_signature
 
     b = _seal.builders()
     ns = _seal.seal_group(
-        [_s_patch_traceback, _s_patch_inspect, _s_patch_faulthandler, _s_patch_warnings],
+        [
+            _s_patch_traceback,
+            _s_patch_inspect,
+            _s_patch_faulthandler,
+            _s_patch_warnings,
+            _s_like,
+            _unbound_signature,
+        ],
         RESOLVE=b["RESOLVE"],
         PLACE=b["PLACE"],
         FUNCTION=type(install),

@@ -248,14 +248,13 @@ def make_face(door, like=None, prepare=None, kind="", module=None):
         # face itself; ``inspect`` reads the C function's text signature on it (a
         # ``__signature__`` of None stops ``inspect.unwrap`` there, before the face's
         # ``(*args, **kwargs)``).
-        # Without a text signature (as for the C function: inspect then finds none, a
-        # ValueError). No ``__wrapped__`` (staticmethod copies one in): the C function has
-        # none, and the face is not what inspect.unwrap should lead to.
+        # Without a text signature, None (as for the C function: inspect then finds none,
+        # a ValueError; CPython's test_inspect reads the attribute on every C function).
+        # No ``__wrapped__`` (staticmethod copies one in): the C function has none, and
+        # the face is not what inspect.unwrap should lead to.
         method = staticmethod(face)
         ns = method.__dict__
-        text = _unbound_signature(like.__text_signature__)
-        if text is not None:
-            dict.__setitem__(ns, "__text_signature__", text)
+        dict.__setitem__(ns, "__text_signature__", _unbound_signature(like.__text_signature__))
         dict.__setitem__(ns, "__signature__", None)
         if "__wrapped__" in ns:
             dict.__delitem__(ns, "__wrapped__")

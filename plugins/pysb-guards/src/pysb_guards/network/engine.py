@@ -327,6 +327,8 @@ def _n_faces(_socket: Any, raw: Any) -> tuple[Any, ...]:
         {
             "__instancecheck__": public["class_check"](raw, isinstance, type.__instancecheck__),
             "__subclasscheck__": public["class_check"](raw, issubclass, type.__subclasscheck__),
+            "__setattr__": public["immutable"](raw, type.__setattr__, TypeError),
+            "__delattr__": public["immutable"](raw, type.__delattr__, TypeError),
             "__module__": "_socket",
             "__doc__": "Keeps isinstance(s, _socket.socket) true for every socket object.",
         },

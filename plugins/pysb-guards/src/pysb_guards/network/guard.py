@@ -380,8 +380,23 @@ def _make_public(
 
         return class_check
 
+    def immutable(raw, change_of_type, error):
+        """``__setattr__`` / ``__delattr__`` of the guarded class's metaclass: the guarded
+        class is as immutable as the C type it stands for (``_socket.socket.foo = 1`` is
+        CPython's TypeError, message included); classes made from it (``socket.socket``,
+        the program's own) stay as mutable as ever. The guards never rely on it: a
+        changed method of the class is still judged by the audit hook's backstop."""
+
+        def refuse_change(cls, name, *value):
+            if cls.__mro__[1] is raw:
+                raise error(f"cannot set {name!r} attribute of immutable type '_socket.socket'")
+            return change_of_type(cls, name, *value)
+
+        return refuse_change
+
     return {
         "address_prepare": address_prepare,
         "resolver_prepare": resolver_prepare,
         "class_check": class_check,
+        "immutable": immutable,
     }
