@@ -67,3 +67,40 @@ def test_handlers_of_signals_that_interrupt_a_judge_all_run_in_the_main_thread(
     assert int(lines["queued"]) > 0, res.stdout
     assert lines["threads"] == "['main']", res.stdout
     assert lines["signums"] == "[2]", res.stdout
+
+
+LOST_SIGNALS = """
+import os, random, signal, time
+# CPython's test_signal.StressTest.test_stress_delivery_simultaneous, shortened: SIGUSR2
+# arrives inside the guarded os.kill (a door), SIGALRM wherever the timer fires
+seen = []
+def handler(signum, frame):
+    seen.append(signum)
+signal.signal(signal.SIGUSR2, handler)
+signal.signal(signal.SIGALRM, handler)
+expected = late = 0
+for _ in range(2000):
+    signal.setitimer(signal.ITIMER_REAL, 1e-6 + random.random() * 1e-5)
+    os.kill(os.getpid(), signal.SIGUSR2)
+    expected += 2
+    deadline = time.monotonic() + 0.5
+    while len(seen) < expected and time.monotonic() < deadline:
+        time.sleep(0.0005)  # no guarded call, no audit event: only the interpreter runs
+    while len(seen) < expected:  # waited in vain: one more door runs what it queued
+        late += 1
+        os.getpid()
+        os.stat('.')
+print('late', late)
+print('handled', len(seen), 'of', expected)
+"""
+
+
+def test_no_signal_is_lost_when_it_arrives_inside_a_door(python: str) -> None:
+    """A handler whose signal arrives inside a guard (here the door of ``os.kill``, which
+    delivers SIGUSR2 to its own process before it returns) runs as soon as the program's
+    code runs again, not at the next guarded call, which may never come: the program
+    waits for it in a loop of unguarded calls (it waited in vain: CPython's
+    test_signal.test_stress_delivery_simultaneous timed out on 3.13). None runs twice."""
+    res = guarded.run(LOST_SIGNALS, api=(("allow", "*"),), python=python, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split() == ["late", "0", "handled", "4000", "of", "4000"], res.stdout

@@ -148,6 +148,9 @@ def _fill(ns):
         "@EXC_OF": EXC_OF,
         "@TB_OF": TB_OF,
         "@VALUE_OF": VALUE_OF,
+        "@PENDING": PENDING_SIGNALS,
+        "@NONE_PENDING": [],  # compared with, never changed (see the templates)
+        "@RUN": RUN_PENDING,
     }
     return ns
 

@@ -76,6 +76,15 @@ _FACE_NS: dict[str, Any] = {
 # jump on a constant, before the placeholder is replaced -- and a test on a real value
 # would cost every guarded call a few bytecodes.
 #
+# A face runs the signal handlers queued inside the guard (``_seal.signals``) as its last
+# step, after its last call: the interpreter runs a Python-level handler only at a check
+# (after a C call, at a function's start, on a backward jump), so one whose signal arrived
+# in the door -- ``os.kill`` of the process itself delivers before it returns, a timer
+# fires during the call -- was queued there and, with the door's own run of the queue
+# already past, waited for the next guarded call, which may never come. The test is a
+# comparison with an empty list (``!=``: no call, hence no check between it and the
+# ``return``; a test on the placeholder alone would be folded away by the compiler).
+#
 # Gates are doors that answer the common case themselves: ``__import__`` and
 # ``import_module`` of a name whose top-level package is in "@FAST" (a set only sealed code
 # and gates hold) go straight to the original; every other call goes through "@SLOW", the
@@ -205,12 +214,16 @@ def _t_face(*args, **kwargs):
     if c is ("@REFUSAL" if 1 else 0):
         args = kwargs = None  # the traceback keeps this frame: not the program's arguments
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
         try:
             raise r
         finally:
             r = None  # no cycle exception -> traceback -> this frame -> exception
     if c is ("@VALUE" if 1 else 0):
-        return ("@VALUE_OF" if 1 else 0)(r)
+        r = ("@VALUE_OF" if 1 else 0)(r)
+    if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     return r
 
 
@@ -221,12 +234,16 @@ def _t_face_prepare(*args, **kwargs):
     if c is ("@REFUSAL" if 1 else 0):
         args = kwargs = None  # the traceback keeps this frame: not the program's arguments
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
         try:
             raise r
         finally:
             r = None  # no cycle exception -> traceback -> this frame -> exception
     if c is ("@VALUE" if 1 else 0):
-        return ("@VALUE_OF" if 1 else 0)(r)
+        r = ("@VALUE_OF" if 1 else 0)(r)
+    if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     return r
 
 
@@ -242,12 +259,16 @@ def _t_face_lone_str(*args, **kwargs):
     if c is ("@REFUSAL" if 1 else 0):
         args = kwargs = None  # the traceback keeps this frame: not the program's arguments
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
         try:
             raise r
         finally:
             r = None  # no cycle exception -> traceback -> this frame -> exception
     if c is ("@VALUE" if 1 else 0):
-        return ("@VALUE_OF" if 1 else 0)(r)
+        r = ("@VALUE_OF" if 1 else 0)(r)
+    if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     return r
 
 
@@ -255,10 +276,14 @@ def _t_face___import__(name, globals=None, locals=None, fromlist=(), level=0):
     r = ("@DOOR" if 1 else 0)(name, globals, locals, fromlist, level)
     if ("@TYPE" if 1 else 0)(r) is ("@REFUSAL" if 1 else 0):
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
         try:
             raise r
         finally:
             r = None  # no cycle exception -> traceback -> this frame -> exception
+    if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     return r
 
 
@@ -266,10 +291,14 @@ def _t_face_import_module(name, package=None):
     r = ("@DOOR" if 1 else 0)(name, package)
     if ("@TYPE" if 1 else 0)(r) is ("@REFUSAL" if 1 else 0):
         r = ("@B" if 1 else 0)(("@EXC_OF" if 1 else 0)(r)).with_traceback(("@TB_OF" if 1 else 0)(r))
+        if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+            ("@RUN" if 1 else 0)()
         try:
             raise r
         finally:
             r = None  # no cycle exception -> traceback -> this frame -> exception
+    if ("@PENDING" if 1 else 0) != ("@NONE_PENDING" if 1 else 0):
+        ("@RUN" if 1 else 0)()
     return r
 
 
