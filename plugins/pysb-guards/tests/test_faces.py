@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import guarded
 
@@ -104,20 +105,25 @@ def known(attr: str, where: str, face: object, plain: object) -> bool:
     return attr == "signature" and where == "pty.spawn"
 
 
-def test_every_face_looks_like_the_function_it_replaces(tmp_path: Path, python: str) -> None:
-    script = tmp_path / "describe.py"
-    script.write_text(DESCRIBE)
+def _described_in_the_sandbox(script: Path, python: str, **rules: Any) -> dict[str, Any]:
+    """What ``script`` (:data:`DESCRIBE`) prints under every guard, the file system open."""
     result = guarded.run(
         "",
         script=script,
-        cwd=tmp_path,
+        cwd=script.parent,
         python=python,
         exposures=[guarded.expose("/")],
         api=(("allow", "*"),),
-        network=("allow tcp 127.0.0.1 80 out",),
+        **rules,
     )
     assert result.returncode == 0, result.stderr
-    faces = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_every_face_looks_like_the_function_it_replaces(tmp_path: Path, python: str) -> None:
+    script = tmp_path / "describe.py"
+    script.write_text(DESCRIBE)
+    faces = _described_in_the_sandbox(script, python, network=("allow tcp 127.0.0.1 80 out",))
     assert len(faces) > 150, sorted(faces)  # every guard's faces: files, api, network...
     assert {"signal.alarm", "os.stat", "subprocess.run", "sys._current_frames"} <= set(faces)
     plain_run = subprocess.run(
@@ -184,16 +190,7 @@ def test_the_stack_walkers_look_like_cpythons_own(tmp_path: Path, python: str) -
     only = json.dumps(STACK_WALKERS)
     sandboxed_script = tmp_path / "describe_walkers.py"
     sandboxed_script.write_text(f"import sys\nsys.argv[1:] = [{only!r}]\n{DESCRIBE}")
-    result = guarded.run(
-        "",
-        script=sandboxed_script,
-        cwd=tmp_path,
-        python=python,
-        exposures=[guarded.expose("/")],
-        api=(("allow", "*"),),
-    )
-    assert result.returncode == 0, result.stderr
-    sandboxed = json.loads(result.stdout.splitlines()[-1])
+    sandboxed = _described_in_the_sandbox(sandboxed_script, python)
     plain_run = subprocess.run([python, str(script), only], capture_output=True, text=True)
     assert plain_run.returncode == 0, plain_run.stderr
     plain = json.loads(plain_run.stdout)
