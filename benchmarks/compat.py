@@ -486,8 +486,9 @@ def profile_text(work: Path, provider: str, module: str = "") -> str:
     (their TMPDIR and HOME), the standard library's packages ``module``'s tests write into
     (:data:`STDLIB_WRITES`), loopback sockets (logging's handlers, asyncio), and what a
     provider grants only when asked (landlock: Unix sockets, /dev/shm for multiprocessing's
-    semaphores). Firejail enforces network rules
-    for root only (docs/providers.md): as another user it runs without any."""
+    semaphores), and under subprocess and landlock /dev/pts (pseudo-terminals opened by
+    name). Firejail enforces network rules for root only (docs/providers.md): as another
+    user it runs without any."""
     rw = [str(work)]
     if module in STDLIB_WRITES:
         import sysconfig
@@ -496,6 +497,10 @@ def profile_text(work: Path, provider: str, module: str = "") -> str:
         rw += [str(stdlib / name) for name in STDLIB_WRITES[module]]
     if provider == "landlock":
         rw.append("/dev/shm")
+    if provider in ("subprocess", "landlock"):
+        # the pseudo-terminals the tests open by name (3.13's test_os opens os.ptsname's);
+        # the other providers' /dev is a minimal one of the sandbox's own
+        rw.append("/dev/pts")
     lines = [
         "version: 1",
         "imports: '*'",

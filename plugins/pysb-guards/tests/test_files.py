@@ -338,6 +338,14 @@ def test_bad_path_types_get_cpythons_errors(project: Path, python: str) -> None:
         t("list", lambda: os.stat(list("out")))
         t("rename", lambda: os.rename("out/f", 1.5))
         t("open", lambda: open(1.5))
+        class NoPath:  # PEP 519: __fspath__ set to None means "not a path" (test_os)
+            __fspath__ = None
+        class Uncallable:
+            __fspath__ = 1
+        t("fspath_none_rename", lambda: os.rename(NoPath(), "out/g"))
+        t("fspath_none_stat", lambda: os.stat(NoPath()))
+        t("fspath_none_open", lambda: open(NoPath()))
+        t("fspath_uncallable", lambda: os.stat(Uncallable()))
         t("fd_str", lambda: os.stat("out", dir_fd="x"))
         t("fd_float", lambda: os.stat("out", dir_fd=1.0))
         t("fd_big", lambda: os.stat("out", dir_fd=10**20))

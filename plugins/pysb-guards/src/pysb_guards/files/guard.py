@@ -628,6 +628,8 @@ def _make_prepare(
     memoryview_, hasattr_, warn = memoryview, hasattr, _warnings.warn
     dict_, float_, deprecation, overflow = dict, float, DeprecationWarning, OverflowError
     name_of = type.__dict__["__name__"].__get__
+    mro_of = type.__dict__["__mro__"].__get__
+    dict_of = type.__dict__["__dict__"].__get__
     c_original = original if type(original) is type(len) else None
     buffers = sys.version_info < (3, 12)  # bytes-like paths: deprecated, still taken
     # 3.13 warns when a bool stands for a file descriptor (os.stat(False), dir_fd=True);
@@ -641,6 +643,19 @@ def _make_prepare(
         return 1 if value else 0
 
     get_ident = _thread.get_ident
+
+    # 3.13's path converter and os.fspath take an ``__fspath__`` set to None for none at
+    # all (PEP 519: "not a path"); before, they call it (TypeError: 'NoneType' object...)
+    none_is_no_fspath = sys.version_info >= (3, 13)
+
+    def has_fspath(kind: type) -> bool:
+        """Whether CPython's path converter would call ``kind``'s ``__fspath__`` (looked up
+        on the class, along its MRO, as the interpreter looks up a special method)."""
+        for base in mro_of(kind):
+            namespace = dict_of(base)
+            if "__fspath__" in namespace:
+                return not (none_is_no_fspath and namespace["__fspath__"] is None)
+        return False
 
     def cpython_error(value: Any, pos: int, kw: str, args: list, kwargs: dict) -> Any:
         """CPython's own TypeError for ``value`` at ``pos``/``kw`` (None: no C original)."""
@@ -688,7 +703,7 @@ def _make_prepare(
                     warn(str_(error), deprecation, 3)
                     found.append((data, value))
                     return data
-        if not hasattr_(kind, "__fspath__"):
+        if not has_fspath(kind):
             error = cpython_error(value, pos, kw, args, kwargs)
             if error is not None:
                 raise error
