@@ -381,11 +381,9 @@ def _make_public(
         return class_check
 
     def immutable(raw, change_of_type, error):
-        """``__setattr__`` / ``__delattr__`` of the guarded class's metaclass: the guarded
-        class is as immutable as the C type it stands for (``_socket.socket.foo = 1`` is
-        CPython's TypeError, message included); classes made from it (``socket.socket``,
-        the program's own) stay as mutable as ever. The guards never rely on it: a
-        changed method of the class is still judged by the audit hook's backstop."""
+        """The metaclass's ``__setattr__`` / ``__delattr__``: the guarded class is as immutable
+        as the C type (CPython's TypeError), classes made from it stay mutable. Nothing
+        relies on it: the audit hook's backstop judges a changed method's calls too."""
 
         def refuse_change(cls, name, *value):
             if cls.__mro__[1] is raw:
