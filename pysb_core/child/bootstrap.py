@@ -27,6 +27,7 @@ be trusted before the guards exist. The numbered steps above are one ordered pro
 from __future__ import annotations
 
 import _signal  # the C module: `signal` would import enum (~3 ms) at every start
+import _thread
 import os
 import sys
 
@@ -248,8 +249,6 @@ def _install_cleaning_hooks() -> None:
     def unraisablehook(*args):
         clean_record(args)
         return show_unraisable(*args)
-
-    import _thread
 
     show_thread = _thread._excepthook
 

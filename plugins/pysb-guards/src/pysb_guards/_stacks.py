@@ -298,22 +298,21 @@ def _s_patch_warnings(module):
             PLACE(module, name, replacement)
 
 
-def install(on_import: Any) -> None:
+def install(on_import: Any, seal: Any) -> None:
     """Register the patchers. They run under the import guard's sealed code, so they are
     sealed too and call nothing the program can change: they only place functions made
-    now, before the program runs."""
-    from pysb_guards import _seal
-    from pysb_guards._seal.makers import _unbound_signature
-
-    b = _seal.builders()
-    ns = _seal.seal_group(
+    now, before the program runs. ``seal`` is :mod:`pysb_guards._seal`, handed over by the
+    import guard: imported here it would pass the import guard (installed by then), and as
+    a global of this module the program would find it."""
+    b = seal.builders()
+    ns = seal.seal_group(
         [
             _s_patch_traceback,
             _s_patch_inspect,
             _s_patch_faulthandler,
             _s_patch_warnings,
             _s_like,
-            _unbound_signature,
+            seal.makers._unbound_signature,
         ],
         RESOLVE=b["RESOLVE"],
         PLACE=b["PLACE"],

@@ -166,11 +166,20 @@ def _hook_factory(
     return dispatch, add, close, safe_frame, watched
 
 
-def own_dirs() -> tuple[str, ...]:
-    """The directories of pysb's plain code that can stand in a program's traceback: the
-    guards' (``prepare`` steps, the import finder) and the child's bootstrap."""
-    import pysb_core
+def _own_dirs() -> tuple[str, ...]:
+    import pysb_core  # here, not a global: the program can read this module's namespace
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pysb_guards/
     core = os.path.dirname(os.path.abspath(pysb_core.__file__))
     return (here + os.sep, os.path.join(core, "child") + os.sep)
+
+
+#: Found when the guards' modules are imported, before any guard: a later ``import
+#: pysb_core`` (an install's) would go through the import guard.
+_OWN_DIRS = _own_dirs()
+
+
+def own_dirs() -> tuple[str, ...]:
+    """The directories of pysb's plain code that can stand in a program's traceback: the
+    guards' (``prepare`` steps, the import finder) and the child's bootstrap."""
+    return _OWN_DIRS

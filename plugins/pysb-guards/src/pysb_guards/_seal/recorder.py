@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+# Imported here, not in private_recorder: every family's install calls it, most once the
+# import guard is installed, which an import statement would then go through.
+import _json
 import os
+import time
+import types
 
+from pysb_core.guardkit import reporter_functions
 from pysb_guards._seal.core import sealed
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
@@ -22,12 +28,6 @@ def private_recorder(recorder: Any) -> Any:
     type nobody can add a descriptor to); the report channel and the de-duplication set are
     the recorder's own, so every guard shares them. Callers pass exact ``str`` values.
     """
-    import _json
-    import time
-    import types
-
-    from pysb_core.guardkit import reporter_functions
-
     deny, learn = sealed(reporter_functions)(
         getattr(recorder, "_fd", None),
         getattr(recorder, "_seen", set()),

@@ -30,10 +30,21 @@ Terminal injection: ``fcntl.ioctl`` requests that type into or take over a termi
 
 from __future__ import annotations
 
+# What the install uses is imported with this module, before any guard: once the import
+# guard is installed (the install's first step), an import statement run by the install
+# goes through its faces and judge (docs/performance.md, "Start-up").
+import _functools
+import _operator
+import _thread
+import os
 import sys
 
-from pysb_core.guardkit import hookimpl
+import pysb_core
+from pysb_core.guardkit import ApiDeniedError, hookimpl
 from pysb_guards import _seal, registry
+from pysb_guards._patch import defer_sweep
+from pysb_guards._seal.audithook import own_dirs
+from pysb_guards._where import is_library_file, library_prefixes
 from pysb_guards.api import engine
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
@@ -77,16 +88,8 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> str | None:
 def install(policy: Policy, recorder: Recorder) -> None:
     if _runtime:
         return
-    import _functools
-    import _operator
-    import _thread
-    import os
-
-    import pysb_core
-    from pysb_core.guardkit import ApiDeniedError
-    from pysb_guards._patch import defer_sweep
-    from pysb_guards._seal.audithook import own_dirs
-    from pysb_guards._where import is_library_file, library_prefixes
+    # Imported here, not with the module: the import guard's module is kept out of the other
+    # families' namespaces, which the program may reach (files.guard's is, by its classes).
     from pysb_guards.imports import guard as imports
 
     imports.ensure_installed(policy, recorder)

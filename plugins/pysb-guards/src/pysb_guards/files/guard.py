@@ -34,10 +34,25 @@ in :mod:`.engine`, the family's ``hooks/guard/engine`` shape.
 
 from __future__ import annotations
 
+# What the install uses is imported with this module, before any guard: once the import
+# guard is installed (by the first family's install), an import run by an install goes
+# through its faces and judge (docs/performance.md, "Start-up"). The import guard's own
+# module is the exception: the program reaches this namespace (ScandirResult's methods),
+# and must not reach that one.
+import _io
+import _thread
+import _warnings
+import builtins
+import errno
+import io
+import os
+import posix
 import sys
+import warnings
 
-from pysb_core.guardkit import hookimpl
+from pysb_core.guardkit import FileDeniedError, WriteDeniedError, hookimpl
 from pysb_guards import _seal
+from pysb_guards._patch import defer_sweep, set_attr
 from pysb_guards.files import engine
 
 TYPE_CHECKING = False  # typing costs milliseconds inside the sandbox
@@ -218,9 +233,9 @@ def install(policy: Policy, recorder: Recorder) -> None:
     add_handler, _close = _seal.audit_registry()
     ns = _sealed_engine(policy, recorder, tables)
     ns["ST"]["cwd"] = ns["_f_cwd"]()
+    _install_sqlite_hook(ns, policy, recorder)
     _install_faces(ns, tables)
     _install_patches(ns, imports)
-    _install_sqlite_hook(ns, policy, recorder)
     handlers = ns["_f_make_handlers"](EVENTS)
     for event, handler in handlers.items():
         add_handler(event, handler)
@@ -234,15 +249,24 @@ def _install_sqlite_hook(ns: dict[str, Any], policy: Policy, recorder: Recorder)
     however it is (:mod:`.sqlite_c`); without it only ``sqlite3.connect`` arms one, and
     connections made otherwise are refused. Made when the program may import ``sqlite3``:
     the policy lets it, or a learning run, whose import guard records and refuses nothing
-    (without the type tools ``_sqlite3`` would be refused there)."""
+    (without the type tools ``_sqlite3`` would be refused there).
+
+    :mod:`.sqlite_c` is imported only then (most profiles do not allow ``sqlite3``), and
+    before the faces are installed, so that its bytecode can be cached as the guards'."""
+    if not (recorder.learning or _sqlite_wanted(policy.imports)):
+        return
     from pysb_guards.files import sqlite_c
 
-    if not (recorder.learning or sqlite_c.wanted(policy.imports)):
-        return
     ns["ST"]["type_tools"] = sqlite_c.type_tools()
     c = sqlite_c.prepare()
     if c is not None:
         ns["ST"]["sqlite_c"] = c["make"](ns["_f_sqlite_c_entry"], ns["_f_sqlite_c_authorizer"])
+
+
+def _sqlite_wanted(imports: tuple[str, ...] | None) -> bool:
+    """Whether the policy lets the program import ``sqlite3``."""
+    names = set(imports or ())
+    return "*" in names or bool(names & {"sqlite3", "_sqlite3"})
 
 
 #: ``sqlite3.connect``'s parameters after ``database``, in order (3.11 to 3.13).
@@ -277,8 +301,6 @@ def _make_sqlite_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]]:
     by position or by name) gets them all as given (its ``Connection.__init__`` warns for its own
     line, as in CPython); ``connect``'s C code then warns a second time, for the door's
     frame (seen only by filters that show every warning)."""
-    import warnings
-
     inner = _make_prepare(((0, "database"),))
     warn = warnings.warn
     deprecated = sys.version_info >= (3, 13)
@@ -321,8 +343,6 @@ def _make_set_authorizer_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]
     warning's line a door's. The face's prepare warns instead, for the program's line
     (``stacklevel`` 2: the face's frame is one ``warnings`` passes over), and passes the
     callable on positionally. Plain code: the program's warning filters run here."""
-    import warnings
-
     warn = warnings.warn
     deprecated = sys.version_info >= (3, 13)
     len_, type_, list_, items, str_ = len, type, list, dict.items, str
@@ -343,8 +363,6 @@ def _policy_tables(policy: Policy) -> dict[str, Any]:
     """The policy as the engine reads it: exposures by path, renames (longest target
     first), compiled ignore rules, profile files and the state directories (with the
     directories above them)."""
-    import os
-
     exposures = list(policy.exposures)
     if not any(e.implicit for e in exposures):
         from pysb_core.guardkit import implicit_exposures
@@ -405,13 +423,6 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
     """The ``_f_*`` functions of :mod:`pysb_guards.files.engine` re-created in one private
     namespace, with the guard's state (``ST``) and every C function and type they use,
     bound now (``_seal.seal_group``)."""
-    import _thread
-    import errno
-    import os
-    import posix
-
-    from pysb_core.guardkit import FileDeniedError, WriteDeniedError
-
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     write_flags |= getattr(os, "O_TMPFILE", 0) & ~os.O_DIRECTORY
 
@@ -499,8 +510,6 @@ def _sealed_engine(policy: Policy, recorder: Recorder, tables: dict[str, Any]) -
 def _open_types() -> tuple[Any, ...]:
     """What ``open()`` returns, and the C readers from a text file to its buffer and from a
     buffer to its raw ``FileIO`` (see ``_f_post_open``)."""
-    import _io
-
     buffered = (_io.BufferedReader, _io.BufferedWriter, _io.BufferedRandom)
     raw_of = {kind: kind.__dict__["raw"].__get__ for kind in buffered}
     buffer_of = _io.TextIOWrapper.__dict__["buffer"].__get__
@@ -510,12 +519,6 @@ def _open_types() -> tuple[Any, ...]:
 def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
     """Faces on the path functions of ``os`` and ``posix``, and on ``open`` when a rename
     needs translating; references captured before are swept."""
-    import io
-    import os
-    import posix
-
-    from pysb_guards._patch import defer_sweep, set_attr
-
     ignore = tables["ignore"]
     # Faces on os and posix (the same C functions under two names).
     faces: dict[Any, Any] = {}  # original -> face (for the sweep of captured references)
@@ -543,9 +546,6 @@ def _install_faces(ns: dict[str, Any], tables: dict[str, Any]) -> None:
         "open",
     )
     faces[io.open] = opener
-    import _io
-    import builtins
-
     for module in (builtins, io, _io):
         if getattr(module, "open", None) is io.open:
             set_attr(module, "open", opener)
@@ -615,11 +615,6 @@ def _make_prepare(
     may be called from sealed code (another guard's judge), and a global -- this module's,
     or a builtin -- could be the program's by then.
     """
-    import _thread
-    import _warnings
-    import os
-    import sys
-
     fspath = os.fspath
     slots = [(p[0], p[1]) for p in params]
     str_, bytes_, int_, bool_, tuple_, list_ = str, bytes, int, bool, tuple, list

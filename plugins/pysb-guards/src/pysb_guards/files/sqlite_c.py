@@ -47,12 +47,6 @@ def _sqlite3_file() -> str | None:
     return None
 
 
-def wanted(imports: tuple[str, ...] | None) -> bool:
-    """Whether the policy lets the program import ``sqlite3`` (the set-up is made then only)."""
-    names = set(imports or ())
-    return "*" in names or bool(names & {"sqlite3", "_sqlite3"})
-
-
 def prepare() -> dict[str, Any] | None:
     """The C pieces: ``make(entry, authorizer)`` turns the two sealed functions into C
     callbacks and registers the entry point with ``sqlite3_auto_extension``; None when

@@ -716,7 +716,12 @@ def _e_evict():
     for name in list(modules):
         if _e_top(name) in ALWAYS or name in KEEP:
             continue
-        parent = modules.get(name.rpartition(".")[0]) if "." in name else None
+        parent = None
+        if "." in name:
+            above = name.rpartition(".")[0]
+            parent = modules.get(above)
+            if parent is None:  # set aside already: arming evicts a second time
+                parent = stash.get(above)
         if parent is not None and not hasattr(parent, "__path__"):
             continue  # os.path: importlib finds it only in sys.modules ("os is not a package")
         stash[name] = modules.pop(name)

@@ -37,7 +37,8 @@ from __future__ import annotations
 import sys
 
 from pysb_core.guardkit import hookimpl
-from pysb_guards import _seal
+from pysb_guards import _seal, _stacks
+from pysb_guards._patch import sweep_pending
 from pysb_guards.imports import engine
 from pysb_guards.imports.importlib_bootstrap import (
     PATCHING_LOADER_CODES,
@@ -196,8 +197,6 @@ def pysb_child_arm(policy: Policy, recorder: Recorder) -> None:
     """Point captured originals at the faces (one pass for every guard), then close the list
     of program modules and the audit hook's handler table."""
     if _runtime:
-        from pysb_guards._patch import sweep_pending
-
         sweep_pending(visit_modules)
         _runtime[0][1]()
         _seal.audit_registry()[1]()
@@ -366,9 +365,7 @@ def install(policy: Policy, recorder: Recorder) -> None:
         )
     )
     # Stack walks and dumps of the program leave the guards' frames out (issue 17).
-    from pysb_guards import _stacks
-
-    _stacks.install(on_import)
+    _stacks.install(on_import, _seal)
 
 
 #: Standard library functions that import modules other than their own by *calling*

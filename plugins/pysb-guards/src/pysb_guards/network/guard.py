@@ -39,10 +39,17 @@ audit event) get around it; the OS layer is what stops them (docs/network.md).
 
 from __future__ import annotations
 
+# What the install uses is imported with this module, before any guard: once the import
+# guard is installed, an import statement run by an install goes through its faces and
+# judge (docs/performance.md, "Start-up").
+import _operator
 import os
+import posix
+import sys
 
 from pysb_core import hookimpl
-from pysb_core.guardkit import netmatch
+from pysb_core.guardkit import NameResolutionDeniedError, NetworkDeniedError, netmatch
+from pysb_guards import _seal
 from pysb_guards.network import engine
 
 #: The kernel's ephemeral port range (where a bind to port 0 lands), read as this module
@@ -141,8 +148,6 @@ def install(policy: Policy, recorder: Recorder, *, enforce: bool | None = None) 
         # The backstop (CPython's own audit events) is registered now, in the guards' one
         # audit hook: handlers can only be added before the program runs. Until a socket
         # module is loaded no such event can be raised.
-        from pysb_guards import _seal
-
         add_handler, _close = _seal.audit_registry()
         for event, handler in handlers.items():
             add_handler(event, handler)
@@ -168,13 +173,6 @@ def _sealed_namespace(policy: Policy, recorder: Recorder, enforce: bool) -> dict
     """The guard's engine: the ``_n_*`` functions of :mod:`pysb_guards.network.engine` and
     :mod:`pysb_core.policy.netmatch`'s, re-created with private globals holding the compiled rules
     and everything they call, bound now, before the program runs (``_seal.seal_group``)."""
-    import _operator
-    import posix
-    import sys
-
-    from pysb_core.guardkit import NameResolutionDeniedError, NetworkDeniedError
-    from pysb_guards import _seal
-
     function_type = type(install)
     match_ns = _seal.seal_group(
         [
@@ -265,8 +263,6 @@ def _public_helpers() -> dict[str, Any]:
     class's metaclass) and may run its code under (an ``__index__``, a ``__fspath__``).
     They hold no state of the guard: globals with no builtins, closures over C functions
     and built-in types only (:func:`_make_public`)."""
-    import _operator
-
     function_type: Any = type(_public_helpers)
     public = function_type(
         _make_public.__code__,
