@@ -1,4 +1,5 @@
-"""Tracebacks through ``<string>`` read as under ``python`` (issue 28, tracebacks).
+"""Tracebacks through ``<string>`` read as under ``python`` (issue 28, tracebacks), and ``-c``
+code compiled as ``python -c`` compiles it.
 
 From 3.13 the interpreter keeps the lines of its ``-c`` command in ``linecache`` under
 ``<string>``, so a traceback of ``python -c CODE`` shows CODE's lines. The sandbox's
@@ -70,3 +71,28 @@ def test_dash_c_tracebacks_show_the_programs_lines(
     assert res.returncode == plain.returncode == 1, res.stdout + res.stderr
     assert res.stdout == plain.stdout, res.stdout  # linecache's line 2 of <string>, as plain
     assert _traceback(res.stderr) == _traceback(plain.stderr), res.stderr
+
+
+#: ``-c`` code as the interpreter compiles it: no ``__future__`` flag of pysb's bootstrap
+#: (``annotations`` would make the annotation the string ``'int'``), the program's own
+#: ``__future__`` imports honoured, a syntax error reported as ``python -c`` reports it.
+COMPILED = {
+    "annotations": "def f(x: int) -> str: pass\nprint(f.__annotations__)",
+    "future-import": "from __future__ import annotations\ndef f(x: int): pass\n"
+    "print(f.__annotations__)",
+    "future-flags": "import sys\nprint(sys._getframe().f_code.co_flags & 0x1FE0000)",
+    "syntax-error": "x = (",
+}
+
+
+@pytest.mark.parametrize("code", list(COMPILED.values()), ids=list(COMPILED))
+def test_dash_c_is_compiled_as_python_compiles_it(
+    project: Project, code: str, pysb_python: str
+) -> None:
+    project.profile("version: 1\nimports: [__future__]\n")
+    plain = subprocess.run(
+        [pysb_python, "-c", code], cwd=project.root, capture_output=True, text=True, check=False
+    )
+    res = project.run("run", "--provider", "subprocess", "-c", code, python=pysb_python)
+    assert (res.returncode, res.stdout) == (plain.returncode, plain.stdout), res.stderr
+    assert res.stderr == plain.stderr
