@@ -100,9 +100,9 @@ def test_a_family_scan_reads_only_the_distributions_that_name_it(
     read: list[str] = []
     real = entrypoints._dist_of
 
-    def recording(info_dir: str) -> tuple[str, str]:
+    def recording(info_dir: str, *watch: list) -> tuple[str, str]:
         read.append(Path(info_dir).name)
-        return real(info_dir)
+        return real(info_dir, *watch)
 
     monkeypatch.setattr(entrypoints, "_dist_of", recording)
     entrypoints.all_entry_points.cache_clear()

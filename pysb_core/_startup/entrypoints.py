@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import os
 import sys
-from importlib import import_module
 
+from pysb_core._lazy import import_module
 from pysb_core._startup.memo import cache
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
     from typing import Any
+
+    #: :func:`stat_key`'s answer.
+    Stat = tuple[int, int, int, int, int] | None
+    #: ``(path, its stat)`` of every file a scan looked at, in order.
+    Watch = list[tuple[str, Stat]]
 
 
 class EntryPoint(tuple):  # a named tuple without typing.NamedTuple's cost
@@ -97,16 +102,18 @@ def normalized(name: str) -> str:
     return out
 
 
-def _dist_of(info_dir: str) -> tuple[str, str]:
+def _dist_of(info_dir: str, watch: Watch | None = None) -> tuple[str, str]:
     """Name and version as importlib.metadata gives them: from METADATA (PKG-INFO for an
-    egg), else from the directory's name."""
+    egg), else from the directory's name. ``watch``: each file looked at is recorded in
+    it (:func:`_watched`) before it is read."""
     base = os.path.basename(info_dir).rsplit(".", 1)[0]
     name, _, version = base.partition("-")
     version = version.partition("-")[0]
     for meta in ("METADATA", "PKG-INFO"):
+        meta_path = _watched(watch, os.path.join(info_dir, meta))
         # Name and Version open the headers: the first KiB nearly always holds both.
         for limit in (1 << 10, None):
-            text = _read_text(os.path.join(info_dir, meta), limit)
+            text = _read_text(meta_path, limit)
             if text is None:
                 break
             fields: dict[str, str] = {}
@@ -142,18 +149,21 @@ def _read_text(path: str, limit: int | None = None) -> str | None:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def _parse(path: str, dist: tuple[str, str] | str, prefix: str = "") -> list[EntryPoint]:
+def _parse(
+    path: str, dist: tuple[str, str] | str, prefix: str = "", watch: Watch | None = None
+) -> list[EntryPoint]:
     """Entry points of one ``entry_points.txt``. ``dist`` is ``(name, version)``, or the
     ``.dist-info`` directory to read them from (only when the file names entry points).
     ``prefix``: only the groups whose name starts with it; a file that does not even
-    contain it is not parsed, and its distribution's metadata is not read."""
+    contain it is not parsed, and its distribution's metadata is not read. ``watch``:
+    each file looked at is recorded in it (:func:`_watched`) before it is read."""
     out: list[EntryPoint] = []
     group = ""
-    text = _read_text(path)
+    text = _read_text(_watched(watch, path))
     if text and prefix and prefix not in text:
         return out
     if text and isinstance(dist, str):
-        dist = _dist_of(dist)
+        dist = _dist_of(dist, watch)
     for raw in text.splitlines() if text else ():
         line = raw.strip()
         if not line or line[0] in "#;":
@@ -167,15 +177,39 @@ def _parse(path: str, dist: tuple[str, str] | str, prefix: str = "") -> list[Ent
     return out
 
 
+def stat_key(path: str) -> Stat:
+    """What identifies ``path``'s current content: device, inode, size, ``mtime_ns``,
+    ``ctime_ns`` (None: it cannot be stat'ed)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _watched(watch: Watch | None, path: str) -> str:
+    """``path``, its :func:`stat_key` first recorded in ``watch`` (what the run path's
+    cache of the scan is keyed by: :mod:`pysb_core.launch.entrycache`)."""
+    if watch is not None:
+        watch.append((path, stat_key(path)))
+    return path
+
+
 @cache
 def all_entry_points(prefix: str = "") -> tuple[EntryPoint, ...]:
     """Every entry point of every distribution on ``sys.path`` (first one of a name wins,
     as with importlib.metadata), of the groups whose name starts with ``prefix``."""
+    return scan(prefix)
+
+
+def scan(prefix: str = "", watch: Watch | None = None) -> tuple[EntryPoint, ...]:
+    """:func:`all_entry_points` read from the disk; ``watch`` records each path looked at
+    and its :func:`stat_key`, taken before the path was read."""
     seen: set[str] = set()
     found: list[EntryPoint] = []
     for entry in sys.path:
         try:
-            names = os.listdir(entry or ".")
+            names = os.listdir(_watched(watch, entry or "."))
         except OSError:
             continue
         for n in sorted(names):
@@ -186,7 +220,9 @@ def all_entry_points(prefix: str = "") -> tuple[EntryPoint, ...]:
             if key in seen:
                 continue
             seen.add(key)
-            found.extend(_parse(os.path.join(info_dir, "entry_points.txt"), info_dir, prefix))
+            found.extend(
+                _parse(os.path.join(info_dir, "entry_points.txt"), info_dir, prefix, watch)
+            )
     return tuple(found)
 
 
@@ -197,6 +233,14 @@ def entry_points(group: str) -> list[EntryPoint]:
     the name before the first dot): of the ~110 distributions of a development venv, only
     the few whose ``entry_points.txt`` mentions the family are parsed and have their
     metadata read (about 2 ms of every ``pysb run`` before, docs/performance.md)."""
-    family = group.partition(".")[0]
-    found = all_entry_points(family)
+    return of_group(all_entry_points(family_of(group)), group)
+
+
+def family_of(group: str) -> str:
+    """The family a group is scanned with: its name up to the first dot."""
+    return group.partition(".")[0]
+
+
+def of_group(found: tuple[EntryPoint, ...], group: str) -> list[EntryPoint]:
+    """The entry points of ``group`` among ``found``, sorted by name."""
     return sorted((ep for ep in found if ep.group == group), key=lambda e: e.name)

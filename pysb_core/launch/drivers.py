@@ -6,9 +6,10 @@ break the others. Listing names uses entry-point metadata alone (no plugin impor
 
 from __future__ import annotations
 
-from pysb_core._startup.entrypoints import EntryPoint, entry_points
+from pysb_core._startup.entrypoints import EntryPoint
 from pysb_core._startup.records import Record, record
 from pysb_core.errors import ProviderUnavailableError
+from pysb_core.launch.entrycache import entry_points
 from pysb_core.provider import Provider, ProviderStatus
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time

@@ -8,13 +8,14 @@ Raw ``pm.hook.*`` calls live in :class:`Hooks` only.
 
 from __future__ import annotations
 
-import importlib
 import os
 
 from pysb_core import hookspecs
-from pysb_core._startup.entrypoints import EntryPoint, entry_points
+from pysb_core._lazy import import_module
+from pysb_core._startup.entrypoints import EntryPoint
 from pysb_core._startup.records import Record, record
 from pysb_core.errors import SandboxError
+from pysb_core.launch.entrycache import entry_points
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing (nor pluggy) at run time
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def get_plugin_manager(
             pm.enable_tracing()
     loaded: list[LoadedPlugin] = []
     for modname in BUILTIN_PLUGINS:
-        pm.register(importlib.import_module(modname), name=modname)
+        pm.register(import_module(modname), name=modname)
         loaded.append(LoadedPlugin(modname.rsplit(".", 1)[1], "builtin", modname, "pysb-core", ""))
     groups = ([(GUARDS_GROUP, "guard")] if guards else []) + (
         [(PLUGINS_GROUP, "plugin")] if autoload else []
@@ -213,13 +214,12 @@ def _refuse_other_kit(plugin: object, entry: LoadedPlugin) -> None:
     """Refuse a guard written for a guard kit this pysb does not offer: ``PYSB_GUARDKIT``
     in the module the entry point names (or that defines the plugin object)."""
     import sys
-    import types
 
     from pysb_core import guardkit, kitversion
 
     module = (
         plugin
-        if isinstance(plugin, types.ModuleType)
+        if isinstance(plugin, type(sys))  # a module
         else sys.modules.get(getattr(plugin, "__module__", "") or "")
     )
     why = kitversion.refusal(module, guardkit.DECLARATION, guardkit.KIT_VERSION, _label(entry))

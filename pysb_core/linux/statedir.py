@@ -1,4 +1,4 @@
-"""pysb's own state directory on the host: the probe and profile caches.
+"""pysb's own state directory on the host: the probe, profile and entry-point caches.
 
 What is cached there changes what the *next* run does (a provider's binary, a parsed
 profile), so a sandbox must never be able to write it, even one that exposes ``$HOME``
