@@ -190,3 +190,30 @@ def test_the_installation_is_exposed_without_sysconfig(python: str, tmp_path: Pa
             real = os.path.realpath(path)
             assert any(is_within(real, d) for d in dirs), (path, dirs)
     assert {os.path.realpath(p) for p in mapped} <= set(files)
+
+
+def test_canonical_is_realpath_of_what_exists(tmp_path: Path) -> None:
+    """The kernel's name of a path (``open(O_PATH)``) is ``os.path.realpath``'s, through
+    links, relative names, ``..`` and links to links; a missing path or a file asked for
+    as a directory is None."""
+    import os
+
+    from pysb_core.launch.pyenv import canonical
+
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "f").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "rel").symlink_to("link/sub")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    cases = ["link", "rel", "link/../real/f", "link/f", "real/sub/..", "."]
+    saved = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for name in cases:
+            assert canonical(name) == os.path.realpath(name), name
+        assert canonical("rel", directory=True) == os.path.realpath("rel")
+        assert canonical("link/f", directory=True) is None
+        assert canonical("dangling") is None and canonical("nowhere") is None
+        assert canonical("") is None
+    finally:
+        os.chdir(saved)

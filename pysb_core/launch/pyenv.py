@@ -38,13 +38,46 @@ def interpreter_chain(executable: str) -> list[str]:
     return chain
 
 
+#: ``open`` flags of :func:`canonical`: a path handle, no access to the content.
+_O_PATH = getattr(os, "O_PATH", 0) | os.O_CLOEXEC
+
+
+def canonical(path: str, *, directory: bool = False) -> str | None:
+    """``os.path.realpath(path)`` of an existing ``path`` (a directory, with
+    ``directory``), None when there is none.
+
+    The kernel resolves the path in one ``open(O_PATH)`` and names what it reached
+    (``/proc/self/fd/N``): three system calls, where ``realpath`` walks the path in
+    Python with an ``lstat`` per component (~18 against ~6 us, some 40 paths per run).
+    Any doubt -- no ``O_PATH``, no ``/proc``, a name the kernel marks (deleted, or not
+    below this root) -- and ``os.path.realpath`` answers, as before.
+    """
+    if not path:
+        return None
+    if _O_PATH == os.O_CLOEXEC:  # pragma: no cover - not Linux
+        ok = os.path.isdir(path) if directory else os.path.exists(path)
+        return os.path.realpath(path) if ok else None
+    try:
+        fd = os.open(path, _O_PATH | (os.O_DIRECTORY if directory else 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = ""
+    finally:
+        os.close(fd)
+    if real.startswith("/") and not real.endswith(" (deleted)"):
+        return real
+    return os.path.realpath(path)  # pragma: no cover - see the docstring
+
+
 def _existing(paths: list[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
-        if p and os.path.exists(p):
-            real = os.path.realpath(p)
-            if real not in out:
-                out.append(real)
+        real = canonical(p)
+        if real is not None and real not in out:
+            out.append(real)
     return out
 
 
@@ -116,14 +149,22 @@ def mapped_libpython() -> list[str]:
     builds that uv installs) loads it from elsewhere, and the sandbox must show that file.
     """
     out: list[str] = []
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                path = line.rstrip("\n").split(maxsplit=5)[-1]
-                if os.path.basename(path).startswith("libpython") and path not in out:
-                    out.append(path)
+    chunks = []
+    try:  # the bytes, split here: a text file read line by line costs more than the read
+        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
     except OSError:
-        pass
+        return out
+    for line in b"".join(chunks).split(b"\n"):
+        if b"libpython" not in line:
+            continue
+        path = os.fsdecode(line.split(maxsplit=5)[-1])
+        if os.path.basename(path).startswith("libpython") and path not in out:
+            out.append(path)
     return out
 
 
@@ -134,17 +175,23 @@ def import_roots() -> list[str]:
 
     Exposure directories are not import roots: a package directory such as
     ``.../pysb_core`` on ``sys.path`` would make its modules importable under bare names.
+    The answer is kept for the same ``sys.path``, script and working directory (a run asks
+    twice: for the exposures and for the sandbox's own ``sys.path``).
     """
-    script_dir = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
-    cwd = os.path.realpath(os.getcwd())
+    argv0 = sys.argv[0] if sys.argv else ""
+    return list(_import_roots(tuple(sys.path), argv0, os.getcwd()))
+
+
+@cache
+def _import_roots(path: tuple[str, ...], argv0: str, cwd: str) -> tuple[str, ...]:
+    script_dir = os.path.dirname(os.path.realpath(argv0)) if argv0 else ""
+    cwd = os.path.realpath(cwd)
     roots: list[str] = []
-    for entry in sys.path:
-        if not entry or not os.path.isdir(entry):
-            continue
-        real = os.path.realpath(entry)
-        if real not in (cwd, script_dir) and real not in roots:
+    for entry in path:
+        real = canonical(entry, directory=True)
+        if real is not None and real not in (cwd, script_dir) and real not in roots:
             roots.append(real)
-    return roots
+    return tuple(roots)
 
 
 def _importable_parts(entry: str) -> list[str]:
