@@ -31,9 +31,6 @@ and by the pluggy one it hands over to: the bootstrap calls them in the sandbox
 
 from __future__ import annotations
 
-import types
-import warnings
-
 from pysb_core import hookspecs
 from pysb_core.childhooks import NAMES as _CHILD_SIDE
 
@@ -42,10 +39,20 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
     from typing import Any
 
-_FunctionType = types.FunctionType
-_ModuleType = types.ModuleType
+
+# ``types``' names, without the module (~0.2 ms of every start): what each is the type of.
+class _Slotted:
+    __slots__ = ("slot",)
+
+    def method(self) -> None:
+        """A bound method's type (``types.MethodType``)."""
+
+
+_FunctionType = type(_Slotted.method)
+_ModuleType = type(hookspecs)
+_MemberDescriptorType = type(_Slotted.slot)
 #: Holders pluggy accepts besides plain functions: handed over to pluggy when marked.
-_OTHER_HOLDERS = (types.MethodType, staticmethod, classmethod)
+_OTHER_HOLDERS = (type(_Slotted().method), staticmethod, classmethod)
 _IMPLICIT_NAMES = ("self", "cls")
 #: Options whose presence (truthy) needs pluggy itself.
 _PLUGGY_ONLY = ("wrapper", "hookwrapper", "optionalhook", "specname")
@@ -208,6 +215,8 @@ class HookCaller:
     def _check_args(self, kwargs: Mapping[str, object]) -> None:
         missing = [repr(name) for name in self.spec.argnames if name not in kwargs]
         if missing:
+            import warnings  # only on a caller's mistake
+
             warnings.warn(
                 f"Argument(s) {', '.join(missing)} which are declared in the hookspec "
                 "cannot be found in this hook call",
@@ -258,7 +267,7 @@ def _plugin_impls(plugin: object) -> Iterator[tuple[str, Any, dict, bool]]:
             if name in seen:
                 continue
             seen.add(name)
-            if type(value) is types.MemberDescriptorType:  # a slot: pluggy reads its value
+            if type(value) is _MemberDescriptorType:  # a slot: pluggy reads its value
                 try:
                     value = value.__get__(plugin, cls)
                 except AttributeError:

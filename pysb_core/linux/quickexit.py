@@ -36,12 +36,11 @@ import io
 import itertools
 import os
 import sys
-import types
 from _weakref import ref as _ref
 
 TYPE_CHECKING = False  # imported by every sandboxed interpreter: no typing at run time
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 _exit = os._exit
 _environ_get = os.environ.get
@@ -67,13 +66,28 @@ _FILES = frozenset(
         io.StringIO,
     }
 )
-_GENERATOR, _COROUTINE = types.GeneratorType, types.CoroutineType
-_gen_suspended = types.GeneratorType.gi_suspended.__get__  # type: ignore[attr-defined]
-_coro_suspended = types.CoroutineType.cr_suspended.__get__  # type: ignore[attr-defined]
-_FUNCTION, _BUILTIN = types.FunctionType, types.BuiltinMethodType
-_function_module = types.FunctionType.__dict__["__module__"].__get__
-_builtin_self = types.BuiltinMethodType.__self__.__get__  # type: ignore[attr-defined]
-_builtin_name = types.BuiltinMethodType.__dict__["__name__"].__get__
+
+
+# ``types``' names without the module (~0.2 ms of every start), as ``types`` makes them.
+def _generator() -> Iterator[None]:
+    yield
+
+
+async def _coroutine() -> None:
+    pass
+
+
+_GENERATOR = _type(_generator())
+_made = _coroutine()
+_COROUTINE = _type(_made)
+_made.close()  # never awaited: closed, so that no warning says so
+del _made
+_gen_suspended = _GENERATOR.gi_suspended.__get__  # type: ignore[attr-defined]
+_coro_suspended = _COROUTINE.cr_suspended.__get__  # type: ignore[attr-defined]
+_FUNCTION, _BUILTIN = _type(_generator), _type(len)
+_function_module = _FUNCTION.__dict__["__module__"].__get__
+_builtin_self = _BUILTIN.__self__.__get__  # type: ignore[attr-defined]
+_builtin_name = _BUILTIN.__dict__["__name__"].__get__
 
 #: Weak reference callbacks of the standard library's weak containers: they only remove
 #: an entry from their container, which dies with the process anyway.

@@ -61,7 +61,8 @@ def load(directory: str | None, path: str, st: os.stat_result, data: bytes) -> A
             # Only an entry this user alone could have written (pysb_core.linux.statedir).
             if not (trusted(directory) and trusted("", os.fstat(f.fileno()))):
                 return None
-            record = marshal.load(f)
+            # loads of the bytes: load() of a file reads it item by item, ~4x slower
+            record = marshal.loads(f.read())
         fmt, cpath, size, mtime_ns, dig, tree = record
     except (OSError, EOFError, ValueError, TypeError):
         return None
