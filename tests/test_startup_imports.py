@@ -89,8 +89,13 @@ def test_a_plain_run_imports_none_of_it(tmp_path: Path) -> None:
 #: What the providers that start the sandbox without a helper (no ``subprocess``, which
 #: brings ``threading`` and ``signal``'s ``enum``) keep off the host too: ``enum`` (the
 #: kits' ``Capability`` is the light StrEnum), ``threading`` (a lock of ``_thread``; the
-#: module only for a thread), ``functools`` and ``collections`` that both bring.
-NEVER_WITHOUT_A_HELPER = {"enum", "threading", "functools", "collections", "collections.abc"}
+#: module only for a thread), ``functools`` and ``collections`` that both bring; nor
+#: ``importlib`` (with ``warnings``: pysb_core._lazy) and ``types`` (their names are made
+#: where they are needed), which ``subprocess`` brings too.
+NEVER_WITHOUT_A_HELPER = {
+    *("enum", "threading", "functools", "collections", "collections.abc"),
+    *("importlib", "warnings", "types"),
+}
 
 
 @pytest.mark.parametrize("provider", ["subprocess", "landlock"])
