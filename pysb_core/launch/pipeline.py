@@ -99,8 +99,7 @@ def _with_state_dirs(policy: Policy, environ: Mapping[str, str]) -> Policy:
     """Name pysb's state directories in the policy, so that no layer lets the sandbox write
     the caches the next run uses (:mod:`pysb_core.linux.statedir`) or the records of the
     profiles the user trusts (:mod:`pysb_core.profile.trust`)."""
-    from pysb_core.linux.statedir import ensure, state_dir
-    from pysb_core.profile.trust import trust_dir
+    from pysb_core.linux.statedir import ensure, state_dir, trust_dir
 
     found = []
     for path in (state_dir(environ), trust_dir(environ)):

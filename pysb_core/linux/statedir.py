@@ -30,6 +30,22 @@ def state_dir(environ: Mapping[str, str] | None = None) -> str | None:
     return os.path.join(base, "pysb")
 
 
+def trust_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """``${XDG_STATE_HOME:-~/.local/state}/pysb/trust``, where :mod:`pysb_core.profile.trust`
+    keeps the profiles the user trusts (here: every run protects it, and need not import
+    the trust module for its name); None when no absolute base is known."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or ""
+    if not base:
+        home = env.get("HOME") or ""
+        if not home:
+            return None
+        base = os.path.join(home, ".local", "state")
+    if not os.path.isabs(base):
+        return None  # a relative path would move with the working directory
+    return os.path.join(base, "pysb", "trust")
+
+
 def ensure(path: str) -> str | None:
     """Create ``path`` (mode 0700) so that it can be protected; its canonical path, or None
     when it cannot be created or is not ours."""

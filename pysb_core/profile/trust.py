@@ -29,7 +29,7 @@ import os
 import stat
 
 from pysb_core.errors import UntrustedProfileError
-from pysb_core.linux.statedir import trusted
+from pysb_core.linux.statedir import trust_dir, trusted
 from pysb_core.profile.loader import DIGEST_ALGO as _ALGO
 from pysb_core.profile.loader import blake2b, digest
 
@@ -41,20 +41,6 @@ if TYPE_CHECKING:
 
 #: First line of every record; bump when the format changes (old records then mean nothing).
 HEADER = "pysb-trust 1"
-
-
-def trust_dir(environ: Mapping[str, str] | None = None) -> str | None:
-    """``${XDG_STATE_HOME:-~/.local/state}/pysb/trust``; None when no absolute base is known."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_STATE_HOME") or ""
-    if not base:
-        home = env.get("HOME") or ""
-        if not home:
-            return None
-        base = os.path.join(home, ".local", "state")
-    if not os.path.isabs(base):
-        return None  # a relative path would move with the working directory
-    return os.path.join(base, "pysb", "trust")
 
 
 def profile_key(path: str) -> str:
