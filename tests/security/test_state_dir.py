@@ -1,4 +1,4 @@
-"""pysb's state directory (probe and profile caches) is never writable from a sandbox.
+"""pysb's state directory (probe, profile, entry-point caches) is never writable from a sandbox.
 
 What is cached there steers the *next* run on the host (which bwrap binary to run, which
 parsed profile to trust). A sandbox that exposes the cache's parent read-write must still
@@ -35,6 +35,7 @@ import os
 ok = open({str(home / "other.txt")!r}, "w").write("fine")  # the rest of the exposure works
 for attempt in (
     lambda: open({str(state / "profiles" / "poison.marshal")!r}, "wb"),
+    lambda: open({str(state / "entrypoints" / "poison.marshal")!r}, "wb"),
     lambda: open({str(state / "new.json")!r}, "w"),
     lambda: os.rename({str(state)!r}, {str(home / "moved")!r}),
     lambda: os.rename({str(home)!r}, {str(project.root / "moved-home")!r}),
@@ -51,9 +52,10 @@ for attempt in (
     res = project.run("run", "-c", code, env={"XDG_CACHE_HOME": str(home)})
     assert res.returncode == 0, res.stderr
     assert "ALLOWED" not in res.stdout
-    assert res.stdout.splitlines() == ["WriteDeniedError True"] * 5, res.stdout
+    assert res.stdout.splitlines() == ["WriteDeniedError True"] * 6, res.stdout
     assert (home / "other.txt").read_text() == "fine"
-    assert sorted(p.name for p in state.iterdir()) == ["probes", "profiles"]
+    # pysb's own caches only (the entry points' once their files have settled: entrycache)
+    assert {p.name for p in state.iterdir()} - {"entrypoints"} == {"probes", "profiles"}
 
 
 @pytest.mark.parametrize("provider", ["bwrap", "unshare", "firejail"])
