@@ -48,7 +48,6 @@ import io
 import os
 import posix
 import sys
-import warnings
 
 from pysb_core.guardkit import FileDeniedError, WriteDeniedError, hookimpl
 from pysb_guards import _seal
@@ -302,7 +301,7 @@ def _make_sqlite_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]]:
     line, as in CPython); ``connect``'s C code then warns a second time, for the door's
     frame (seen only by filters that show every warning)."""
     inner = _make_prepare(((0, "database"),))
-    warn = warnings.warn
+    warn = _warnings.warn  # warnings.warn itself, without importing warnings.py
     deprecated = sys.version_info >= (3, 13)
     len_, type_, list_, dict_, str_, zip_ = len, type, list, dict, str, zip
 
@@ -343,7 +342,7 @@ def _make_set_authorizer_prepare() -> Callable[[tuple, dict], tuple[tuple, dict]
     warning's line a door's. The face's prepare warns instead, for the program's line
     (``stacklevel`` 2: the face's frame is one ``warnings`` passes over), and passes the
     callable on positionally. Plain code: the program's warning filters run here."""
-    warn = warnings.warn
+    warn = _warnings.warn  # warnings.warn itself, without importing warnings.py
     deprecated = sys.version_info >= (3, 13)
     len_, type_, list_, items, str_ = len, type, list, dict.items, str
 
