@@ -31,6 +31,7 @@ import _thread
 import os
 import sys
 
+from pysb_core._lazy import import_module  # importlib's own function, not its package
 from pysb_core.child import ending  # bound now, before the guards: the program's exit
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -547,10 +548,8 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
     entry_fn = runpy = code = None  # modules once imported; typed loosely on purpose
     mode = program["mode"]
     if mode == "entry":
-        import importlib
-
         modname, _, fname = program["entry"].partition(":")
-        entry_fn = getattr(importlib.import_module(modname), fname)
+        entry_fn = getattr(import_module(modname), fname)
     elif mode == "repl":
         import code  # type: ignore[assignment]
 
@@ -577,8 +576,6 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
     recorder = policy = None
     try:
         if payload.get("guards") or payload.get("child_setups"):
-            import importlib
-
             from pysb_core.childhooks import call as call_child_hook
             from pysb_core.events import Recorder
             from pysb_core.policy import Policy
@@ -586,12 +583,12 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
             policy = Policy.from_dict(payload["policy"])
             recorder = Recorder(payload.get("report_fd"), learning=policy.learn)
             # Import everything first: once installed, the import guard judges imports.
-            guards = [importlib.import_module(m) for m in payload.get("guards", ())]
+            guards = [import_module(m) for m in payload.get("guards", ())]
             _OWN_DIRS.extend(
                 {os.path.dirname(g.__file__) for g in guards if getattr(g, "__file__", None)}
             )
             setups = [
-                (getattr(importlib.import_module(s["module"]), s["function"]), s.get("args", {}))
+                (getattr(import_module(s["module"]), s["function"]), s.get("args", {}))
                 for s in payload.get("child_setups", ())
             ]
             if mode == "entry":  # partial mode: the modules defining sandboxed functions

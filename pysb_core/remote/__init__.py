@@ -11,30 +11,25 @@ for the host-side modules.
 
 from __future__ import annotations
 
-from importlib import import_module
+from pysb_core._lazy import lazy_exports as _lazy_exports
 
 TYPE_CHECKING = False  # typing is not imported inside the sandbox (start-up budget)
 
 _EXPORTS = {
-    "sandbox": "pysb_core.remote.api",
-    "sandboxes": "pysb_core.remote.api",
-    "run": "pysb_core.remote.api",
-    "Sandboxes": "pysb_core.remote.api",
-    "call_encoded": "pysb_core.remote.api",
-    "decode_answer": "pysb_core.remote.answer",
-    "is_in_sandbox": "pysb_core.remote.state",
+    "sandbox": "pysb_core.remote.api:sandbox",
+    "sandboxes": "pysb_core.remote.api:sandboxes",
+    "run": "pysb_core.remote.api:run",
+    "Sandboxes": "pysb_core.remote.api:Sandboxes",
+    "call_encoded": "pysb_core.remote.api:call_encoded",
+    "decode_answer": "pysb_core.remote.answer:decode_answer",
+    "is_in_sandbox": "pysb_core.remote.state:is_in_sandbox",
 }
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pysb_core.remote' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+# pysb_core's own helper (no importlib package, hence no warnings, in the sandbox); dir()
+# stays the module's own, as before
+__getattr__, _dir = _lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
