@@ -13,6 +13,7 @@ import os
 import sys
 
 from pysb_core._startup.memo import cache
+from pysb_core.linux import read_file
 from pysb_core.linux.paths import is_within
 from pysb_core.policy import Exposure
 
@@ -149,17 +150,11 @@ def mapped_libpython() -> list[str]:
     builds that uv installs) loads it from elsewhere, and the sandbox must show that file.
     """
     out: list[str] = []
-    chunks = []
-    try:  # the bytes, split here: a text file read line by line costs more than the read
-        fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-        finally:
-            os.close(fd)
-    except OSError:
+    # the bytes, split here: a text file read line by line costs more than the read
+    maps = read_file("/proc/self/maps")
+    if maps is None:
         return out
-    for line in b"".join(chunks).split(b"\n"):
+    for line in maps.split(b"\n"):
         if b"libpython" not in line:
             continue
         path = os.fsdecode(line.split(maxsplit=5)[-1])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from pysb_core.linux import read_file
+
 
 def children(pid: int) -> list[int]:
     """Direct children of ``pid``, from every thread's ``children`` file."""
@@ -17,19 +19,14 @@ def children(pid: int) -> list[int]:
     except OSError:
         return out
     for tid in tasks:
-        try:  # the bytes: a text file object costs more than the read (twice every run)
-            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        # the bytes: a text file object costs more than the read (twice every run)
+        data = read_file(f"/proc/{pid}/task/{tid}/children")
+        if data is None:
             continue
         try:
-            chunks = []
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-            out.extend(int(x) for x in b"".join(chunks).split())
-        except (OSError, ValueError):
+            out.extend(int(x) for x in data.split())
+        except ValueError:
             continue
-        finally:
-            os.close(fd)
     return out
 
 
