@@ -243,15 +243,6 @@ class Known:
 
 
 #: test_socket's reasons (-i '*VSOCK*': MODULE_ARGS), shared by its KNOWN entries.
-_SOCKET_ABSTRACT = (
-    "5 `TestLinuxAbstractNamespace` errors: the network guard refuses abstract Unix sockets "
-    "(`\\0name`, autobind) under every provider, a security refusal of pysb's, not a kernel "
-    "boundary: no path for a rule to name, and under subprocess nothing scopes them, so they "
-    "would reach the host's services (D-Bus, X11...); landlock's scope (ABI >= 6: EPERM) and "
-    "a network namespace of the sandbox's own (bwrap, unshare, firejail: ECONNREFUSED) keep "
-    "a host abstract socket out of reach, but the guard does not rely on what the OS layer "
-    "scopes (docs/network.md)"
-)
 _SOCKET_UDPLITE = (
     "the 113 UDP-Lite tests err, once or twice each: the OS layer carries no UDP-Lite "
     "(landlock's seccomp filter lets through UDP's protocol alone; the packet filter of "
@@ -358,26 +349,18 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
-        ("subprocess",),
-        "test_socket",
-        5,
-        0,
-        f"{_SOCKET_ABSTRACT}. It stays, so the run still fails under subprocess.",
-    ),
-    Known(
         ("landlock", "firejail"),
         "test_socket",
-        (5 + 113, 5 + 226),
+        (113, 226),
         1,
-        f"{_SOCKET_ABSTRACT}; {_SOCKET_UDPLITE}; and `test_sethostname` "
-        f"skips itself: {_SOCKET_SETHOSTNAME}.",
+        f"{_SOCKET_UDPLITE}; and `test_sethostname` skips itself: {_SOCKET_SETHOSTNAME}.",
     ),
     Known(
         ("bwrap", "unshare"),
         "test_socket",
-        (5 + 113, 5 + 226),
+        (113, 226),
         3,
-        f"{_SOCKET_ABSTRACT}; {_SOCKET_UDPLITE}; `test_sethostname` "
+        f"{_SOCKET_UDPLITE}; `test_sethostname` "
         f"skips itself: {_SOCKET_SETHOSTNAME}; and `testHostnameRes` and `testSockName` skip "
         "themselves ('name lookup failure'): the sandbox has a host name of its own (bwrap's "
         "`pysb`, unshare's `sandbox`) that no rule names, so it does not resolve (the "
@@ -484,7 +467,8 @@ def profile_text(work: Path, provider: str, module: str = "") -> str:
     """Everything the regression tests need: any import and API, the file system read-only
     (they read the standard library, /etc, /proc, /dev), a scratch directory read-write
     (their TMPDIR and HOME), the standard library's packages ``module``'s tests write into
-    (:data:`STDLIB_WRITES`), loopback sockets (logging's handlers, asyncio), and what a
+    (:data:`STDLIB_WRITES`), loopback sockets (logging's handlers, asyncio) and abstract Unix
+    sockets (a rule over every address, every other address denied), and what a
     provider grants only when asked (landlock: Unix sockets, /dev/shm for multiprocessing's
     semaphores), and under subprocess and landlock /dev/pts (pseudo-terminals opened by
     name). Firejail enforces network rules for root only (docs/providers.md): as another
@@ -530,8 +514,25 @@ def profile_text(work: Path, provider: str, module: str = "") -> str:
             "  - allow any ::1 * any",
             "  - allow any 0.0.0.0 * in",
             "  - 'allow any :: * in'",  # a server on every IPv6 address (ftplib's IPv6 tests)
+            # Abstract Unix sockets (test_socket's TestLinuxAbstractNamespace) are allowed
+            # only by a rule over every address (docs/network.md); the denies below keep
+            # every address but the loopback out of reach, as the rules above did.
+            "  - allow any * * any",
+            *(f"  - 'deny any {net} * out'" for net in _NOT_LOOPBACK),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _not_loopback() -> tuple[str, ...]:
+    """Every network but 127.0.0.0/8 and ::1, as CIDRs (8 IPv4 and 128 IPv6 ones)."""
+    import ipaddress
+
+    v4 = ipaddress.ip_network("0.0.0.0/0").address_exclude(ipaddress.ip_network("127.0.0.0/8"))
+    v6 = ipaddress.ip_network("::/0").address_exclude(ipaddress.ip_network("::1/128"))
+    return tuple(str(n) for n in sorted(v4)) + tuple(str(n) for n in sorted(v6))
+
+
+_NOT_LOOPBACK = _not_loopback()
 
 
 def available(provider: str) -> str | None:

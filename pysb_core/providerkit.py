@@ -47,6 +47,9 @@ Groups (see docs/writing-providers.md for the guide):
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
   filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
   lands);
+- :func:`abstract_unix_decision` (since 1.4): the profile's decision on abstract Unix
+  sockets in one direction (only rules over every address, port and protocol judge them),
+  for a provider whose OS layer scopes them (landlock's ``SCOPE_ABSTRACT_UNIX_SOCKET``);
 - ``Provider.preflight`` (since 1.3): what a launch will do, tried for ``pysb check`` short
   of starting the program (``NetnsNetwork.preflight`` loads the packet filter into a
   throwaway namespace);
@@ -73,7 +76,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 3)
+KIT_VERSION: tuple[int, int] = (1, 4)
 
 #: The constant a provider's module sets to the kit version it was written for.
 DECLARATION = "PYSB_PROVIDERKIT"
@@ -132,6 +135,7 @@ _EXPORTS: dict[str, str] = {
     # network layer
     "NetnsNetwork": "pysb_core.net.netns.session:NetnsNetwork",
     "ephemeral_ports": "pysb_core.policy.netmatch:ephemeral_ports",
+    "abstract_unix_decision": "pysb_core.policy.netmatch:abstract_decision",
     # the network-rule compiler
     "FilterTarget": "pysb_core.net.netfilter.target:FilterTarget",
     "CompiledNetwork": "pysb_core.net.netfilter.nft:CompiledNetwork",
@@ -185,6 +189,7 @@ __all__ = [
     "SandboxError",
     "SeccompRules",
     "WrapperProcess",
+    "abstract_unix_decision",
     "adopt_wrapper",
     "asdict",
     "c_errno",
@@ -258,6 +263,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.net.netns.session import NetnsNetwork
     from pysb_core.plan import ChildSetup, LaunchPlan, LaunchSpec, PreExecStep
     from pysb_core.policy import Exposure, Limits, NetworkRule, Policy
+    from pysb_core.policy.netmatch import abstract_decision as abstract_unix_decision
     from pysb_core.policy.netmatch import ephemeral_ports
     from pysb_core.policy.netrules import rule_networks
     from pysb_core.provider import (

@@ -34,7 +34,16 @@ if TYPE_CHECKING:
 
     from pysb_core.policy import NetworkRule
 
-__all__ = ["IP", "Matcher", "bind_scope", "canonical_text", "normalize_host", "numeric_host"]
+__all__ = [
+    "IP",
+    "Matcher",
+    "abstract_decision",
+    "bind_scope",
+    "canonical_text",
+    "covers_every_address",
+    "normalize_host",
+    "numeric_host",
+]
 
 #: The characters of the legacy IPv4 forms ``inet_aton`` reads (``127.1``, ``0x7f000001``).
 _LEGACY_V4_CHARS = "0123456789abcdefABCDEFxX."
@@ -279,6 +288,41 @@ def _with_port_zero(
     return ports
 
 
+def covers_every_address(rule: NetworkRule) -> bool:
+    """Whether ``rule`` names every address, port and protocol (``any * *``).
+
+    An abstract Unix socket (``"\\0name"``, or the name the kernel picks for ``bind("")``)
+    has no path, host or port a rule could name, so no narrower rule can stand for it:
+    only a rule over everything does (docs/network.md).
+    """
+    return (
+        rule.network == "*"
+        and "tcp" in rule.protocols
+        and "udp" in rule.protocols
+        and any(p.low == 0 and p.high == 65535 for p in rule.ports)
+    )
+
+
+def abstract_decision(
+    rules: Iterable[NetworkRule], direction: str, label: Any = None
+) -> tuple[Any, ...]:
+    """The decision on an abstract Unix socket in ``direction`` (``in``: ``bind``, ``out``:
+    ``connect``/``sendto``), by the rules over everything (:func:`covers_every_address`)
+    alone, as :func:`decide` judges an address: a matching deny, else a matching allow,
+    else the default deny ``(False, None)``; the deciding rule is ``label(rule)`` (or the
+    rule). A rule naming some addresses or ports (``deny tcp * 25 out``) is not about them.
+    """
+    allowed = None
+    for rule in rules:
+        if rule.direction not in (direction, "any") or not covers_every_address(rule):
+            continue
+        if rule.action == "deny":
+            return (False, rule if label is None else label(rule))
+        if allowed is None:
+            allowed = (True, rule if label is None else label(rule))
+    return allowed if allowed is not None else (False, None)
+
+
 def compile_matcher(
     rules: Iterable[NetworkRule],
     pins: Mapping[str, Sequence[str]] | None = None,
@@ -330,6 +374,7 @@ def compile_matcher(
         "rules": rules,
         "pins": pinned,
         "index": {k: (tuple(v[0]), tuple(v[1])) for k, v in index.items()},
+        "abstract": {d: abstract_decision(rules, d, label) for d in ("in", "out")},
         "resolves_any_name": any(
             r.action == "allow" and r.direction in ("out", "any") and wide(r.network) for r in rules
         ),

@@ -80,6 +80,28 @@ def test_exposures_become_read_and_write_rules():
     assert c.scope is True
 
 
+@pytest.mark.parametrize(
+    ("net", "scoped"),
+    [
+        ([], True),
+        (["allow tcp 127.0.0.1 * any", "allow udp * * out"], True),
+        (["allow any * * in"], True),  # a bind never leaves the scope's domain
+        (["allow any * * out"], False),
+        (["allow any * * any"], False),
+        (["allow any * * any", "deny any * * out"], True),
+    ],
+)
+def test_abstract_sockets_unscoped_only_when_the_profile_allows_them_out(net, scoped):
+    """The Python guard allows abstract Unix sockets out only under a rule over every
+    address (pysb_core.policy.netmatch.abstract_decision); the scope would refuse exactly
+    those connections to the host's sockets, so it is dropped for them alone."""
+    c = compile_plan(make_plan(net=net), 7)
+    assert c.scope is True and c.abstract_scope is scoped
+    assert c.args()["abstract_scope"] is scoped
+    text = "\n".join(c.describe())
+    assert ("abstract unix sockets not scoped" in text) is not scoped, text
+
+
 def test_network_ports_any_host():
     plan = make_plan(
         net=[
@@ -275,6 +297,7 @@ def test_ruleset_abi_masks_and_struct_layout():
     assert ruleset.handled_fs(5) == (1 << 16) - 1
     assert ruleset.handled_net(3) == 0 and ruleset.handled_net(4) == 3
     assert ruleset.scopes(5) == 0 and ruleset.scopes(6) == 3
+    assert ruleset.SCOPE_ABSTRACT_UNIX_SOCKET == 1 and ruleset.SCOPE_SIGNAL == 2  # uapi values
     assert not ruleset.FS_WRITE & (ruleset.FS_MAKE_CHAR | ruleset.FS_MAKE_BLOCK)
     # The uapi structures, laid out as ctypes lays them out from the headers' fields.
     assert ruleset._path_beneath_attr(5, 7) == bytes(_Packed(5, 7))

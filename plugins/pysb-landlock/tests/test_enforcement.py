@@ -337,6 +337,38 @@ except OSError as e:
         srv.close()
 
 
+@needs_abi[6]
+def test_abstract_scope_dropped_keeps_the_signal_scope():
+    """A profile allowing every address out (``abstract_scope`` false): the host's abstract
+    socket is reached, and signals to processes outside the sandbox are still refused."""
+    name = f"\0pysb-landlock-test-{os.getpid()}-open"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen(1)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        code = r"""
+import os, signal, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("\0" + sys.argv[1])
+print("connected")
+try:
+    os.kill(int(sys.argv[2]), signal.SIGTERM)
+    print("sent")
+except PermissionError as e:
+    print("refused", e.errno)
+"""
+        r = run_sandboxed(
+            code, name[1:], str(victim.pid), override={"unix": True, "abstract_scope": False}
+        )
+        assert r.stdout.split() == ["connected", "refused", str(errno.EPERM)], r.stderr
+        assert victim.poll() is None
+    finally:
+        srv.close()
+        victim.kill()
+        victim.wait()
+
+
 def test_compiled_for_a_newer_abi_fails_closed():
     r = run_sandboxed("print('USER CODE RAN')", override={"abi": 999})
     assert r.returncode != 0

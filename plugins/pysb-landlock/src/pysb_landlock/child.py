@@ -85,6 +85,7 @@ def restrict(
     connect: Sequence[Sequence[int]] | None = None,
     bind: Sequence[Sequence[int]] | None = None,
     scope: bool = True,
+    abstract_scope: bool = True,
     terminal: bool = True,
     keep_caps: Sequence[int] = (_caps.CAP_DAC_OVERRIDE, _caps.CAP_DAC_READ_SEARCH),
     udp: bool = False,
@@ -99,7 +100,8 @@ def restrict(
     write right the kernel knows except creating device nodes, ``devices`` read-write with
     ioctls. ``connect``/``bind`` are the allowed TCP port ranges; ``None`` leaves that
     operation unrestricted (a rule allowed every port). ``scope`` confines signals and
-    abstract Unix sockets to the sandbox (ABI >= 6). Every capability but ``keep_caps``
+    abstract Unix sockets to the sandbox (ABI >= 6; the sockets only with
+    ``abstract_scope``, false when the profile allows them out). Every capability but ``keep_caps``
     is dropped first (see caps.py: root's capabilities would go around Landlock), and a
     seccomp filter (:mod:`pysb_core.linux.seccomp`) refuses non-TCP IP sockets (UDP too unless
     ``udp``), Unix sockets unless ``unix``, SysV IPC unless ``sysv_ipc``, setting extended
@@ -132,7 +134,7 @@ def restrict(
             f"landlock: TCP port rules need ABI 4 (Linux 6.7), this kernel has ABI {kernel_abi}"
         )
     try:
-        rs = ll.Ruleset(kernel_abi, net=net, scope=scope)
+        rs = ll.Ruleset(kernel_abi, net=net, scope=scope, abstract_scope=abstract_scope)
         try:
             exact_paths = frozenset(exact)
             for path in read:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.providerkit import is_within, seccomp_covers
+from pysb_core.providerkit import abstract_unix_decision, is_within, seccomp_covers
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
@@ -135,6 +135,10 @@ class Compiled:
         self.connect: Ranges | None = None
         self.bind: Ranges | None = None
         self.scope = scope
+        #: Whether the scope covers abstract Unix sockets too: not when the profile allows
+        #: them out (a rule over every address: ``abstract_unix_decision``), whose
+        #: connections to the host's abstract sockets the scope would refuse.
+        self.abstract_scope = True
         #: Capabilities the sandbox keeps (everything else is dropped: see caps.py).
         self.keep_caps: list[int] = [1, 2]
         #: Whether some rule allows UDP (the seccomp filter then lets UDP sockets be created).
@@ -162,6 +166,7 @@ class Compiled:
             "connect": None if self.connect is None else [list(r) for r in self.connect],
             "bind": None if self.bind is None else [list(r) for r in self.bind],
             "scope": self.scope,
+            "abstract_scope": self.abstract_scope,
             "keep_caps": self.keep_caps,
             "udp": self.udp,
             "unix": self.unix,
@@ -201,7 +206,12 @@ class Compiled:
                 if self.unix
                 else "  new unix sockets: refused (seccomp; socketpair still works)"
             )
-        if self.scope:
+        if self.scope and not self.abstract_scope:
+            lines.append(
+                "  scoped: signals stay inside the sandbox; abstract unix sockets not scoped "
+                "(a network rule allows every address out)"
+            )
+        elif self.scope:
             lines.append("  scoped: signals and abstract unix sockets stay inside the sandbox")
         else:
             lines.append(
@@ -313,6 +323,7 @@ def _network_gaps(rules: Iterable[NetworkRule]) -> list[str]:
 def compile_plan(plan: LaunchPlan, abi: int, *, framework_dirs: Iterable[str] = ()) -> Compiled:
     """The ruleset for ``plan`` on a kernel with Landlock ABI ``abi``."""
     c = Compiled(abi=abi, scope=abi >= 6)
+    c.abstract_scope = not abstract_unix_decision(plan.policy.network, "out")[0]
 
     def add(lst: list[str], path: str) -> None:
         if path not in lst:

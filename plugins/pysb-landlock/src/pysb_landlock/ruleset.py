@@ -213,13 +213,18 @@ def no_new_privs() -> None:
 class Ruleset:
     """An open ruleset fd: add rules, then :meth:`restrict_self` (or :meth:`close`)."""
 
-    def __init__(self, abi: int, *, net: int | None = None, scope: bool = True) -> None:
+    def __init__(
+        self, abi: int, *, net: int | None = None, scope: bool = True, abstract_scope: bool = True
+    ) -> None:
         """``net`` narrows which TCP operations are handled (``None``: all the ABI knows);
-        an operation left unhandled is not restricted at all."""
+        an operation left unhandled is not restricted at all. ``scope`` scopes signals and,
+        with ``abstract_scope``, abstract Unix sockets."""
         self.abi = abi
         self.handled_fs = handled_fs(abi)
         self.handled_net = handled_net(abi) if net is None else net & handled_net(abi)
         self.scoped = scopes(abi) if scope else 0
+        if not abstract_scope:
+            self.scoped &= ~SCOPE_ABSTRACT_UNIX_SOCKET
         attr = _libc.memory(_ruleset_attr(self.handled_fs, self.handled_net, self.scoped))
         size = 8 if abi < 4 else 16 if abi < 6 else 24
         self.fd = _check(

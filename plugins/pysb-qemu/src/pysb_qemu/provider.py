@@ -33,7 +33,7 @@ from pysb_qemu import assets as assets_mod
 from pysb_qemu import guest, netfilter, started, vm
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.3"
+PYSB_PROVIDERKIT = "1.4"
 
 OPTION_KEYS = ("memory", "accel", "cpus")
 ACCELS = ("auto", "kvm", "tcg")

@@ -905,7 +905,9 @@ def _n_sockets(k: dict[str, Any]) -> dict[str, Any]:
     proto_of, raw_getsockname, SOCK_STREAM = _n_take(k, "proto_of raw_getsockname SOCK_STREAM")
     (type_of,) = _n_take(k, "type_of")
 
-    def unix_target(address, call: str):
+    abstract = M["abstract"]
+
+    def unix_target(address, call: str, direction: str):
         kind = type(address)
         if kind is bytearray:
             address = bytes(address)
@@ -913,10 +915,24 @@ def _n_sockets(k: dict[str, Any]) -> dict[str, Any]:
             raise TypeError(f"a bytes-like object or str is required, not {TYPE_NAME(kind)}")
         text = address if type(address) is str else address.decode(FSENC, "surrogateescape")
         if text == "" or text.startswith("\0"):
-            what = f"{call} on an abstract Unix socket {text[1:]!r}"
-            if learning:
+            # No path, host or port to name: judged by the rules over everything alone
+            # (netmatch.abstract_decision; docs/network.md). Learning writes no rule for
+            # them: the one rule that allows them grants every address.
+            allowed, rule = abstract[direction]
+            if allowed or learning:
                 return address
-            raise _n_refuse(f"{what} refused: abstract Unix sockets are never allowed", what)
+            what = f"{call} on an abstract Unix socket {text[1:]!r}"
+            suggestion = f"allow any * * {direction}"
+            if rule is not None:
+                message = _n_refusal_text(what, rule, suggestion)
+            else:
+                message = (
+                    f"{what} refused: an abstract Unix socket has no path or address a rule "
+                    "can name, so only a rule over every address, port and protocol allows "
+                    f"it; to allow it (and every other address), add to the profile's network: "
+                    f"section:  - {suggestion}"
+                )
+            raise _n_refuse(message, what, suggestion)
         canonical = _n_unix_canonical(text)
         for w in WRITABLE:
             if canonical == w or canonical.startswith(w + "/") or w == "/":
@@ -944,7 +960,7 @@ def _n_sockets(k: dict[str, Any]) -> dict[str, Any]:
         if family in (AF_INET, AF_INET6):
             return inet_target(sock, address, direction, call)
         if family == AF_UNIX:
-            return unix_target(address, call)
+            return unix_target(address, call, direction)
         if learning:
             return address
         what = f"{call} on an address family {family} socket"
