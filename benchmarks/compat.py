@@ -336,13 +336,11 @@ KNOWN: tuple[Known, ...] = (
     Known(
         ("landlock",),
         "test_os",
-        2,
+        1,
         4,
         (
             "`test_chown_with_root` errs because "
-            "landlock leaves root only the DAC capabilities (no CAP_CHOWN), `test_openpty` "
-            "because `/dev/ptmx` is a device no exposure grants (a file, not a directory: only "
-            "`expose-rw: [/dev]` would); 3 extended-attribute "
+            "landlock leaves root only the DAC capabilities (no CAP_CHOWN); 3 extended-attribute "
             "tests skip themselves (landlock's seccomp filter answers `setxattr` with EOPNOTSUPP: "
             "landlock has no right for attributes) and `test_exist_ok_s_isgid_directory` too "
             "(set-ID bits refused, docs/providers.md)."
@@ -381,17 +379,6 @@ KNOWN: tuple[Known, ...] = (
         ),
     ),
     Known(
-        ("landlock",),
-        "test_asyncio.test_events",
-        9,
-        0,
-        (
-            "`test_read_pty_output`, `test_write_pty` and `test_bidirectional_pty` err in each "
-            "of the 3 event loops (PermissionError opening `/dev/ptmx`): no pseudo-terminal to "
-            "open under landlock, as `test_pty` below."
-        ),
-    ),
-    Known(
         ("landlock", "bwrap", "unshare", "firejail"),
         "test_tarfile",
         17,
@@ -405,19 +392,6 @@ KNOWN: tuple[Known, ...] = (
             "extraction instead of the archive's mtime; `test_modes` finds no set-ID bits "
             "(refused by the shared seccomp filter). Run by an ordinary user, tarfile does "
             "not change owners at all."
-        ),
-    ),
-    Known(
-        ("landlock",),
-        "test_pty",
-        3,
-        1,
-        (
-            "no pseudo-terminal to open: `/dev/ptmx` is the host's device, which only "
-            "`expose-rw: [/dev]` would grant (a file, not a directory; the profile exposes `/` "
-            "read-only), so `test_fork`, `test_master_read` and `test_spawn_doesnt_hang` err "
-            "('out of pty devices') and `test_openpty` skips itself, as `test_os`'s "
-            "`test_openpty`."
         ),
     ),
     Known(

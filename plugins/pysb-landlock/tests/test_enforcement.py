@@ -369,6 +369,40 @@ except PermissionError as e:
         victim.wait()
 
 
+def test_new_pseudo_terminals_need_only_dev_pts():
+    """/dev/ptmx is granted (it only makes new pseudo-terminals); their other end lies in
+    /dev/pts, where this user's other terminals are: os.openpty works with /dev/pts
+    exposed read-write and fails with EACCES without it, and a terminal of the host's
+    stays closed (one this test opens itself, outside the sandbox)."""
+    host_master, host_slave = os.openpty()
+    host_name = os.ttyname(host_slave)
+    code = r"""
+import errno, os, sys
+try:
+    m, s = os.openpty()
+    os.write(s, b"hi\n")
+    print("pty", os.read(m, 8).decode().strip())
+except PermissionError as e:
+    print("refused", e.errno)
+try:
+    os.open(sys.argv[-1], os.O_RDWR | os.O_NOCTTY)
+    print("host terminal opened")
+except PermissionError as e:
+    print("host terminal refused", e.errno)
+"""
+    try:
+        r = run_sandboxed(code, host_name, rw=["/dev/pts"])
+        assert r.stdout.splitlines()[:1] == ["pty hi"], (r.stdout, r.stderr)
+        r = run_sandboxed(code, host_name)
+        assert r.stdout.splitlines() == [
+            f"refused {errno.EACCES}",
+            f"host terminal refused {errno.EACCES}",
+        ], (r.stdout, r.stderr)
+    finally:
+        os.close(host_master)
+        os.close(host_slave)
+
+
 def test_compiled_for_a_newer_abi_fails_closed():
     r = run_sandboxed("print('USER CODE RAN')", override={"abi": 999})
     assert r.returncode != 0

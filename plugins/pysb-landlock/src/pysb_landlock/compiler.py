@@ -43,7 +43,7 @@ SYSTEM_READ = (
     "/proc/self",
 )
 #: Devices used read-write by ordinary programs (ioctls allowed: termios on /dev/tty).
-SYSTEM_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+SYSTEM_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx")
 #: Name-service files native code reads to resolve or connect; only when some network
 #: rule allows traffic.
 NETWORK_READ = (
