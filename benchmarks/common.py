@@ -27,6 +27,7 @@ SUPPORT_FILES = (
     "_procs.py",
     "_partial_worker.py",
     "_floor.py",
+    "_spawn_floor.py",
     "_guard_loops.py",
     "_ray_worker.py",
 )

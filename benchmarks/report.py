@@ -173,7 +173,11 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
     out.append(
         f"Baseline `python -c pass`: **{fmt_s(base.get('median_s'))}** (median of "
         f"{base.get('runs')}, {base.get('tool')}). Each ratio is to a `python -c pass` "
-        "baseline timed just before the command (the load moves during a run)."
+        "baseline timed just before the command (the load moves during a run). The floor "
+        "is what any Python launcher pays under that provider, measured in the same run: "
+        "`benchmarks/_spawn_floor.py` (an interpreter that spawns the next and waits) "
+        "starting the provider's own tool (bwrap, unshare, firejail with pysb's namespace "
+        "options) around `python -c pass`."
     )
     out.append("")
     names = by_provider(set(res.get("pysb", {})) | set(res.get("reference", {})))
@@ -192,6 +196,18 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
                 fmt_ratio(ours["ratio"]) + mark(target, ours["ratio"]),
                 fmt_ratio(ours.get("cpu_ratio")),
             ]
+        floor = res.get("floor", {}).get(name)
+        goal = targets.STARTUP_GOAL.get(name)
+        if floor is None or failed(floor):
+            floor_cells = [failed(floor) if floor else "—", "—"]
+        else:
+            over = "—"
+            if ours and "median_s" in ours:
+                over = fmt_ratio(ours["median_s"] / floor["median_s"])
+            floor_cells = [fmt_ratio(floor["ratio"]), over]
+        goal_cell = "—"
+        if goal is not None and ours and "ratio" in ours:
+            goal_cell = fmt_target(goal, "ratio") + mark(goal, ours["ratio"])
         if "/" in name:
             ref_cells = ["—", "—"]
         elif ref is None:
@@ -211,13 +227,26 @@ def startup(res: dict[str, Any], ref_status: dict[str, Any]) -> list[str]:
         speedup = "—"
         if ours and ref and "median_s" in ours and "median_s" in ref:
             speedup = fmt_ratio(ref["median_s"] / ours["median_s"])
-        rows.append([label(name), *ours_cells, fmt_target(target, "ratio"), *ref_cells, speedup])
+        rows.append(
+            [
+                label(name),
+                *ours_cells,
+                *floor_cells,
+                fmt_target(target, "ratio"),
+                goal_cell,
+                *ref_cells,
+                speedup,
+            ]
+        )
     header = [
         "provider",
         "`pysb run -c pass`",
         "÷ python",
         "CPU ÷ python",
+        "floor ÷ python",
+        "pysb ÷ floor",
         "target",
+        "issue 30 goal",
         "`python-sb -c pass` (reference)",
         "÷ python",
         "reference ÷ pysb",

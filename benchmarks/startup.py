@@ -130,6 +130,39 @@ def time_command(ctx: Context, argv: list[str], kind: str, provider: str = "") -
     }
 
 
+def floor_argv(ctx: Context, provider: str) -> list[str] | None:
+    """The floor of ``pysb run --provider P -c pass``: a Python launcher
+    (``_spawn_floor.py``) starting the provider's own tool with the options pysb's
+    provider uses for its namespaces (no root to build, no packet filter, no guards)
+    around ``python -c pass``; None where there is no such tool here."""
+    inner = [ctx.python, "-c", "pass"]
+    tools: dict[str, list[str]] = {
+        "subprocess": [],
+        "landlock": [],  # landlock_restrict_self costs microseconds
+        "bwrap": [
+            "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        ],
+        "unshare": [
+            "unshare", "--user", "--map-root-user", "--mount", "--propagation", "private",
+            "--net", "--ipc", "--uts", "--cgroup", "--pid", "--fork", "--mount-proc",
+        ],
+        "firejail": [
+            "firejail", "--noprofile", "--quiet", "--caps.drop=all", "--nonewprivs",
+            "--seccomp", "--private-dev", "--ipc-namespace", "--net=none", "--private-tmp",
+        ],
+    }  # fmt: skip
+    tool = tools.get(provider)
+    if tool is None:
+        return None
+    if tool:
+        found = shutil.which(tool[0])
+        if found is None:
+            return None
+        tool = [found, *tool[1:]]
+    return [ctx.python, str(ctx.workdir / "_spawn_floor.py"), *tool, *inner]
+
+
 def run(ctx: Context) -> dict[str, Any]:
     ours_profile, ref_profile = profiles.startup(ctx.workdir)
     result: dict[str, Any] = {"pysb": {}, "reference": {}}
@@ -152,6 +185,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 entry["cpu_ratio"] = entry["cpu_s"] / entry["baseline_cpu_s"]
         return entry
 
+    result["floor"] = {}
     for name in ctx.usable(ctx.pysb_providers):
         ctx.log(f"startup: pysb run --provider {name} -c pass")
         argv = [ctx.pysb, "run", "--profile", str(ours_profile), "--provider", name, "-c", "pass"]
@@ -159,6 +193,10 @@ def run(ctx: Context) -> dict[str, Any]:
         result["pysb"][name] = entry
         if "error" in entry:
             ctx.errors.append(f"startup: pysb run under {name} failed: {entry['error']}")
+        floor = floor_argv(ctx, name)
+        if floor is not None:
+            ctx.log(f"startup: the floor under {name}: {shlex.join(floor[2:])}")
+            result["floor"][name] = measure(floor, "pysb", name)
     if "landlock" in ctx.usable(ctx.pysb_providers):
         # Where the time goes: the same start without the Python guards (the profile then
         # grants no import: the import rule is the Python layer's alone).
