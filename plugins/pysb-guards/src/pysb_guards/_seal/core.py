@@ -258,6 +258,7 @@ def _seal_core() -> dict[str, Any]:
     hook_busy: set[int] = set()
     shared = {
         "_TEMPLATES": dict(_TEMPLATES),
+        "PREPARED": {},  # (template, door?) -> its fixed constants, where its strings stand
         "_DEFAULTS": dict(_DEFAULTS),
         "_FunctionType": _FunctionType,
         "_ModuleType": _ModuleType,
