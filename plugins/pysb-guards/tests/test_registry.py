@@ -28,6 +28,28 @@ def test_eight_categories_and_about_150_names() -> None:
     assert {e.category for e in registry.ENTRIES} == set(registry.CATEGORIES)
 
 
+def test_an_entry_holds_each_field_as_given_and_cannot_change() -> None:
+    values = {
+        "qualname": "a.b",
+        "category": "native",
+        "module": "a",
+        "attr": "b",
+        "alias_of": "c.d",
+        "since": (3, 12),
+        "until": (3, 14),
+        "platform": "linux",
+        "optional": True,
+        "events": ("a.b",),
+        "patch": False,
+    }
+    entry = registry.Entry(**values)  # type: ignore[arg-type]
+    assert {name: getattr(entry, name) for name in values} == values
+    assert set(registry.Entry.__slots__) == set(values)
+    with pytest.raises(AttributeError, match="immutable"):
+        entry.patch = True  # type: ignore[misc]
+    assert entry.patch is False
+
+
 def test_both_spellings_of_aliases_are_listed() -> None:
     for name in ("system", "execv", "fork", "kill", "setuid", "umask"):
         assert f"os.{name}" in registry.BY_NAME
