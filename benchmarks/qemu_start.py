@@ -12,7 +12,10 @@ median of each phase. The phases come from two clocks:
   its lines: a line can arrive late, never early.
 
 Usage: ``.venv/bin/python benchmarks/qemu_start.py [-n 5] [--no-python-guards]
-[--pysb A --pysb B]`` (two pysbs, e.g. two worktrees' venvs: an interleaved A/B).
+[--pysb A --pysb B] [--snapshot-ab]`` (two pysbs, e.g. two worktrees' venvs: an
+interleaved A/B; ``--snapshot-ab``: each one booting and from its snapshot, interleaved).
+A run restored from a snapshot has three phases of its own in place of QEMU's init, the
+kernel's boot, the modules and the ports.
 Not a test: it prints figures, it asserts nothing about them.
 """
 
@@ -38,6 +41,9 @@ PHASES = [
     ("guest archive (assets, layout, cpio)", "launch", "guest archive built"),
     ("supervisor start", "guest archive built", "supervisor started"),
     ("qemu spawn", "supervisor started", "qemu spawned"),
+    ("snapshot: QEMU loads it, digest checked", "qemu spawned", "snapshot digest checked"),
+    ("snapshot: entropy, clock, run archive", "snapshot digest checked", "snapshot restored"),
+    ("snapshot: restored -> /init goes on", "snapshot restored", "g:kernel booted"),
     ("qemu init + kernel load (to guest clock 0)", "qemu spawned", "g:0"),
     ("kernel boot (to /init's mounts)", "g:0", "g:kernel booted"),
     ("/init: tmpfs", "g:kernel booted", "g:init started"),
@@ -83,7 +89,9 @@ def one_run(argv: list[str], env: dict[str, str]) -> tuple[dict[str, float], flo
         raise SystemExit(f"qemu_start: {argv} failed with status {status}")
     zero = min(arrival - up for up, _, arrival in guest) if guest else None
     if zero is not None:
-        events["g:0"] = zero
+        # A restored guest's clock counts from the snapshot's boot: no clock 0 this run.
+        if "snapshot restored" not in events:
+            events["g:0"] = zero
         for up, stage, _ in guest:
             key = "g:" + re.sub(r" \(\d+\)$", "", stage)
             events.setdefault(key, zero + up)
@@ -110,6 +118,11 @@ def main() -> int:
         help="a pysb to time (default: this venv's); give two for an interleaved A/B",
     )
     ap.add_argument("--no-python-guards", action="store_true")
+    ap.add_argument(
+        "--snapshot-ab",
+        action="store_true",
+        help="each pysb twice: booting (PYSB_QEMU_SNAPSHOT=0), then from the snapshot",
+    )
     args = ap.parse_args()
     pysbs = args.pysb or [str(Path(sys.executable).with_name("pysb"))]
     with tempfile.TemporaryDirectory(prefix="pysb-qemu-start-") as tmp:
@@ -125,8 +138,13 @@ def measure(args: argparse.Namespace, pysbs: list[str], work: Path) -> int:
         for p in pysbs
     ]
     env = {**os.environ, "PYSB_QEMU_DEBUG": "1", "PWD": str(work)}
-    for argv in argvs:
-        one_run(argv, env)  # warm-up: the guest assets' cache, the page cache
+    envs = [env] * len(argvs)
+    if args.snapshot_ab:
+        argvs = [a for a in argvs for _ in (0, 1)]
+        envs = [{**env, "PYSB_QEMU_SNAPSHOT": v} for _ in pysbs for v in ("0", "1")]
+        pysbs = [f"{p} {what}" for p in pysbs for what in ("(boot)", "(snapshot)")]
+    for argv, e in zip(argvs, envs, strict=True):
+        one_run(argv, e)  # warm-up: the guest assets' cache and snapshot, the page cache
     runs: list[list[dict[str, float]]] = [[] for _ in argvs]
     walls: list[list[float]] = [[] for _ in argvs]
     cpus: list[list[float]] = [[] for _ in argvs]
@@ -137,7 +155,7 @@ def measure(args: argparse.Namespace, pysbs: list[str], work: Path) -> int:
         floor.append(w)
         floor_cpu.append(c)
         for k, argv in enumerate(argvs):
-            events, wall, cpu = one_run(argv, env)
+            events, wall, cpu = one_run(argv, envs[k])
             runs[k].append(events)
             walls[k].append(wall)
             cpus[k].append(cpu)

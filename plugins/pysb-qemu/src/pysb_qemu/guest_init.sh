@@ -1,6 +1,7 @@
 #!/bb/sh
 # pysb qemu guest /init (PID 1 inside the VM). Part of the base initramfs; the per-run
-# settings come from a second archive the host appends (files under /pysb):
+# settings come from a second archive the host appends (files under /pysb), or, in a VM
+# restored from a snapshot (pysb_qemu.snapshot), sends on the control port:
 #   ports    NAME GUESTFD in|out|both   virtio-serial ports, opened here on fds 200, 201...
 #   links    TARGET PATH                symlinks (merged-/usr hosts: /bin -> usr/bin)
 #   mounts   TAG ro|rw CACHE PATH       9p shares (read-only ones are also read-only on the host)
@@ -43,9 +44,54 @@ ports_ready() {
   done
 }
 
+load_modules() {
+  while read -r m; do
+    insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
+  done < "/modules/$1.order"
+}
+
+wait_ports() {
+  i=0
+  until ports_ready; do
+    i=$((i + 1))
+    [ $i -gt 3000 ] && fail "the virtio-serial ports did not appear"
+    usleep 5000
+  done
+  [ -n "$P_ctl" ] || fail "the control port did not appear"
+  exec 250<>"$P_ctl"
+  CTL=1
+}
+
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+SNAPSHOT=
+if [ -f /pysb/snapshot ]; then
+  # A snapshot's boot (pysb_qemu.snapshot): the modules and the fixed set of ports now, then
+  # "ready" on the control port, and the host saves the VM while this read waits. Every
+  # restore resumes here and gets "run LEN SEED TIME" and the run's archive (LEN bytes):
+  # nothing of a run is in the snapshot, and nothing runs before the kernel's random
+  # generator is reseeded with the host's fresh entropy and the clock is set.
+  load_modules core
+  read -r want < /pysb/snapshot
+  wait_ports
+  echo "ready" >&250
+  read -r cmd len seed now <&250
+  [ "$cmd" = run ] || fail "bad restore request"
+  case "$len$now" in ''|*[!0-9]*) fail "bad restore request" ;; esac
+  [ ${#seed} -ge 64 ] || fail "no entropy in the restore request"
+  echo "$seed" > /dev/urandom || fail "cannot add entropy"
+  /pysb/reseed || fail "cannot reseed the kernel's random generator"
+  unset seed
+  date -u -s "@$now" > /dev/null || fail "cannot set the clock"
+  head -c "$len" <&250 > /run/pysb.cpio || fail "cannot receive the run's archive"
+  [ "$(stat -c %s /run/pysb.cpio)" = "$len" ] || fail "the run's archive is incomplete"
+  # (PID 1's working directory is /: the archive's paths are relative to it.)
+  cpio -i -d -u < /run/pysb.cpio 2> /dev/null || fail "cannot unpack the run's archive"
+  rm -f /run/pysb.cpio /pysb/snapshot
+  SNAPSHOT=1
+  echo "restored" >&250
+fi
 stage "kernel booted"
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
@@ -67,22 +113,14 @@ if [ -d /pysb/tmp-seed ]; then
   chmod 1777 /tmp || fail "cannot open /tmp"
 fi
 stage "init started"
-while read -r m; do
-  insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
-done < /modules/core.order
+[ -n "$SNAPSHOT" ] || load_modules core
 stage "modules loaded"
 
-want=1
-while read -r _; do want=$((want + 1)); done < /pysb/ports
-i=0
-until ports_ready; do
-  i=$((i + 1))
-  [ $i -gt 3000 ] && fail "the virtio-serial ports did not appear"
-  usleep 5000
-done
-[ -n "$P_ctl" ] || fail "the control port did not appear"
-exec 250<>"$P_ctl"
-CTL=1
+if [ -z "$SNAPSHOT" ]; then
+  want=1
+  while read -r _; do want=$((want + 1)); done < /pysb/ports
+  wait_ports
+fi
 stage "ports found"
 k=200
 while read -r name gfd dir; do
@@ -134,15 +172,11 @@ fi
 
 ip link set lo up
 if [ -f /pysb/net ]; then
-  while read -r m; do
-    insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
-  done < /modules/net.order
+  load_modules net
   { ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 \
       && ip route add default via 10.0.2.2; } || fail "cannot configure the network"
   if [ -f /pysb/nat ]; then
-    while read -r m; do
-      insmod "/modules/$m.ko" || fail "cannot load kernel module $m"
-    done < /modules/nat.order
+    load_modules nat
     # 127.0.0.1 is NATed to the host's loopback (slirp's 10.0.2.2) for allowed ports.
     echo 1 > /proc/sys/net/ipv4/conf/all/route_localnet
     echo 1 > /proc/sys/net/ipv4/conf/eth0/route_localnet

@@ -7,6 +7,7 @@ and talks to the host only through virtio-serial ports pysb created. See docs/qe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -30,7 +31,7 @@ from pysb_core.providerkit import (
     unknown_option,
 )
 from pysb_qemu import assets as assets_mod
-from pysb_qemu import guest, netfilter, started, vm
+from pysb_qemu import guest, netfilter, snapshot, started, vm
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
 PYSB_PROVIDERKIT = "1.4"
@@ -206,6 +207,10 @@ class QemuProvider(Provider):
             for note in network.notes:
                 plan.note(f"qemu: {note}")
         spec.check_devices()
+        if snapshot.unusable(spec) is None:
+            # The ports and shares take the snapshot's slot names; a boot uses them too.
+            snapshot.assign_slots(spec, layout)
+            spec.slotted = True
         plan.note(f"qemu: accelerator {accel.reason}")
         for note in layout.notes:
             plan.note(note)
@@ -248,15 +253,20 @@ class QemuProvider(Provider):
         if debug:
             times.append(("guest archive built", time.monotonic()))
         qemu = assets_mod.find_qemu()
+        snap = None
+        if spec.slotted:
+            snap = snapshot.ensure(spec, qemu, qemu_version(qemu), _debug_log if debug else _quiet)
+            if debug:
+                times.append(("snapshot found" if snap else "no snapshot", time.monotonic()))
         names = [p.name for p in spec.ports]
-        pairs = vm.socketpairs(["console", *names])
+        pairs = vm.socketpairs(["console", *names, *(["ctl_snap"] if snap else [])])
         opened: list[int] = []
         try:
             initrd_fd = os.memfd_create("pysb-initrd", os.MFD_CLOEXEC)
             opened.append(initrd_fd)
             _write_all(initrd_fd, spec.assets.initrd.read_bytes())
             _write_all(initrd_fd, archive)
-            chardev_fds = {name: pair[1].fileno() for name, pair in pairs.items()}
+            chardev_fds = {n: pair[1].fileno() for n, pair in pairs.items() if n != "ctl_snap"}
             argv = spec.qemu_argv(qemu, chardev_fds, initrd=f"/proc/self/fd/{initrd_fd}")
             lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
             opened.append(lifeline_r)
@@ -286,11 +296,17 @@ class QemuProvider(Provider):
                 # PYSB_QEMU_DEBUG: host phases, printed by the supervisor (CLOCK_MONOTONIC)
                 "debug_times": times,
             }
+            if snap is not None:
+                try:
+                    config["snapshot"] = _restore_config(spec, qemu, snap, archive, pairs, opened)
+                except OSError:  # removed since it was found (a concurrent prune): boot
+                    snap = None
             config_fd = os.memfd_create("pysb-qemu-config", os.MFD_CLOEXEC)
             opened.append(config_fd)
             _write_all(config_fd, json.dumps(config).encode())
             os.lseek(config_fd, 0, os.SEEK_SET)
             inherit = {
+                *(_snapshot_fds(config["snapshot"]) if snap is not None else ()),
                 config_fd,
                 lifeline_r,
                 started_w,
@@ -326,6 +342,53 @@ class QemuProvider(Provider):
         proc.pysb_program_started = start  # type: ignore[attr-defined]
         plan.add_cleanup(start.close)
         return proc
+
+
+def _restore_config(
+    spec: vm.VmSpec,
+    qemu: str,
+    snap: snapshot.Snapshot,
+    archive: bytes,
+    pairs: Mapping[str, tuple[Any, Any]],
+    opened: list[int],
+) -> dict[str, Any]:
+    """The supervisor's way to a restored VM: the snapshot file (opened here, checked
+    there), the run's archive, and a control port of its own (a failed restore leaves the
+    boot's untouched)."""
+    file_fd = os.open(snap.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    opened.append(file_fd)
+    archive_fd = os.memfd_create("pysb-run-archive", os.MFD_CLOEXEC)
+    opened.append(archive_fd)
+    _write_all(archive_fd, archive)
+    os.lseek(archive_fd, 0, os.SEEK_SET)
+    chardev_fds = {name: pair[1].fileno() for name, pair in pairs.items() if name != "ctl"}
+    chardev_fds["ctl"] = pairs["ctl_snap"][1].fileno()
+    del chardev_fds["ctl_snap"]
+    return {
+        "argv": snapshot.restore_argv(spec, qemu, chardev_fds, file_fd),
+        "fds": [file_fd, *chardev_fds.values()],
+        "own_fds": [pairs["ctl_snap"][1].fileno()],
+        "ctl_fd": pairs["ctl_snap"][0].fileno(),
+        "file_fd": file_fd,
+        "archive_fd": archive_fd,
+        "digest": snap.digest,
+        "discard": [str(snap.path), str(snap.path.with_suffix(".sha256"))],
+        "size": snap.size,
+    }
+
+
+def _snapshot_fds(cfg: Mapping[str, Any]) -> list[int]:
+    return [*cfg["fds"], cfg["ctl_fd"], cfg["archive_fd"]]
+
+
+def _debug_log(message: str) -> None:
+    """PYSB_QEMU_DEBUG: a host event on stderr, as the supervisor prints them."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"pysb-host: {time.monotonic():.6f}: {message}\n".encode())
+
+
+def _quiet(message: str) -> None:
+    pass
 
 
 def _one_output(popen_kwargs: Mapping[str, Any]) -> bool:

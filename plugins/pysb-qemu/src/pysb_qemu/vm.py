@@ -127,6 +127,22 @@ def parse_size_mib(value: object) -> int:
     return {"k": max(1, n >> 10), "m": n, "g": n << 10, "": max(1, n >> 20)}[unit]
 
 
+@dataclass(frozen=True)
+class SlotSet:
+    """A snapshot's fixed devices: ``ctl`` and ``ports`` data ports (``v0``...), ``shares``
+    9p devices (tags ``p0``...); unused share slots point at ``empty_dir``, read-only."""
+
+    ports: int
+    shares: int
+    empty_dir: str
+
+    def port_names(self) -> list[str]:
+        return ["ctl", *(f"v{i}" for i in range(self.ports))]
+
+    def share_tags(self) -> list[str]:
+        return [f"p{i}" for i in range(self.shares)]
+
+
 @dataclass
 class VmSpec:
     """Everything needed to start one VM; turned into argv by :meth:`qemu_argv`."""
@@ -142,6 +158,8 @@ class VmSpec:
     #: (protocol, port): the host's 127.0.0.1:port forwarded to the guest's port.
     hostfwd: list[tuple[str, int]] = field(default_factory=list)
     marker: str = field(default_factory=lambda: f"<<pysb-eof-{secrets.token_hex(16)}>>")
+    #: Ports and shares carry a snapshot's slot names (pysb_qemu.snapshot.assign_slots).
+    slotted: bool = False
 
     def __post_init__(self) -> None:
         if not any(p.name == "ctl" for p in self.ports):
@@ -202,16 +220,30 @@ class VmSpec:
 
     # -- command line --------------------------------------------------------------
 
-    def qemu_argv(
-        self, qemu: str, chardev_fds: dict[str, int] | None = None, initrd: str = "INITRD"
-    ) -> list[str]:
-        """The full QEMU command line. ``chardev_fds`` maps port names (and ``console``)
-        to the QEMU-side socket fds; without it, placeholders (for ``describe()``)."""
-        fds = chardev_fds or {}
+    def kernel_append(self) -> str:
         append = KERNEL_CMDLINE
         khz = host_tsc_khz()
         if khz and self.accel.name == "tcg":
             append += f" tsc_early_khz={khz}"
+        return append
+
+    def qemu_argv(
+        self,
+        qemu: str,
+        chardev_fds: dict[str, int] | None = None,
+        initrd: str = "INITRD",
+        slots: SlotSet | None = None,
+    ) -> list[str]:
+        """The full QEMU command line. ``chardev_fds`` maps port names (and ``console``)
+        to the QEMU-side socket fds; without it, placeholders (for ``describe()``).
+
+        ``slots``: the fixed device set of a snapshot (pysb_qemu.snapshot): every port
+        and share slot in slot order, the unused ones on a null chardev and an empty
+        read-only directory, so that a snapshot taken with none of them in use restores
+        into any run's devices.
+        """
+        fds = chardev_fds or {}
+        append = self.kernel_append()
         argv = [
             qemu,
             *self.accel.args(),
@@ -243,22 +275,33 @@ class VmSpec:
         ]
         # The serial device first: it must get a transport whatever the number of shares.
         argv += ["-device", "virtio-serial-device,max_ports=31"]
-        for port in self.ports:
-            fd = fds.get(port.name, f"<{port.name}>")
+        ports: list[tuple[str, bool]] = [(p.name, True) for p in self.ports]
+        shares: list[tuple[str, str, bool]] = [(s.tag, s.host, s.writable) for s in self.shares]
+        if slots is not None:
+            used_ports = {p.name for p in self.ports}
+            ports = [(name, name in used_ports) for name in slots.port_names()]
+            by_tag = {s.tag: s for s in self.shares}
+            shares = [
+                (tag, by_tag[tag].host, by_tag[tag].writable)
+                if tag in by_tag
+                else (tag, slots.empty_dir, False)
+                for tag in slots.share_tags()
+            ]
+        for name, used in ports:
+            chardev = f"socket,id=c_{name},fd={fds.get(name, f'<{name}>')}"
             argv += [
                 "-chardev",
-                f"socket,id=c_{port.name},fd={fd}",
+                chardev if used else f"null,id=c_{name}",
                 "-device",
-                f"virtserialport,chardev=c_{port.name},name={port.name}",
+                f"virtserialport,chardev=c_{name},name={name}",
             ]
-        for i, s in enumerate(self.shares):
-            ro = ",readonly=on" if not s.writable else ""
+        for i, (tag, host, writable) in enumerate(shares):
+            ro = ",readonly=on" if not writable else ""
             argv += [
                 "-fsdev",
-                f"local,id=fs{i},path={_qemu_escape(s.host)},security_model=none,"
-                f"multidevs=remap{ro}",
+                f"local,id=fs{i},path={_qemu_escape(host)},security_model=none,multidevs=remap{ro}",
                 "-device",
-                f"virtio-9p-device,fsdev=fs{i},mount_tag={s.tag}",
+                f"virtio-9p-device,fsdev=fs{i},mount_tag={tag}",
             ]
         if self.network:
             netdev = "user,id=net0" + "".join(
