@@ -69,7 +69,7 @@ SNAPSHOT=
 if [ -f /pysb/snapshot ]; then
   # A snapshot's boot (pysb_qemu.snapshot): the modules and the fixed set of ports now, then
   # "ready" on the control port, and the host saves the VM while this read waits. Every
-  # restore resumes here and gets "run LEN SEED TIME" and the run's archive (LEN bytes):
+  # restore resumes here and gets "run LEN SEED TIME", the run's archive (LEN bytes), "end":
   # nothing of a run is in the snapshot, and nothing runs before the kernel's random
   # generator is reseeded with the host's fresh entropy and the clock is set.
   load_modules core
@@ -84,11 +84,14 @@ if [ -f /pysb/snapshot ]; then
   /pysb/reseed || fail "cannot reseed the kernel's random generator"
   unset seed
   date -u -s "@$now" > /dev/null || fail "cannot set the clock"
-  head -c "$len" <&250 > /run/pysb.cpio || fail "cannot receive the run's archive"
-  [ "$(stat -c %s /run/pysb.cpio)" = "$len" ] || fail "the run's archive is incomplete"
-  # (PID 1's working directory is /: the archive's paths are relative to it.)
-  cpio -i -d -u < /run/pysb.cpio 2> /dev/null || fail "cannot unpack the run's archive"
-  rm -f /run/pysb.cpio /pysb/snapshot
+  # Unpacked as it arrives (PID 1's working directory is /: the archive's paths are
+  # relative to it); "end" after the LEN bytes proves none was missing (an archive cut at
+  # an entry's boundary unpacks without an error, short of its last files). dd reads
+  # exactly LEN bytes (head -c reads ahead through stdio, and would swallow "end").
+  dd bs=65536 count="$len" iflag=count_bytes,fullblock status=none <&250 \
+    | cpio -i -d -u 2> /dev/null || fail "cannot unpack the run's archive"
+  read -r end <&250
+  [ "$end" = end ] || fail "the run's archive is incomplete"
   SNAPSHOT=1
   echo "restored" >&250
 fi

@@ -317,8 +317,8 @@ class Supervisor:
         the reason in the debug output, when anything fails: the caller then boots.
 
         The guest is told nothing until the file's SHA-256 is the one recorded when it was
-        written (hashed here while QEMU loads it). Then: ``run LEN SEED TIME`` and the
-        run's archive; the guest reseeds its CRNG with SEED, sets its clock, unpacks the
+        written (hashed here while QEMU loads it). Then: ``run LEN SEED TIME``, the
+        run's archive and ``end``; the guest reseeds its CRNG with SEED, sets its clock, unpacks the
         archive and answers ``restored``. Anything else (a QEMU error, a ``fail`` line, no
         answer in time) kills this QEMU before any of the run's ports is relayed.
         """
@@ -350,7 +350,8 @@ class Supervisor:
                     archive = f.read()
                 seed = os.urandom(32).hex()
                 ctl.settimeout(RESTORE_TIMEOUT)
-                ctl.sendall(f"run {len(archive)} {seed} {round(time.time())}\n".encode() + archive)
+                header = f"run {len(archive)} {seed} {round(time.time())}\n".encode()
+                ctl.sendall(header + archive + b"end\n")
                 line, self.ctl_pending = _read_line(ctl)
                 if line != "restored":
                     reason = f"the guest answered {line[:300]!r}" if line else "QEMU exited"
