@@ -328,6 +328,14 @@ def test_describe_lists_accelerator_shares_and_network(tmp_path: Path) -> None:
     assert "accelerator" in text and ("TCG" in text or "KVM" in text)
     assert f"qemu: share rw /work (from {tmp_path})" in text
     assert "no network device" in text
+    if "accelerator TCG" in text:  # which way the VM starts, and why not from a snapshot
+        assert "qemu: start: restored from a snapshot" in text
+
+
+def test_describe_says_why_a_run_boots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSB_QEMU_SNAPSHOT", "0")
+    lines = QemuProvider().describe(_plan(tmp_path))
+    assert "qemu: start: boot (PYSB_QEMU_SNAPSHOT=0)" in lines
 
 
 def test_small_read_only_trees_are_copied_when_shares_would_not_fit(tmp_path: Path) -> None:

@@ -147,6 +147,14 @@ class QemuProvider(Provider):
             lines += [f"qemu: note: {n}" for n in compiled.notes]
         else:
             lines.append("qemu: network: no network device")
+        why = snapshot.unusable_for(accel.name, plan.policy.allows_network(), len(layout.shares))
+        if why is None:
+            lines.append(
+                "qemu: start: restored from a snapshot of the booted guest (built at the first"
+                " run; a failed restore boots)"
+            )
+        else:
+            lines.append(f"qemu: start: boot ({why})")
         lines += layout.notes
         return lines
 

@@ -78,16 +78,22 @@ def slots(spec: VmSpec) -> SlotSet:
 
 def unusable(spec: VmSpec) -> str | None:
     """Why this run cannot start from a snapshot, or None when it can."""
+    why = unusable_for(spec.accel.name, spec.network, len(spec.shares))
+    if why is None and len([p for p in spec.ports if p.name != "ctl"]) > SNAPSHOT_PORTS:
+        return f"more than {SNAPSHOT_PORTS} forwarded fds"
+    return why
+
+
+def unusable_for(accel: str, network: bool, shares: int) -> str | None:
+    """:func:`unusable` before the fds are known (``describe()``)."""
     if os.environ.get("PYSB_QEMU_SNAPSHOT") == "0":
         return "PYSB_QEMU_SNAPSHOT=0"
-    if spec.accel.name != "tcg":
+    if accel != "tcg":
         return "not under TCG"
-    if spec.network:
+    if network:
         return "network rules (the NIC is not in the snapshot)"
-    if len(spec.shares) > max_shares(False):
-        return "too many shares"
-    if len([p for p in spec.ports if p.name != "ctl"]) > SNAPSHOT_PORTS:
-        return "too many forwarded fds"
+    if shares > max_shares(False):
+        return f"more than {max_shares(False)} shares"
     return None
 
 
