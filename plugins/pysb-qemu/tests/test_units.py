@@ -412,3 +412,29 @@ def test_qemu_version_is_asked_once_per_binary(
     assert qemu_version(str(qemu)) is None
     assert qemu_version(str(qemu)) is None
     assert calls.read_text().count("run") == 4
+
+
+def test_snapshot_key_names_what_shapes_the_guest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RAM, vCPUs, the assets and the QEMU binary change the key; the host's momentary
+    "cpu MHz" (a boot parameter the restored guest no longer reads) does not."""
+    from pysb_qemu import snapshot
+
+    fake_qemu = tmp_path / "qemu"
+    fake_qemu.write_bytes(b"x")
+
+    def spec(memory: int = 512, cpus: int = 1, key: str = "k1") -> vm.VmSpec:
+        a = assets.GuestAssets(key, tmp_path, tmp_path / "vmlinux", tmp_path / "initrd", "6.1")
+        return vm.VmSpec(a, vm.Accel("tcg", "test"), memory_mib=memory, cpus=cpus)
+
+    monkeypatch.setattr(vm, "host_tsc_khz", lambda: 2_600_000)
+    base = snapshot.key(spec(), str(fake_qemu), "7.2.22")
+    monkeypatch.setattr(vm, "host_tsc_khz", lambda: 2_599_123)
+    assert snapshot.key(spec(), str(fake_qemu), "7.2.22") == base
+    assert snapshot.key(spec(memory=256), str(fake_qemu), "7.2.22") != base
+    assert snapshot.key(spec(cpus=2), str(fake_qemu), "7.2.22") != base
+    assert snapshot.key(spec(key="k2"), str(fake_qemu), "7.2.22") != base
+    assert snapshot.key(spec(), str(fake_qemu), "8.0.0") != base
+    fake_qemu.write_bytes(b"xy")  # another binary at the same path
+    assert snapshot.key(spec(), str(fake_qemu), "7.2.22") != base

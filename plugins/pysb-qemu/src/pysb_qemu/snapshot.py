@@ -37,6 +37,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import select
 import socket
 import subprocess
@@ -119,6 +120,9 @@ def restore_argv(
 def key(spec: VmSpec, qemu: str, qemu_version: str | None) -> str:
     bare = VmSpec(spec.assets, spec.accel, memory_mib=spec.memory_mib, cpus=spec.cpus)
     argv = bare.qemu_argv(qemu, None, initrd=str(spec.assets.initrd), slots=slots(spec))
+    # The host's "cpu MHz" moves with frequency scaling: a boot parameter, which a booted
+    # guest no longer reads (its TSC is the host's, at the rate it calibrated).
+    argv = [re.sub(r"\btsc_early_khz=\d+", "tsc_early_khz=*", a) for a in argv]
     st = os.stat(qemu)
     material = [
         FORMAT_VERSION,
