@@ -41,6 +41,7 @@ import re
 import select
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -161,9 +162,12 @@ def find(spec: VmSpec, name: str) -> Snapshot | None:
     return Snapshot(path, digest, int(size))
 
 
-def ensure(spec: VmSpec, qemu: str, qemu_version: str | None, log) -> Snapshot | None:  # type: ignore[no-untyped-def]
+def ensure(  # type: ignore[no-untyped-def]
+    spec: VmSpec, qemu: str, qemu_version: str | None, log, *, progress: bool = True
+) -> Snapshot | None:
     """The snapshot for this VM, built first if needed; None when it cannot be had (then
-    the run boots). ``log(message)`` reports under PYSB_QEMU_DEBUG."""
+    the run boots). ``log(message)`` reports under PYSB_QEMU_DEBUG; ``progress`` says on
+    stderr that a build is under way (as the guest assets' first build does)."""
     name = key(spec, qemu, qemu_version)
     found = find(spec, name)
     if found is not None:
@@ -177,6 +181,13 @@ def ensure(spec: VmSpec, qemu: str, qemu_version: str | None, log) -> Snapshot |
         (directory / "empty").mkdir(mode=0o555, exist_ok=True)
         if not (_ours(directory) and _ours(directory / "empty")):
             return None
+        if progress:
+            print(
+                f"pysb: saving a snapshot of the booted qemu guest ({spec.memory_mib} MiB; "
+                f"once per RAM size and vCPU count; cached in {directory})...",
+                file=sys.stderr,
+                flush=True,
+            )
         started = time.monotonic()
         _, size = build(spec, qemu, directory, name)
         log(f"snapshot {name} built in {time.monotonic() - started:.2f} s ({size} bytes)")
