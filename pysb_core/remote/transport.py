@@ -36,6 +36,7 @@ import os
 import struct
 import threading
 from time import monotonic as _monotonic
+from time import perf_counter as _perf_counter
 
 from pysb_core.remote import buffers as _buffers
 
@@ -98,6 +99,7 @@ _BUFFER_SIZE = 256 * 1024
 BLOCK = 512
 _PADDING = bytes(BLOCK)
 _writev = os.writev
+_yield = os.sched_yield
 _readv = os.readv
 _pack = HEADER.pack_into
 _unpack = HEADER.unpack_from
@@ -216,17 +218,62 @@ class FrameWriter:
             view = view[n:]
 
 
+#: How a lingering read (FrameReader's ``linger``) adapts, from what it saw:
+#:
+#: - the frame came while it polled: the sides are on two CPUs, polling saved the caller
+#:   a wake-up; the next read lingers too.
+#: - the frame was there before the first poll, or right after the reader gave its CPU
+#:   away once (the worker ran on this CPU meanwhile: the sides share it): polling buys
+#:   nothing; the next :data:`LINGER_TOGETHER` reads block at once.
+#: - nothing came within the window (a call that computes, or a worker waiting for this
+#:   very CPU): the next :data:`LINGER_SKIP` reads block at once, so that a run of long
+#:   calls costs one window in LINGER_SKIP + 1 calls, not one each.
+#:
+#: A read that blocks instead is timed: one that waited longer than :data:`LINGER_APART`
+#: and less than :data:`LINGER_LATE` (not a call that computes) was a wake-up across CPUs,
+#: and the next read lingers again.
+LINGER_TOGETHER = 64
+LINGER_SKIP = 16
+LINGER_APART = 25e-6
+LINGER_LATE = 500e-6
+
+
 class FrameReader:
     """Reads frames from one fd through a buffer, so a burst of frames costs one syscall.
+
+    ``linger`` (seconds, set by the reader's owner before a read; 0 by default): when no
+    frame is buffered, give the CPU away once (``sched_yield``), then poll the fd without
+    sleeping for up to that long before the blocking read. Why: on a machine whose idle
+    CPUs halt (a VM), waking a reader that sleeps on one CPU for a writer on the other
+    costs ~20 µs per wake-up, more than a trivial call's whole work on both sides
+    (docs/performance.md, "Partial mode", 2026-12-07); a reader that is still running
+    when the answer comes needs no wake-up. The yield lets a writer woken on the
+    reader's own CPU run at once; the reader stops polling for a while when that is what
+    answered, or when nothing came in time (:data:`LINGER_TOGETHER` and the rules above
+    it). The poll only reads the fd's state: what the frame holds is read and bounded as
+    before.
 
     Not thread-safe: one reader at a time (the child's workers take turns under a lock).
     """
 
-    __slots__ = ("_buf", "_end", "_fd", "_max", "_poll", "_scratch", "_start", "_view")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_fd",
+        "_max",
+        "_poll",
+        "_scratch",
+        "_skip",
+        "_start",
+        "_view",
+        "linger",
+    )
 
     def __init__(self, fd: int, max_size: tuple[int, ...] | None = None) -> None:
         self._fd = fd
         self._poll: Any = None
+        self.linger = 0.0
+        self._skip = 0
         self._scratch = bytearray()
         self._max = max_size  # per frame kind (see child_limits), or no bound
         self._buf = bytearray(_BUFFER_SIZE)
@@ -242,6 +289,23 @@ class FrameReader:
             rest = self._end - self._start
             self._buf[:rest] = self._view[self._start : self._end]
             self._start, self._end = 0, rest
+        waited = 0.0
+        if self.linger:  # _linger, inline (the caller's hot path)
+            if self._skip:
+                self._skip -= 1
+                waited = _perf_counter()
+            else:
+                poll = (self._poll or self._poller()).poll
+                if not poll(0):
+                    _yield()  # a worker woken on this CPU runs now (else: returns at once)
+                if poll(0):  # the worker ran on this CPU meanwhile: the sides share it
+                    self._skip = LINGER_TOGETHER
+                else:
+                    end = _perf_counter() + self.linger
+                    while not poll(0):
+                        if _perf_counter() > end:
+                            self._skip = LINGER_SKIP
+                            break
         try:
             n = _readv(self._fd, (self._view[self._end :],))
         except OSError as exc:
@@ -249,6 +313,8 @@ class FrameReader:
         if n == 0:
             raise ChannelClosed("end of stream")
         self._end += n
+        if waited and LINGER_APART < _perf_counter() - waited < LINGER_LATE:
+            self._skip = 0  # a wake-up across CPUs: the next read lingers
 
     def _take(self, n: int) -> bytearray:
         return _take_from(self, n)
@@ -271,12 +337,39 @@ class FrameReader:
         reader with a deadline waits here, between frames, never inside one)."""
         if self._end - self._start >= HEADER_SIZE:
             return True
-        if self._poll is None:
-            import select
+        if self.linger and timeout > self.linger and self._linger():
+            return True
+        poll = self._poll or self._poller()
+        return bool(poll.poll(max(0, int(timeout * 1000 + 0.999))))
 
-            self._poll = select.poll()
-            self._poll.register(self._fd, select.POLLIN)
-        return bool(self._poll.poll(max(0, int(timeout * 1000 + 0.999))))
+    def _linger(self) -> bool:
+        """:meth:`_fill`'s lingering, for a read with a deadline: whether bytes came. The
+        read that follows does not linger again (one more skip, counted for it): the
+        bytes it finds at once are this poll's, not a sign that the sides share a CPU."""
+        if self._skip:
+            self._skip -= 1
+            return False
+        poll = (self._poll or self._poller()).poll
+        if not poll(0):
+            _yield()
+        if poll(0):
+            self._skip = LINGER_TOGETHER + 1
+            return True
+        end = _perf_counter() + self.linger
+        while not poll(0):
+            if _perf_counter() > end:
+                self._skip = LINGER_SKIP
+                return False
+        self._skip = 1
+        return True
+
+    def _poller(self) -> Any:
+        """The fd's poll object (made on first use: the worker never needs one)."""
+        import select
+
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+        return self._poll
 
     def read(self) -> tuple[int, int, bytes | bytearray]:
         """Return ``(kind, call_id, payload)`` of the next frame; raise ChannelClosed at EOF."""
