@@ -438,3 +438,31 @@ def test_snapshot_key_names_what_shapes_the_guest(
     assert snapshot.key(spec(), str(fake_qemu), "8.0.0") != base
     fake_qemu.write_bytes(b"xy")  # another binary at the same path
     assert snapshot.key(spec(), str(fake_qemu), "7.2.22") != base
+
+
+def test_a_restore_answer_is_read_within_a_bound() -> None:
+    """The restored guest's answer line is bounded (pysb_qemu.restoring.MAX_LINE): a line
+    that never ends is no answer, and the restore fails instead of growing the buffer."""
+    import contextlib
+    import socket
+    import threading
+
+    from pysb_qemu import restoring
+
+    host, guest = socket.socketpair()
+    try:
+        guest.sendall(b"restored\nrest")
+        assert restoring.read_line(host) == ("restored", b"rest")
+
+        def endless() -> None:
+            with contextlib.suppress(OSError):  # the reader gave up and closed its end
+                guest.sendall(b"x" * (restoring.MAX_LINE * 4))
+
+        sender = threading.Thread(target=endless)
+        sender.start()
+        assert restoring.read_line(host) == ("", b"")
+        host.close()
+        sender.join()
+    finally:
+        host.close()
+        guest.close()

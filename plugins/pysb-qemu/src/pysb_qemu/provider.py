@@ -32,6 +32,7 @@ from pysb_core.providerkit import (
 )
 from pysb_qemu import assets as assets_mod
 from pysb_qemu import guest, netfilter, snapshot, started, vm
+from pysb_qemu.qemubin import qemu_version
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
 PYSB_PROVIDERKIT = "1.4"
@@ -306,7 +307,9 @@ class QemuProvider(Provider):
             }
             if snap is not None:
                 try:
-                    config["snapshot"] = _restore_config(spec, qemu, snap, archive, pairs, opened)
+                    config["snapshot"] = snapshot.restore_config(
+                        spec, qemu, snap, archive, pairs, opened
+                    )
                 except OSError:  # removed since it was found (a concurrent prune): boot
                     snap = None
             config_fd = os.memfd_create("pysb-qemu-config", os.MFD_CLOEXEC)
@@ -314,7 +317,7 @@ class QemuProvider(Provider):
             _write_all(config_fd, json.dumps(config).encode())
             os.lseek(config_fd, 0, os.SEEK_SET)
             inherit = {
-                *(_snapshot_fds(config["snapshot"]) if snap is not None else ()),
+                *(snapshot.restore_fds(config["snapshot"]) if snap is not None else ()),
                 config_fd,
                 lifeline_r,
                 started_w,
@@ -352,43 +355,6 @@ class QemuProvider(Provider):
         return proc
 
 
-def _restore_config(
-    spec: vm.VmSpec,
-    qemu: str,
-    snap: snapshot.Snapshot,
-    archive: bytes,
-    pairs: Mapping[str, tuple[Any, Any]],
-    opened: list[int],
-) -> dict[str, Any]:
-    """The supervisor's way to a restored VM: the snapshot file (opened here, checked
-    there), the run's archive, and a control port of its own (a failed restore leaves the
-    boot's untouched)."""
-    file_fd = os.open(snap.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    opened.append(file_fd)
-    archive_fd = os.memfd_create("pysb-run-archive", os.MFD_CLOEXEC)
-    opened.append(archive_fd)
-    _write_all(archive_fd, archive)
-    os.lseek(archive_fd, 0, os.SEEK_SET)
-    chardev_fds = {name: pair[1].fileno() for name, pair in pairs.items() if name != "ctl"}
-    chardev_fds["ctl"] = pairs["ctl_snap"][1].fileno()
-    del chardev_fds["ctl_snap"]
-    return {
-        "argv": snapshot.restore_argv(spec, qemu, chardev_fds, file_fd),
-        "fds": [file_fd, *chardev_fds.values()],
-        "own_fds": [pairs["ctl_snap"][1].fileno()],
-        "ctl_fd": pairs["ctl_snap"][0].fileno(),
-        "file_fd": file_fd,
-        "archive_fd": archive_fd,
-        "digest": snap.digest,
-        "discard": [str(snap.path), str(snap.path.with_suffix(".sha256"))],
-        "size": snap.size,
-    }
-
-
-def _snapshot_fds(cfg: Mapping[str, Any]) -> list[int]:
-    return [*cfg["fds"], cfg["ctl_fd"], cfg["archive_fd"]]
-
-
 def _debug_log(message: str) -> None:
     """PYSB_QEMU_DEBUG: a host event on stderr, as the supervisor prints them."""
     with contextlib.suppress(OSError):
@@ -421,30 +387,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def qemu_version(qemu: str) -> str | None:
-    """``qemu --version``'s number, remembered across runs for the same binary (path,
-    size, mtime: :func:`pysb_core.providerkit.cached_probe`): running it took a few
-    milliseconds of every start. A binary that names no version is asked again each time."""
-    from pysb_core.providerkit import cached_probe
-
-    def probe() -> ProviderStatus:
-        version = _qemu_version(qemu)
-        if version is None:  # not remembered: a failure is never cached
-            return ProviderStatus.missing(f"{qemu} --version named no version")
-        return ProviderStatus.ok(version)
-
-    return cached_probe("qemu-version", [qemu], probe).version
-
-
-def _qemu_version(qemu: str) -> str | None:
-    try:
-        out = subprocess.run([qemu, "--version"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = out.stdout.splitlines()[0] if out.stdout else ""
-    return first.split("version", 1)[-1].strip().split()[0] if "version" in first else None
 
 
 __all__ = ["QemuProvider"]

@@ -44,8 +44,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pysb_qemu.cpio import CpioWriter
 from pysb_qemu.guest import SETPRIV, GuestLayout
@@ -351,3 +353,43 @@ def prune(directory: Path, keep: int) -> None:
         with contextlib.suppress(OSError):
             if time.time() - tmp.stat().st_mtime > 3600:
                 tmp.unlink()
+
+
+def restore_config(
+    spec: VmSpec,
+    qemu: str,
+    snap: Snapshot,
+    archive: bytes,
+    pairs: Mapping[str, tuple[Any, Any]],
+    opened: list[int],
+) -> dict[str, Any]:
+    """The supervisor's way to a restored VM: the snapshot file (opened here, checked
+    there), the run's archive, and a control port of its own (a failed restore leaves the
+    boot's untouched)."""
+    file_fd = os.open(snap.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    opened.append(file_fd)
+    archive_fd = os.memfd_create("pysb-run-archive", os.MFD_CLOEXEC)
+    opened.append(archive_fd)
+    view = memoryview(archive)
+    while view:
+        view = view[os.write(archive_fd, view) :]
+    os.lseek(archive_fd, 0, os.SEEK_SET)
+    chardev_fds = {name: pair[1].fileno() for name, pair in pairs.items() if name != "ctl"}
+    chardev_fds["ctl"] = pairs["ctl_snap"][1].fileno()
+    del chardev_fds["ctl_snap"]
+    return {
+        "argv": restore_argv(spec, qemu, chardev_fds, file_fd),
+        "fds": [file_fd, *chardev_fds.values()],
+        "own_fds": [pairs["ctl_snap"][1].fileno()],
+        "ctl_fd": pairs["ctl_snap"][0].fileno(),
+        "file_fd": file_fd,
+        "archive_fd": archive_fd,
+        "digest": snap.digest,
+        "discard": [str(snap.path), str(snap.path.with_suffix(".sha256"))],
+        "size": snap.size,
+    }
+
+
+def restore_fds(cfg: Mapping[str, Any]) -> list[int]:
+    """The descriptors the supervisor inherits for :func:`restore_config`'s restore."""
+    return [*cfg["fds"], cfg["ctl_fd"], cfg["archive_fd"]]

@@ -32,9 +32,11 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # no typing import in this script at run time
+if TYPE_CHECKING:
+    from types import ModuleType
+
 SETUP_FAILED = 125
-#: A restored guest answers in well under a second; past this, boot instead.
-RESTORE_TIMEOUT = 60.0
 FORWARDED_SIGNALS = (
     signal.SIGINT,
     signal.SIGTERM,
@@ -259,7 +261,7 @@ class Supervisor:
         for signum in FORWARDED_SIGNALS:
             signal.signal(signum, self.forward_signal)
         # QEMU is spawned (with a preexec_fn) while this process has one thread.
-        if not (cfg.get("snapshot") and self.restore(cfg["snapshot"], parent)):
+        if not (cfg.get("snapshot") and _restoring().restore(self, cfg["snapshot"], parent)):
             self.qemu = self.spawn(cfg["qemu_argv"], cfg["qemu_fds"], parent)
             self.stamp("qemu spawned")
         for fd in cfg["qemu_fds"]:
@@ -312,71 +314,6 @@ class Supervisor:
             preexec_fn=lambda: _die_with_parent(parent),
         )
 
-    def restore(self, snap: dict, parent: int) -> bool:
-        """Start the VM from the snapshot (pysb_qemu.snapshot); False, with QEMU gone and
-        the reason in the debug output, when anything fails: the caller then boots.
-
-        The guest is told nothing until the file's SHA-256 is the one recorded when it was
-        written (hashed here while QEMU loads it). Then: ``run LEN SEED TIME``, the
-        run's archive and ``end``; the guest reseeds its CRNG with SEED, sets its clock, unpacks the
-        archive and answers ``restored``. Anything else (a QEMU error, a ``fail`` line, no
-        answer in time) kills this QEMU before any of the run's ports is relayed.
-        """
-        ctl = socket.socket(fileno=snap["ctl_fd"])
-        try:
-            proc = self.spawn(snap["argv"], snap["fds"], parent)
-        except OSError as exc:
-            ctl.close()
-            for fd in (snap["file_fd"], snap["archive_fd"], *snap["own_fds"]):
-                os.close(fd)
-            self.stamp(f"snapshot restore failed ({exc}); booting")
-            return False
-        with self.lock:
-            self.qemu = proc
-        self.stamp("snapshot restore")
-        self.stamp("qemu spawned")
-        for fd in snap["own_fds"]:
-            os.close(fd)  # the restoring QEMU's end of its control port: its EOF is QEMU's exit
-        reason = None
-        try:
-            if _file_digest(snap["file_fd"]) != (snap["digest"], snap["size"]):
-                reason = "the file is not the one pysb wrote (SHA-256 or size differs)"
-                for path in snap["discard"]:  # the next run writes a new one
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
-            else:
-                self.stamp("snapshot digest checked")
-                with os.fdopen(snap["archive_fd"], "rb", closefd=False) as f:
-                    archive = f.read()
-                seed = os.urandom(32).hex()
-                ctl.settimeout(RESTORE_TIMEOUT)
-                header = f"run {len(archive)} {seed} {round(time.time())}\n".encode()
-                ctl.sendall(header + archive + b"end\n")
-                line, self.ctl_pending = _read_line(ctl)
-                if line != "restored":
-                    reason = f"the guest answered {line[:300]!r}" if line else "QEMU exited"
-        except OSError as exc:  # socket.timeout included
-            reason = f"no answer from the guest ({exc})"
-        finally:
-            os.close(snap["file_fd"])
-            os.close(snap["archive_fd"])
-        if reason is None:
-            self.ctl.close()
-            self.ctl = ctl
-            self.ctl.settimeout(None)
-            self.stamp("snapshot restored")
-            return True
-        with self.lock:
-            self.qemu = None
-            with contextlib.suppress(OSError):
-                proc.kill()
-        stderr = proc.communicate()[1].decode(errors="replace").strip()
-        ctl.close()
-        self.ctl_pending = b""
-        detail = f"; qemu: {stderr[-2000:]}" if stderr else ""
-        self.stamp(f"snapshot restore failed: {reason}{detail}; booting")
-        return False
-
     def report_failure(self) -> None:
         if self.failure:
             msg = f"pysb: qemu guest: {self.failure}\n"
@@ -395,28 +332,14 @@ class Supervisor:
             _write_all(2, msg.encode())
 
 
-def _file_digest(fd: int) -> tuple[str, int]:
-    """SHA-256 and size of a file read with pread (QEMU reads the same open file)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    offset = 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        h.update(chunk)
-        offset += len(chunk)
-    return h.hexdigest(), offset
-
-
-def _read_line(sock: socket.socket) -> tuple[str, bytes]:
-    """One line from the control port, and the bytes that came after it."""
-    buf = b""
-    while b"\n" not in buf:
-        data = sock.recv(4096)
-        if not data:
-            return buf.decode(errors="replace").strip(), b""
-        buf += data
-    line, rest = buf.split(b"\n", 1)
-    return line.decode(errors="replace").strip(), rest
+def _restoring() -> ModuleType:
+    """:mod:`pysb_qemu.restoring`, imported as this script imports it (its directory first
+    on ``sys.path``) or as the package's module (tests)."""
+    if __package__:
+        from pysb_qemu import restoring
+    else:
+        import restoring  # type: ignore[no-redef]
+    return restoring
 
 
 def main(argv: list[str] | None = None) -> int:
