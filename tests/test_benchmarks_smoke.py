@@ -92,6 +92,11 @@ def test_quick_startup_run_writes_the_expected_json(quick_run) -> None:
     assert {name.partition("/")[0] for name in startup["pysb"]} == available - set(COSTLY)
     for entry in startup["pysb"].values():
         assert ("median_s" in entry) != ("error" in entry), entry
+    # Each provider's floor measured in the same run (benchmarks/_spawn_floor.py): two
+    # interpreters at least, so above python -c pass alone.
+    floor = startup["floor"]["subprocess"]
+    assert "error" not in floor, floor
+    assert floor["ratio"] > 1.0 and "_spawn_floor.py" in floor["command"]
 
 
 @pytest.mark.slow
@@ -180,6 +185,7 @@ def _results() -> dict:
             "unshare": {"error": "pysb: error: unshare: broken (rc 125)"},
         },
         "reference": {"subprocess": {**fast, "median_s": 0.5, "ratio": 50.0}},
+        "floor": {"landlock": {**fast, "median_s": 0.025, "ratio": 2.5}},
     }
     call = {"p50_s": 4e-05, "p99_s": 0.0009, "min_s": 3e-05, "max_s": 0.001, "calls": 10}
     payload = {"median_s": 0.02, "min_s": 0.02, "reps": 3}
@@ -242,8 +248,9 @@ def _results() -> dict:
 def test_report_renders_figures_targets_and_failures() -> None:
     text = _report().render(_results())
     # Targets beside figures, met or missed.
-    assert "| subprocess | 50.0 ms | 5.00x ✓ | 4.00x | ≤ 6.00x |" in text
-    assert "| landlock | 50.0 ms | 9.00x ✗ |" in text
+    assert "| subprocess | 50.0 ms | 5.00x ✓ | 4.00x | — | — | ≤ 6.00x | ≤ 3.00x ✗ |" in text
+    # the floor beside the figure: 2.50x python, pysb 2.00x its floor; issue 30's goal
+    assert "| landlock | 50.0 ms | 9.00x ✗ | 9.00x | 2.50x | 2.00x | ≤ 8.00x | ≤ 3.00x ✗ |" in text
     assert "| landlock, no Python guards | 50.0 ms | 4.00x ✓ |" in text
     assert "200 ms ✗" in text  # the 10 MiB result over its 50 ms target
     # Failures and refusals are shown with their reason, never as a number.
