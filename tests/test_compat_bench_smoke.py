@@ -79,8 +79,7 @@ def test_a_known_difference_explains_only_the_counts_it_names() -> None:
     counts only, so a difference that changes is flagged instead of waved through."""
     compat = _compat_module()
     out = compat.parse(
-        "test_os failed (1 error)\n"
-        "Total tests: run=317 skipped=55\nResult: FAILURE\n"
+        "test_os failed (1 error)\nTotal tests: run=317 skipped=55\nResult: FAILURE\n"
     )
     assert (out["errors"], out.get("failures", 0), out["skipped"]) == (1, 0, 55)
     plain = {"result": "SUCCESS", "run": 317, "skipped": 51}
