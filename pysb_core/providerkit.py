@@ -47,6 +47,10 @@ Groups (see docs/writing-providers.md for the guide):
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
   filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
   lands);
+- :func:`start_process` (since 1.5): ``subprocess.Popen(argv, **kwargs)`` without
+  importing ``subprocess`` on the start path (a light process object for what it covers:
+  an absolute program, streams as descriptors or ``DEVNULL``; a real ``Popen`` otherwise),
+  for a provider that starts its host process itself;
 - :func:`abstract_unix_decision` (since 1.4): the profile's decision on abstract Unix
   sockets in one direction (only rules over every address, port and protocol judge them),
   for a provider whose OS layer scopes them (landlock's ``SCOPE_ABSTRACT_UNIX_SOCKET``);
@@ -76,7 +80,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 4)
+KIT_VERSION: tuple[int, int] = (1, 5)
 
 #: The constant a provider's module sets to the kit version it was written for.
 DECLARATION = "PYSB_PROVIDERKIT"
@@ -125,6 +129,7 @@ _EXPORTS: dict[str, str] = {
     "pids_limit_problem": "pysb_core.linux.pidlimit:problem",
     "PreExecStep": "pysb_core.plan:PreExecStep",
     "set_pre_exec": "pysb_core.provider:set_pre_exec",
+    "start_process": "pysb_core.linux.spawn:start",
     # seccomp
     "SeccompRules": "pysb_core.linux.seccomp:Rules",
     "seccomp_covers": "pysb_core.linux.seccomp:covers",
@@ -214,6 +219,7 @@ __all__ = [
     "seccomp_describe",
     "seccomp_filter_bytes",
     "set_pre_exec",
+    "start_process",
     "unknown_option",
     "watch_wrapper_setup",
     "which",
@@ -249,6 +255,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers and IDEs see
     from pysb_core.linux.seccomp import describe as seccomp_describe
     from pysb_core.linux.seccomp import filter_bytes as seccomp_filter_bytes
     from pysb_core.linux.seccomp import install as install_seccomp
+    from pysb_core.linux.spawn import start as start_process
     from pysb_core.linux.sysfiles import (
         ALWAYS_HIDDEN,
         ETC_BASE,

@@ -22,14 +22,16 @@ namespace entry in :mod:`.enter`.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-from collections.abc import Iterable, Mapping, Sequence
 
 from pysb_core.errors import ProviderUnavailableError, SandboxError
 
+# Neither ``subprocess`` nor ``re`` at import: this module is on every unshare run, with
+# or without network rules, and they are needed only to load a filter (``subprocess``
+# brings ``locale``, ``re``, ``selectors``, ``signal``... : docs/performance.md, 2026-12-07).
 TYPE_CHECKING = False  # no typing import: this module is on every unshare run
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
     from pysb_core.net.netfilter import CompiledNetwork, FilterTarget
     from pysb_core.net.netns.enter import SandboxNamespaces
     from pysb_core.net.netns.usernet import UserNet
@@ -403,6 +405,8 @@ class NetnsNetwork:
 def _run_in(namespaces: SandboxNamespaces, argv: list[str], stdin: bytes) -> tuple[int, str]:
     """Run ``argv`` in the sandbox's namespaces with ``CAP_NET_ADMIN``: (status, stderr).
     Raises :class:`OSError` (or a subprocess error, as one) when it cannot run or hangs."""
+    import subprocess
+
     enter = namespaces.entering()
     try:
         proc = subprocess.Popen(
@@ -427,15 +431,17 @@ def _run_in(namespaces: SandboxNamespaces, argv: list[str], stdin: bytes) -> tup
 
 
 #: The profile line an nft statement's comment names (``comment "FILE:LINE: rule"``).
-_COMMENT = re.compile(r'comment "(?:\.\.\.)?([^"]*?:\d+): ([^"]*)"')
+_COMMENT = r'comment "(?:\.\.\.)?([^"]*?:\d+): ([^"]*)"'
 
 
 def filter_error(err: str, returncode: int) -> str:
     """One paragraph for a filter the kernel refused: the profile line the refused
     statement comes from first (its comment names it), then the kernel's words, then
     what to do."""
+    import re
+
     where = ""
-    found = _COMMENT.search(err)
+    found = re.search(_COMMENT, err)
     if found:
         where = f"{found.group(1)}: rule '{found.group(2)}': "
     first = err.splitlines()[0] if err else f"exit {returncode}"

@@ -15,14 +15,11 @@ layout (:mod:`pysb_unshare.rootfs`) and the init already live in their own modul
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import select
-import subprocess
 import sys
 import time
-from collections.abc import Mapping
 
 from pysb_core.providerkit import (
     Capability,
@@ -35,13 +32,19 @@ from pysb_core.providerkit import (
     seccomp_child_setup,
     seccomp_describe,
     set_pre_exec,
+    start_process,
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.4"
+PYSB_PROVIDERKIT = "1.5"
 
+# Not ``subprocess`` (nor ``contextlib``) on the start path: it brings ``locale``, ``re``,
+# ``selectors``, ``signal``, ``threading``... (~30 modules) for one fork and one exec;
+# ``start_process`` starts ``unshare`` without it (docs/performance.md, 2026-12-07).
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
     from typing import Any
 
     from pysb_core.providerkit import NetnsNetwork
@@ -174,6 +177,8 @@ class UnshareProvider(Provider):
     @staticmethod
     def _probe_namespaces(unshare: str) -> ProviderStatus:
         """Create the namespaces a launch needs, once (remembered across runs on success)."""
+        import subprocess
+
         try:
             done = subprocess.run(
                 [
@@ -342,7 +347,7 @@ class UnshareProvider(Provider):
             os.lseek(cfg_fd, 0, os.SEEK_SET)
             argv = [*spec.argv, str(cfg_fd)]
             set_pre_exec(popen_kwargs, plan)
-            proc = subprocess.Popen(
+            proc = start_process(  # a light Process, or a Popen when the kwargs need one
                 argv,
                 env=spec.env,
                 cwd=spec.cwd,
@@ -376,8 +381,7 @@ class UnshareProvider(Provider):
                     msg or f"unshare: the sandbox exited ({proc.poll()}) before the program started"
                 )
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(ctl_w)
+            _close(ctl_w)
             if proc is not None and proc.poll() is None:
                 proc.kill()  # our own child, by PID; the PID namespace dies with it
             if proc is not None:
@@ -387,12 +391,10 @@ class UnshareProvider(Provider):
         finally:
             for fd in (cfg_fd, ctl_r, status_w, status_r):
                 if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                    _close(fd)
 
         def cleanup() -> None:
-            with contextlib.suppress(OSError):
-                os.close(ctl_w)
+            _close(ctl_w)
             net.close()
 
         plan.add_cleanup(cleanup)
@@ -401,6 +403,13 @@ class UnshareProvider(Provider):
         # terminal and forwards a Ctrl-C (pysb_core.launch.execute, pysb_core.launch.jobcontrol).
         proc.pysb_own_session = True  # type: ignore[attr-defined]
         return proc
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _wait_for_namespaces(proc: subprocess.Popen[bytes]) -> None:
