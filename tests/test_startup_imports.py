@@ -135,3 +135,18 @@ def test_the_sandbox_still_gets_every_guard(tmp_path: Path) -> None:
         "pysb_guards.imports.guard",
         "pysb_guards.network.guard",
     ]
+
+
+def test_an_unshare_run_imports_no_subprocess(tmp_path: Path) -> None:
+    """unshare starts ``unshare`` with the kit's ``start_process``, and the netns network
+    (imported on every run) loads ``subprocess`` and ``re`` only to load a filter: no
+    ``subprocess`` (``locale``, ``re``, ``selectors``, ``signal``...) nor what it brings."""
+    require_provider("unshare")
+    (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    trust_profile(tmp_path / ".pysb.yaml")
+    _python(RUN, tmp_path, "--provider", "unshare")
+    out = json.loads(_python(RUN, tmp_path, "--provider", "unshare"))
+    assert out["status"] == 0
+    never = NEVER_ON_THE_HOST | NEVER_WITHOUT_A_HELPER | {"subprocess", "re", "locale", "selectors"}
+    assert never.isdisjoint(out["modules"]), never & set(out["modules"])
+    assert "pysb_unshare.rootfs" in out["modules"]
