@@ -485,7 +485,7 @@ def profile_text(work: Path, provider: str, module: str = "") -> str:
     (:data:`STDLIB_WRITES`), loopback sockets (logging's handlers, asyncio) and abstract Unix
     sockets (a rule over every address, every other address denied), and what a
     provider grants only when asked (landlock: Unix sockets, /dev/shm for multiprocessing's
-    semaphores), and under subprocess and landlock /dev/pts (pseudo-terminals opened by
+    semaphores), and /dev/pts (pseudo-terminals opened by
     name). Firejail enforces network rules for root only (docs/providers.md): as another
     user it runs without any."""
     rw = [str(work)]
@@ -496,10 +496,9 @@ def profile_text(work: Path, provider: str, module: str = "") -> str:
         rw += [str(stdlib / name) for name in STDLIB_WRITES[module]]
     if provider == "landlock":
         rw.append("/dev/shm")
-    if provider in ("subprocess", "landlock"):
-        # the pseudo-terminals the tests open by name (3.13's test_os opens os.ptsname's);
-        # the other providers' /dev is a minimal one of the sandbox's own
-        rw.append("/dev/pts")
+    # the pseudo-terminals the tests open by name (3.13's test_os opens os.ptsname's): the
+    # host's devpts under subprocess and landlock, the provider's own elsewhere
+    rw.append("/dev/pts")
     lines = [
         "version: 1",
         "imports: '*'",

@@ -145,6 +145,12 @@ class Provider(ABC):
     #: for multiprocessing on every provider: landlock needs the rule, and grants the
     #: host's); None: the provider gives none of its own.
     private_shm: ClassVar[str | None] = None
+    #: Where the provider mounts a devpts instance of its own (``"/dev/pts"``): the
+    #: sandbox's pseudo-terminals, none of the host's. The Python layer then lets the
+    #: program open them by name (``os.ptsname``; ``os.openpty`` needs no rule), and an
+    #: exposure of the host's ``/dev/pts`` at itself means this one (one profile on every
+    #: provider: landlock and subprocess need the rule, on the host's). None: no such mount.
+    private_pts: ClassVar[str | None] = None
     #: The provider's ``private_tmp`` / ``private_shm`` are tmpfs mounts it cannot give a
     #: size (firejail): pysb's parent watches them against ``limits: tmp`` through
     #: descriptors its bootstrap sends out (:mod:`pysb_core.launch.tmpwatch`; not a boundary).

@@ -548,7 +548,7 @@ class Session:
             script = os.path.realpath(program.path)
             if os.path.isfile(script):
                 exposures.append(Exposure(script, script, False, "<program>", True))
-        from pysb_core.launch.tmpdir import make_private_tmp, shm_exposures
+        from pysb_core.launch.tmpdir import make_private_tmp, pts_exposures, shm_exposures
 
         tmp = make_private_tmp(self.provider, self.environ, policy.exposures)
         env["TMPDIR"] = tmp.inside
@@ -559,6 +559,9 @@ class Session:
         exposures, shm = shm_exposures(self.provider, exposures)
         if shm is not None:
             child_exposures = [*child_exposures, shm]
+        exposures, pts = pts_exposures(self.provider, exposures)
+        if pts is not None:
+            child_exposures = [*child_exposures, pts]
         plan = LaunchPlan(
             policy=policy,
             python=python,

@@ -20,7 +20,11 @@ size; a host directory is watched by pysb's parent (:mod:`pysb_core.launch.tmpwa
 A provider with a private ``/dev/shm`` (:attr:`Provider.private_shm`) gets the same
 treatment there: :func:`shm_exposures` takes an exposure of the host's ``/dev/shm`` out of
 what the provider mounts (its own tmpfs is that rule's meaning) and hands the guard an
-implicit one.
+implicit one. So does one with a devpts instance of its own (:attr:`Provider.private_pts`):
+its pseudo-terminals are the sandbox's (none of the host's terminals is there), which
+``os.openpty`` makes without any rule, so the guard lets the program open them by name too
+(``os.ptsname``), and ``expose-rw: [/dev/pts]`` -- what subprocess and landlock need for
+that, on the host's devpts -- means that instance (:func:`pts_exposures`).
 """
 
 from __future__ import annotations
@@ -186,3 +190,20 @@ def shm_exposures(
         return exposures, None
     kept = [e for e in exposures if not (e.target == inside and not e.renamed)]
     return kept, Exposure(inside, inside, True, SHM_SOURCE, True)
+
+
+#: The ``source`` of the private ``/dev/pts``'s implicit exposure.
+PTS_SOURCE = "<private /dev/pts>"
+
+
+def pts_exposures(
+    provider: Provider, exposures: list[Exposure]
+) -> tuple[list[Exposure], Exposure | None]:
+    """:func:`shm_exposures` for a provider's own devpts (:attr:`Provider.private_pts`): an
+    exposure of that path at itself means the provider's instance, never a bind of the
+    host's (this user's other terminals); the guard gets an implicit read-write one."""
+    inside = getattr(provider, "private_pts", None)
+    if not inside:
+        return exposures, None
+    kept = [e for e in exposures if not (e.target == inside and not e.renamed)]
+    return kept, Exposure(inside, inside, True, PTS_SOURCE, True)

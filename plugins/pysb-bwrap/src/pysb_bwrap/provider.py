@@ -71,6 +71,7 @@ class BwrapProvider(Provider):
     own_processes = 2
     private_tmp = "/tmp"  # a tmpfs of its own (pysb_bwrap.argv)
     private_shm = "/dev/shm"  # a tmpfs of its own, bounded like /tmp (pysb_bwrap.argv)
+    private_pts = "/dev/pts"  # --dev mounts a devpts instance of its own
 
     # -- configuration --------------------------------------------------------------
 

@@ -75,6 +75,7 @@ class FirejailProvider(Provider):
     #: the host's means that one (pysb_core.launch.tmpdir.shm_exposures). Unbounded
     # (docs/providers.md).
     private_shm = "/dev/shm"
+    private_pts = "/dev/pts"  # --private-dev mounts a devpts instance of its own
     tmp_unbounded = True  # firejail has no size option: watched (pysb_core.launch.tmpwatch)
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

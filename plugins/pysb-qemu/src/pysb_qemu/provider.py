@@ -66,6 +66,7 @@ class QemuProvider(Provider):
     manages_process_limit = True  # a pids cgroup inside the guest
     private_tmp = "/tmp"  # the guest's own tmpfs (guest_init.sh)
     private_shm = "/dev/shm"  # the guest's own tmpfs, bounded like /tmp (guest_init.sh)
+    private_pts = "/dev/pts"  # the guest kernel's devpts (guest_init.sh)
 
     # -- configuration -----------------------------------------------------------------
 

@@ -126,6 +126,7 @@ class UnshareProvider(Provider):
     manages_process_limit = True
     private_tmp = "/tmp"  # a tmpfs of its own (pysb_unshare.rootfs)
     private_shm = "/dev/shm"  # a tmpfs of its own, bounded like /tmp (pysb_unshare.rootfs)
+    private_pts = "/dev/pts"  # a devpts instance of its own (pysb_unshare.rootfs)
 
     _probe_cache: dict[str, ProviderStatus] = {}
 
