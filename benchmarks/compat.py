@@ -436,6 +436,31 @@ KNOWN: tuple[Known, ...] = (
         python=("3.13",),
     ),
     Known(
+        ("landlock", *_NO_CAPS),
+        "test_subprocess",
+        0,
+        2,
+        (
+            "`test_extra_groups` and `test_extra_groups_empty_list` skip themselves "
+            "('setgroup() EPERM; this test may require root.'): a root program's change of "
+            "its groups is refused with EPERM under every OS provider (as `test_posix`'s "
+            "`test_setgroups`)."
+        ),
+        python=("3.13",),
+    ),
+    Known(
+        ("landlock", *_NO_CAPS),
+        "test_mailbox",
+        0,
+        3,
+        (
+            "`test_ownership_after_flush` (mbox, MMDF, Babyl) skips itself ('test needs root "
+            "privilege'): it gives a mailbox file another owner, which every OS provider "
+            "refuses (no CAP_CHOWN, or a user namespace mapping one id)."
+        ),
+        python=("3.13",),
+    ),
+    Known(
         ("landlock",),
         "test_shutil",
         0,
