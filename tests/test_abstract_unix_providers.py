@@ -64,7 +64,7 @@ OPEN = (
     "providers:\n  landlock: {unix-sockets: true}\n"
 )
 CLOSED = (
-    "version: 1\nimports: [json, socket, sys]\nnetwork:\n  - allow tcp 127.0.0.1 9 any\n"
+    "version: 1\nimports: [json, socket, sys]\nnetwork:\n  - allow tcp 127.0.0.1 9 out\n"
     "providers:\n  landlock: {unix-sockets: true}\n"
 )
 
