@@ -36,6 +36,7 @@ from pysb_guards._seal.makers import (
     PENDING_SIGNALS,
     RAW_NAMESPACE,
     READING,
+    REFCOUNT,
     RUN_PENDING,
     SEALED,
     SHARED,
@@ -216,7 +217,7 @@ def _install_hook():
     own = (FACE_NS, DOOR_CODES, FACE_CODES, OWN_DIRS)
     dispatch, add, close, safe_frame, watched = _sealed(HOOK_FACTORY)(
         DOOR_NS, _FunctionType, FRAME_TYPE, GETFRAME, GET_IDENT, SEALED, CLOSED, READING, own,
-        HOOK_BUSY,
+        HOOK_BUSY, REFCOUNT,
     )  # fmt: skip
     hook = _door(
         "audit_hook",
@@ -337,6 +338,7 @@ def _seal_core() -> dict[str, Any]:
         OWN_DIRS=own_dirs(),
         FRAME_TYPE=_FrameType,
         GETFRAME=sys._getframe,
+        REFCOUNT=sys.getrefcount,
         ADD_AUDIT_HOOK=sys.addaudithook,
     )
     for name, fn in sources.items():

@@ -66,6 +66,7 @@ RAW_NAMESPACE: Any = None
 HOOK_FACTORY: Any = None
 FRAME_TYPE: Any = None
 GETFRAME: Any = None
+REFCOUNT: Any = None
 GET_IDENT: Any = None
 ADD_AUDIT_HOOK: Any = None
 OWN_DIRS: Any = None
