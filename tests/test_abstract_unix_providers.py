@@ -17,16 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pysb_core.testing import Project, require_provider
+from pysb_core.testing import EVERY_PROVIDER, Project, require_provider
 
-PROVIDERS = [
-    "subprocess",
-    "landlock",
-    "bwrap",
-    "unshare",
-    "firejail",
-    pytest.param("qemu", marks=pytest.mark.slow),
-]
+PROVIDERS = EVERY_PROVIDER
 
 PROGRAM = r"""
 import json, socket, sys
@@ -104,16 +97,26 @@ def _run(project: Project, provider: str, profile: str, name: str) -> dict | Non
     return result
 
 
+def _findings(
+    project: Project, provider: str, profile: str, listener: tuple[str, socket.socket]
+) -> tuple[dict | None, socket.socket]:
+    """The program's findings under ``provider`` (None: refused before the start, and
+    then nothing reached the host's listener either) and that listener."""
+    if provider != "subprocess":
+        require_provider(provider)
+    name, sock = listener
+    out = _run(project, provider, profile, name)
+    if out is None:
+        assert not _reached(sock)
+    return out, sock
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_rule_over_everything_allows_them(
     project: Project, provider: str, listener: tuple[str, socket.socket]
 ) -> None:
-    if provider != "subprocess":
-        require_provider(provider)
-    name, sock = listener
-    out = _run(project, provider, OPEN, name)
+    out, sock = _findings(project, provider, OPEN, listener)
     if out is None:
-        assert not _reached(sock)
         return
     assert out["own"] == "ping", out
     assert out["autobind"] == "00", out  # an abstract name the kernel chose
@@ -131,12 +134,8 @@ def test_a_rule_over_everything_allows_them(
 def test_without_it_they_are_refused_in_words(
     project: Project, provider: str, listener: tuple[str, socket.socket]
 ) -> None:
-    if provider != "subprocess":
-        require_provider(provider)
-    name, sock = listener
-    out = _run(project, provider, CLOSED, name)
+    out, sock = _findings(project, provider, CLOSED, listener)
     if out is None:
-        assert not _reached(sock)
         return
     for case, direction in (("own", "in"), ("autobind", "in"), ("host", "out")):
         kind, message = out[case]

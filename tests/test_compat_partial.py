@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 
 from pysb_core import SandboxError, sandboxes
-from pysb_core.testing import BASE_ENV, require_provider
+from pysb_core.testing import BASE_ENV, EVERY_PROVIDER, require_provider
 from pysb_core.testing.partial import profile_text, write_module
 
-PROVIDERS = [
-    "subprocess",
-    "landlock",
-    "bwrap",
-    "unshare",
-    "firejail",
-    pytest.param("qemu", marks=pytest.mark.slow),
-]
+PROVIDERS = EVERY_PROVIDER
 
 FUNCTIONS = """
 import json, os, subprocess, sys, threading

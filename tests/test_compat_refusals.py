@@ -12,16 +12,9 @@ import pickle
 import pytest
 
 from pysb_core import errors
-from pysb_core.testing import Project, require_provider
+from pysb_core.testing import EVERY_PROVIDER, Project, require_provider
 
-PROVIDERS = [
-    "subprocess",
-    "landlock",
-    "bwrap",
-    "unshare",
-    "firejail",
-    pytest.param("qemu", marks=pytest.mark.slow),
-]
+PROVIDERS = EVERY_PROVIDER
 
 PROFILE = "version: 1\nimports: [os, json, socket, pickle]\nfiles:\n  expose-ro: [.]\n"
 

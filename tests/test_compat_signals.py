@@ -12,16 +12,9 @@ import time
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider
+from pysb_core.testing import BASE_ENV, EVERY_PROVIDER, Project, pysb_command, require_provider
 
-PROVIDERS = [
-    "subprocess",
-    "landlock",
-    "bwrap",
-    "unshare",
-    "firejail",
-    pytest.param("qemu", marks=pytest.mark.slow),
-]
+PROVIDERS = EVERY_PROVIDER
 OPEN = "version: 1\nimports: '*'\nfiles:\n  expose-ro: [.]\napi:\n  allow: ['*']\n"
 
 HANDLES_INTERRUPT = """

@@ -29,16 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from pysb_core.testing import BASE_ENV, Project, pysb_command, require_provider
+from pysb_core.testing import BASE_ENV, EVERY_PROVIDER, Project, pysb_command, require_provider
 
-PROVIDERS = [
-    "subprocess",
-    "landlock",
-    "bwrap",
-    "unshare",
-    "firejail",
-    pytest.param("qemu", marks=pytest.mark.slow),
-]
+PROVIDERS = EVERY_PROVIDER
 OPEN = "version: 1\nimports: '*'\nfiles:\n  expose-ro: [.]\napi:\n  allow: ['*']\n"
 
 #: A shell waiting for one foreground command: it keeps the terminal's foreground group

@@ -25,16 +25,9 @@ import pytest
 from pysb_core.errors import ProfileError
 from pysb_core.policy import DEFAULT_TMP, Limits
 from pysb_core.profile import load_policy
-from pysb_core.testing import Project, require_provider
+from pysb_core.testing import EVERY_PROVIDER, Project, require_provider
 
-PROVIDERS = [
-    "subprocess",
-    "landlock",
-    "bwrap",
-    "unshare",
-    "firejail",
-    pytest.param("qemu", marks=pytest.mark.slow),
-]
+PROVIDERS = EVERY_PROVIDER
 #: Providers whose private /tmp and /dev/shm are tmpfs mounts pysb sizes (the others:
 #: a host directory, or firejail's unsized tmpfs, watched by pysb's parent).
 TMPFS = {"bwrap", "unshare", "qemu"}

@@ -117,6 +117,19 @@ def run_pysb(
     )
 
 
+#: Every provider pysb ships, for ``pytest.mark.parametrize("provider", EVERY_PROVIDER)``:
+#: qemu marked ``slow`` (a guest start costs seconds without KVM; the fast tier leaves it
+#: out). Call :func:`require_provider` in the test for the OS ones.
+EVERY_PROVIDER = [
+    "subprocess",
+    "landlock",
+    "bwrap",
+    "unshare",
+    "firejail",
+    pytest.param("qemu", marks=pytest.mark.slow),
+]
+
+
 def required_providers() -> set[str]:
     return {p.strip() for p in os.environ.get("PYSB_REQUIRE_PROVIDERS", "").split(",") if p.strip()}
 

@@ -52,6 +52,7 @@ from typing import Any
 from pysb_qemu.cpio import CpioWriter
 from pysb_qemu.guest import SETPRIV, GuestLayout
 from pysb_qemu.reseed import reseed_program
+from pysb_qemu.restoring import file_digest
 from pysb_qemu.vm import SlotSet, VmSpec, max_shares, socketpairs
 
 FORMAT_VERSION = "1"
@@ -257,7 +258,7 @@ def build(spec: VmSpec, qemu: str, directory: Path, name: str) -> tuple[str, int
             monitor.command("quit")
         proc.wait(10)
         os.fsync(tmp_fd)
-        digest, size = _digest(tmp_fd)
+        digest, size = file_digest(tmp_fd)
         os.chmod(tmp_name, 0o400)
         os.replace(tmp_name, directory / f"{name}.bin")
         meta = directory / f".{name}.sha256.tmp"
@@ -275,15 +276,6 @@ def build(spec: VmSpec, qemu: str, directory: Path, name: str) -> tuple[str, int
         for a, b in pairs.values():
             a.close()
             b.close()
-
-
-def _digest(fd: int) -> tuple[str, int]:
-    h = hashlib.sha256()
-    offset = 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        h.update(chunk)
-        offset += len(chunk)
-    return h.hexdigest(), offset
 
 
 def _read_line(sock: socket.socket, timeout: float, drain: socket.socket) -> bytes:
