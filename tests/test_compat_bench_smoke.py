@@ -148,6 +148,21 @@ def test_an_entry_about_one_python_version_applies_to_that_version_alone() -> No
         compat.RUN_PYTHON = saved
 
 
+def test_a_run_of_3_12_which_counts_skips_apart_is_the_same_tests() -> None:
+    """3.12's regrtest leaves skipped tests out of ``run``: a sandboxed run in which 48
+    tests that skip as root run instead has a larger ``run`` and the same tests; one that
+    stopped part-way (fewer in all) is never explained."""
+    compat = _compat_module()
+    plain = {"result": "SUCCESS", "run": 98, "skipped": 3}
+    more = {"result": "SUCCESS", "run": 99, "skipped": 2}  # test_import: 1 more runs
+    assert compat.same_tests(plain, more)
+    assert compat.explain("bwrap", "test_import", plain, more)
+    short = {"result": "FAILURE", "run": 60, "skipped": 2}
+    assert not compat.same_tests(plain, short)
+    assert not compat.explain("bwrap", "test_import", plain, short)
+    assert not compat.same_tests(plain, {"result": "CRASHED", "run": 0})
+
+
 def test_a_difference_under_subprocess_fails_the_run_even_when_known(tmp_path: Path) -> None:
     """The Python layer alone must give plain Python's result (issue 28): a KNOWN entry
     explains a difference of an OS provider, never one under ``subprocess``."""
