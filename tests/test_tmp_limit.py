@@ -105,17 +105,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize(
-    "provider",
-    [
-        "subprocess",
-        "landlock",
-        "bwrap",
-        "unshare",
-        "firejail",
-        pytest.param("qemu", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_one_multiprocessing_profile_runs_on_every_provider(provider: str) -> None:
     """(In the home directory: with ``expose-ro: [/]`` unshare hides a project below the
     host's /tmp under its private one.)"""

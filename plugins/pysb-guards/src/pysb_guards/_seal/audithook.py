@@ -89,13 +89,17 @@ def _hook_factory(
     long_walk = 64  # a walk this long without coming by either M remembers its chain
     up_it = 16
 
-    def resumable(frame):
+    def code_of(frame):
+        """``frame.f_code``, a door's too (the nested audit event lets it through)."""
         me = get_ident()
-        reading.add(me)  # a door's code too (the nested audit event lets it through)
+        reading.add(me)
         try:
-            return frame.f_code.co_flags & resumable_flags
+            return frame.f_code
         finally:
             reading.discard(me)
+
+    def resumable(frame):
+        return code_of(frame).co_flags & resumable_flags
 
     def count_in(pair):
         frame = pair[0]
@@ -171,12 +175,7 @@ def _hook_factory(
         if frame.f_builtins is sealed:
             return True
         g = frame.f_globals
-        me = get_ident()
-        reading.add(me)  # a door's code too (the nested audit event lets it through)
-        try:
-            code = frame.f_code
-        finally:
-            reading.discard(me)
+        code = code_of(frame)
         if g is door_ns:
             return id(code) in door_codes
         if g is face_ns:
