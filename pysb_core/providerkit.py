@@ -47,6 +47,9 @@ Groups (see docs/writing-providers.md for the guide):
 - the shared network layer: :class:`NetnsNetwork` (a network namespace whose egress is
   filtered by the profile's rules), :func:`ephemeral_ports` (where a bind to port 0
   lands);
+- ``adopt_wrapper(proc, depth=N)`` (since 1.6): a wrapper whose program is not the
+  grandchild of the wrapper's process (firejail's reaper between its PID 1 and the
+  program: 3);
 - :func:`start_process` (since 1.5): ``subprocess.Popen(argv, **kwargs)`` without
   importing ``subprocess`` on the start path (a light process object for what it covers:
   an absolute program, streams as descriptors or ``DEVNULL``; a real ``Popen`` otherwise),
@@ -80,7 +83,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 5)
+KIT_VERSION: tuple[int, int] = (1, 6)
 
 #: The constant a provider's module sets to the kit version it was written for.
 DECLARATION = "PYSB_PROVIDERKIT"

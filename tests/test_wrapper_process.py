@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pysb_core.launch.wrapper_process import adopt
 from pysb_core.linux.proctree import children, running
 
@@ -78,3 +80,52 @@ def test_a_zombie_program_under_a_stopped_pid1_passes_the_signal_to_the_wrapper(
         assert not running(pid1)  # SIGKILLed with the wrapper (PR_SET_PDEATHSIG)
     finally:
         _end(proc)
+
+
+#: firejail's shape since 2026-12-07: wrapper -> PID 1 -> the reaper -> program.
+DEEPER = """
+import os, signal, sys, time
+if os.fork() == 0:  # PID 1
+    if os.fork() == 0:  # the reaper: blocks what is meant for the program
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        if os.fork() == 0:  # the program
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            def term(*_):
+                print("PROGRAM-TERM", flush=True)
+                os._exit(0)
+            signal.signal(signal.SIGTERM, term)
+            print("READY", flush=True)
+            time.sleep(30)
+            os._exit(1)
+        os.wait()
+        os._exit(0)
+    os.wait()
+    os._exit(0)
+os.wait()
+"""
+
+
+def test_a_deeper_program_is_found_at_the_depth_the_provider_names() -> None:
+    """``adopt(depth=3)``: the signal goes to the program below the reaper, not to the
+    reaper (which would keep it blocked) nor to the wrapper; the chain has three PIDs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DEEPER], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        adopt(proc, depth=3)
+        assert proc.stdout is not None and proc.stdout.readline() == b"READY\n"
+        assert len(proc.chain()) == 3  # type: ignore[attr-defined]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.readline() == b"PROGRAM-TERM\n"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        _end(proc)
+
+
+def test_a_depth_below_one_is_refused() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        with pytest.raises(ValueError, match="depth"):
+            adopt(proc, depth=0)
+    finally:
+        proc.wait()

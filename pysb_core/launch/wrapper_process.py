@@ -24,7 +24,8 @@ from pysb_core.linux.proctree import children, running
 class WrapperProcess(subprocess.Popen[bytes]):
     """A ``Popen`` of a wrapper whose ``send_signal`` reaches the sandboxed program."""
 
-    #: Levels between our child and the program: wrapper -> sandbox PID 1 -> program.
+    #: Levels between our child and the program: wrapper -> sandbox PID 1 -> program
+    #: (``adopt(depth=...)`` for another shape).
     depth = 2
 
     def chain(self) -> list[int]:
@@ -80,8 +81,8 @@ class WrapperProcess(subprocess.Popen[bytes]):
 
 def _same_session(parent: int, kids: list[int]) -> list[int]:
     """The children of ``parent`` in its session: a helper the sandbox starts beside the
-    program in a session of its own (firejail's reaper, a child of the sandbox's PID 1) is
-    not the program."""
+    program in a session of its own (a daemon the program left, adopted by the sandbox's
+    init or by firejail's reaper) is not the program."""
     try:
         session = os.getsid(parent)
     except OSError:
@@ -96,12 +97,20 @@ def _same_session(parent: int, kids: list[int]) -> list[int]:
     return out
 
 
-def adopt(proc: subprocess.Popen[bytes], *, own_session: bool | None = None) -> None:
+def adopt(
+    proc: subprocess.Popen[bytes], *, own_session: bool | None = None, depth: int | None = None
+) -> None:
     """``on_started`` hook: turn the ``Popen`` the base launch made into a
     :class:`WrapperProcess`. ``own_session`` tells pysb's waiter whether the program has
     left the terminal's process group (then Ctrl-C must be forwarded, not assumed
-    delivered: pysb_core.launch.execute)."""
+    delivered: pysb_core.launch.execute). ``depth`` (kit 1.6) counts the processes from
+    the wrapper's child down to the program when it is not :attr:`WrapperProcess.depth`
+    (firejail's reaper is the program's parent: 3)."""
     proc.__class__ = WrapperProcess
+    if depth is not None:
+        if depth < 1:
+            raise ValueError(f"adopt_wrapper: depth must be at least 1, not {depth}")
+        proc.depth = depth  # type: ignore[attr-defined]
     if own_session is not None:
         proc.pysb_own_session = own_session  # type: ignore[attr-defined]
 

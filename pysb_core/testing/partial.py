@@ -52,6 +52,15 @@ def profile_text(provider: str, root: Path, rw: Path | None = None, extra: str =
     return "\n".join(lines) + "\n"
 
 
+def _pysb_helper(pid: int) -> bool:
+    """A process pysb's providers start beside the program and name ``pysb-...``."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().startswith("pysb-")
+    except OSError:
+        return False
+
+
 def _runs_python(pid: int) -> bool:
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
@@ -82,13 +91,16 @@ def worker_host_pid(launcher_pid: int, timeout: float = 10.0) -> int:
     """The host PID of the Python worker started as (or below) ``launcher_pid``.
 
     The worker is the first Python process of the deepest PID namespace below the
-    launcher, that namespace's init aside (unshare's is a Python too): a sandbox's own
-    helpers start after it there (firejail's reaper is a fork of the worker).
+    launcher, that namespace's init aside (unshare's is a Python too) and pysb's own
+    helpers too (firejail's reaper, ``pysb-reaper`` in ``comm``: the worker's parent, a
+    fork of the interpreter that became the worker).
     """
     deadline = time.monotonic() + timeout
     while True:
         chain = [launcher_pid, *descendants(launcher_pid)]
-        pythons = [(p, _namespace_pids(p)) for p in chain if _runs_python(p)]
+        pythons = [
+            (p, _namespace_pids(p)) for p in chain if _runs_python(p) and not _pysb_helper(p)
+        ]
         depth = max((len(ns) for _, ns in pythons), default=0)
         candidates = [(ns[-1], p) for p, ns in pythons if len(ns) == depth and ns[-1] != 1]
         if candidates:

@@ -225,19 +225,55 @@ def test_exposing_tmp_read_write_reaches_the_host(project: Project, tmp_path) ->
     assert res.stdout.strip() == "pysbbox"
 
 
-def test_the_reaper_is_no_child_of_the_program(project: Project) -> None:
+def test_the_reaper_is_the_programs_parent_and_no_child_of_it(project: Project) -> None:
     """The process that kills what the program leaves behind (``pysb_firejail.child``)
-    is firejail's child, outside the program's session: ``os.wait()`` in a program that
-    started nothing fails at once as under ``python``, and the program's parent is
-    still firejail, its PID namespace's init (what the reaper checks before it kills)."""
+    is the program's parent, the only child of firejail's PID 1: ``os.wait()`` in a
+    program that started nothing fails at once as under ``python``; the reaper holds none
+    of the program's descriptors, blocks every signal, and its memory is not the
+    program's to read (not dumpable: ``/proc/PPID/mem`` is refused)."""
     _profile(project)
     code = (
         "import os\n"
         "try:\n"
         "    os.wait()\n"
         "except ChildProcessError:\n"
-        "    print('no child', os.getppid())\n"
+        "    print('no child')\n"
+        "ppid = os.getppid()\n"
+        "comm = open(f'/proc/{ppid}/comm').read().strip()\n"
+        "status = dict(l.split(':', 1) for l in open(f'/proc/{ppid}/status'))\n"
+        "print(ppid, comm, status['PPid'].strip(), status['SigBlk'].strip())\n"
+        "try:\n"
+        "    print(sorted(os.listdir(f'/proc/{ppid}/fd')))\n"
+        "except PermissionError:\n"
+        "    print('fd hidden')\n"
+        "try:\n"
+        "    open(f'/proc/{ppid}/mem', 'rb').read(1)\n"
+        "    print('mem read')\n"
+        "except OSError as exc:\n"
+        "    print('mem refused', exc.errno)\n"
     )
     res = project.run(*RUN, "-c", code, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "no child 1"
+    lines = res.stdout.splitlines()
+    assert lines[0] == "no child"
+    ppid, comm, grandparent, blocked = lines[1].split()
+    assert (comm, grandparent) == ("pysb-reaper", "1"), lines
+    assert int(ppid) != 1
+    assert int(blocked, 16) & (1 << 14), lines  # SIGTERM among the blocked
+    assert lines[2] in ("[]", "fd hidden"), lines
+    assert lines[3].startswith("mem refused"), lines
+
+
+def test_the_reaper_passes_the_programs_exit_status_on(project: Project) -> None:
+    """firejail reports its child's status, which is the reaper's: the reaper exits as
+    the program did (``N``, or ``128 + N`` for signal N, as firejail words a signal)."""
+    _profile(project)
+    for code, expected in (
+        ("import sys; sys.exit(7)", 7),
+        ("import os; os._exit(0)", 0),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 128 + 15),
+        ("raise SystemExit('words')", 1),
+    ):
+        res = project.run(*RUN, "-c", code, timeout=60)
+        assert res.returncode == expected, (code, res.returncode, res.stderr)

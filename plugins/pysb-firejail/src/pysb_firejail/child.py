@@ -22,18 +22,23 @@ Two things firejail does that a plain ``python`` start would not:
 - it waits, once the program has ended, for every process the program left behind (a
   double-forked daemon keeps the sandbox, and ``pysb run``, alive). firejail's
   ``--deterministic-shutdown`` kills them instead, but sleeps a fixed 100 ms at every
-  exit. A reaper (``reaper``: the host's PID namespace, to check there is another one)
-  does it at once: a process of the sandbox, outside the program's tree and session,
-  that watches the program through a pidfd and, when it ends (exit, ``os._exit``, a
-  fatal signal), kills every other process of the sandbox's PID namespace (``kill(-1)``:
-  firejail's PID 1 is spared, as the kernel spares every namespace's init). The program
-  can defeat it by killing it first; what it left behind is then still in the sandbox,
-  and firejail waits for it, as before. The reaper, which can only end after the
-  program, is still in ``/proc`` (alive, or a zombie not yet reaped) when firejail's
-  monitor looks for what is left; the monitor then sleeps once more (20 ms) before it
-  looks again: every run. The program cannot kill the rest itself at its exit: the API
-  guard judges its ``os.kill``, and an unguarded one kept here would be the program's
-  to find.
+  exit. pysb's reaper (``reaper``: the host's PID namespace, to check there is another
+  one) does it at once. The process firejail started forks: the child goes on as the
+  program, the parent stays behind as its parent and the subreaper of everything the
+  program starts (``PR_SET_CHILD_SUBREAPER``), waits for the program (exit,
+  ``os._exit``, a fatal signal, SIGKILL), then kills every other process of the
+  sandbox's PID namespace (``kill(-1)``: firejail's PID 1 is spared, as the kernel spares
+  every namespace's init), reaps them all and exits with the program's status, as
+  firejail reports it (``128 + N`` for a signal). firejail's monitor then finds nothing
+  left in ``/proc`` and ends at once; a reaper beside the program (the design before
+  2026-12-07), which could only end after it, cost the monitor's second 20 ms sleep at
+  every run. The reaper holds none of the program's descriptors, blocks every signal,
+  is not dumpable (the program cannot read or write its memory through ``/proc``), runs
+  under the same seccomp filter, and is no process of the program's: ``os.wait()`` in
+  the program meets only its own children. The program can defeat it by killing it
+  first; what it left behind is then still in the sandbox, and firejail waits for it,
+  as before. The program cannot kill the rest itself at its exit: the API guard judges
+  its ``os.kill``, and an unguarded one kept here would be the program's to find.
 """
 
 from __future__ import annotations
@@ -63,50 +68,52 @@ def _take_foreground() -> None:
         return
 
 
-def reaper_supported() -> bool:
-    """Whether this kernel and Python give a pidfd (Linux 5.3, Python 3.9) to watch the
-    program with; the host asks before it leaves ``--deterministic-shutdown`` out."""
-    try:
-        fd = os.pidfd_open(os.getpid())
-    except (AttributeError, OSError):
-        return False
-    os.close(fd)
-    return True
-
-
 def pid_namespace() -> int:
     """The inode of this process's PID namespace (the host sends its own to the child)."""
     return os.stat("/proc/self/ns/pid").st_ino
 
 
+_PR_SET_DUMPABLE = 4
+_PR_SET_NAME = 15
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int | bytes) -> None:
+    """``prctl(option, value)``: a number, or a string's address (``PR_SET_NAME``)."""
+    from pysb_core.providerkit import CLong, c_errno, c_function
+
+    prctl = c_function("prctl", CLong)
+    zero = CLong(0)
+    argument = CLong(value) if isinstance(value, int) else value
+    if prctl(CLong(option), argument, zero, zero, zero) != 0:
+        raise OSError(c_errno(), f"prctl({option}) failed")
+
+
 def _start_reaper(host_pid_namespace: int) -> None:
-    """Fork the reaper (see the module's docstring) as a grandchild, so that it is not
-    the program's child (``os.wait()`` in the program would otherwise meet it) but
-    firejail's, once the intermediate process has exited."""
+    """Fork: return in the child, which goes on as the program; the parent becomes the
+    reaper (see the module's docstring) and never returns."""
     if pid_namespace() == host_pid_namespace or os.getppid() != 1:
         # kill(-1) is confined to the sandbox only in a PID namespace of its own, whose
-        # init (firejail) is the program's parent. Anywhere else it would reach far beyond
-        # the sandbox: refuse to start rather than guess.
+        # init (firejail) is this process's parent. Anywhere else it would reach far
+        # beyond the sandbox: refuse to start rather than guess.
         raise OSError("firejail gave the program no PID namespace of its own")
-    program = os.pidfd_open(os.getpid())
-    try:
-        middle = os.fork()
-        if middle == 0:  # pragma: no cover - runs in the forked processes
-            try:
-                if os.fork() == 0:
-                    _reap_after(program)
-            finally:
-                os._exit(0)
-        os.waitpid(middle, 0)
-    finally:
-        os.close(program)
+    # Before the fork: an orphan of the program's is the reaper's from its first moment.
+    # The fork's child, the program, is no subreaper (the flag is not inherited).
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    program = os.fork()
+    if program != 0:  # pragma: no cover - runs in the reaper
+        _reap_after(program)
 
 
-def detach(name: str, keep: tuple[int, ...]) -> None:  # pragma: no cover - in a fork
-    """Become a bystander of the run: a session of its own (out of the terminal's and the
-    program's process groups), every signal blocked, every descriptor but ``keep`` closed
-    (the run's pipes end without it), ``name`` in ``ps``. The reaper's first step, and
-    that of :mod:`pysb_firejail.lifeline`'s watcher."""
+def detach(
+    name: str, keep: tuple[int, ...], *, session: bool = True
+) -> None:  # pragma: no cover - in a fork
+    """Become a bystander of the run: every signal blocked, every descriptor but ``keep``
+    closed (the run's pipes end without it), ``name`` in ``ps``, and with ``session`` a
+    session of its own (out of the terminal's and the program's process groups). The
+    reaper's first step (in the program's session: the host finds the program as the
+    reaper's child in it, ``WrapperProcess``), and that of :mod:`pysb_firejail.lifeline`'s
+    watcher."""
     # First: no garbage collection in this copy of the program. The fork shares the
     # program's heap, and a collection (or building the ``signal`` module's enums, whose
     # allocations start one) writes to every object it walks, copying the heap page by
@@ -116,36 +123,61 @@ def detach(name: str, keep: tuple[int, ...]) -> None:  # pragma: no cover - in a
     gc.disable()
     import _signal as signal  # the C module: nothing built in Python
 
-    os.setsid()
+    if session:
+        os.setsid()
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     low = 0
     for fd in sorted(keep):
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
+    # The name by prctl, not by writing /proc/self/comm: in the reaper the file guard
+    # (installed before the child set-ups run) would judge that open, and refuse it.
     try:
-        with open("/proc/self/comm", "w") as comm:
-            comm.write(name)
+        _prctl(_PR_SET_NAME, name.encode()[:15])
     except OSError:
-        pass
+        pass  # a name is for people reading ps: never worth the watcher's or reaper's life
 
 
 def _reap_after(program: int) -> None:  # pragma: no cover - runs in the reaper
     """The reaper's life: hold nothing of the program's (its streams, pipes and report
     channel close when the program ends), ignore the signals meant for the program, wait
-    for its end, then kill what is left of the sandbox."""
+    for its end, kill and reap what is left of the sandbox, and exit as the program did."""
+    status = 1
     try:
-        detach("pysb-reaper", keep=(program,))  # first: it turns the collector off
+        try:
+            detach("pysb-reaper", keep=(), session=False)  # first: the collector off
+            _prctl(_PR_SET_DUMPABLE, 0)  # the program is the same user: no /proc/PID/mem
+        except OSError:
+            pass  # still the program's parent: waiting for it is what must not fail
         import _signal as signal
-        import select
 
-        poller = select.poll()
-        poller.register(program, select.POLLIN)
-        while not poller.poll():
-            pass
+        while True:
+            try:
+                pid, raw = os.waitpid(program, 0)
+            except InterruptedError:
+                continue
+            if pid == program:
+                break
+        status = exit_status(raw)
         os.kill(-1, signal.SIGKILL)
+        while True:
+            try:
+                os.wait()
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                break
     finally:
-        os._exit(0)
+        os._exit(status)
+
+
+def exit_status(raw: int) -> int:
+    """The status firejail reports for a process that ended with wait status ``raw``: its
+    exit status, or ``128 + N`` when signal N killed it."""
+    if os.WIFSIGNALED(raw):
+        return 128 + os.WTERMSIG(raw)
+    return os.WEXITSTATUS(raw)
 
 
 def setup(
@@ -161,19 +193,21 @@ def setup(
     exactly ``env``; load pysb's seccomp filter (:mod:`pysb_core.linux.seccomp`), with the
     namespace refusals if asked (the command then has no ``--restrict-namespaces``:
     failing to load them fails the start), take the terminal's foreground if asked, and
-    start the reaper if asked (the command then has no ``--deterministic-shutdown``)."""
+    fork the reaper if asked (the command then has no ``--deterministic-shutdown``)."""
     if started_fd is not None:
         try:
             os.write(started_fd, b"1")
         finally:
             os.close(started_fd)
-    if reaper is not None:
-        _start_reaper(reaper)  # first: before the filter, with no thread of the program's yet
     if tty_filter or namespaces:
         from pysb_core.providerkit import SeccompRules, install_seccomp
 
         if not install_seccomp(SeccompRules(namespaces=not namespaces)) and namespaces:
             raise OSError(f"no namespace seccomp filter for {os.uname().machine}")
+    if reaper is not None:
+        # After the filter (the reaper is as confined as the program), before the
+        # environment and the terminal (the program's own), with no thread yet.
+        _start_reaper(reaper)
     if env is not None:
         for name in [n for n in os.environ if n not in env]:
             os.environ.pop(name, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from functools import partial
 
 from pysb_core.providerkit import (
     Capability,
@@ -30,13 +31,19 @@ from pysb_core.providerkit import (
     watch_wrapper_setup,
 )
 from pysb_firejail import lifeline, mountns, netns, network, nsnet, options
-from pysb_firejail.argv import CHILD_MODULE, FirejailCommand, build_argv, uid_is_root
-from pysb_firejail.child import pid_namespace, reaper_supported
+from pysb_firejail.argv import (
+    CHILD_MODULE,
+    FirejailCommand,
+    build_argv,
+    child_reaps_orphans,
+    uid_is_root,
+)
+from pysb_firejail.child import pid_namespace
 from pysb_firejail.hostfs import scan_host
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.5"
+PYSB_PROVIDERKIT = "1.6"
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
@@ -245,7 +252,9 @@ class FirejailProvider(Provider):
         )
         if (net is None and self._own_netns(plan)) or namespace_net is not None:
             spec.on_started.append(netns.check_started)
-        spec.on_started.append(adopt_wrapper)
+        # The reaper stands between firejail's PID 1 and the program (pysb_firejail.child).
+        depth = 3 if child_reaps_orphans(plan) else 2
+        spec.on_started.append(partial(adopt_wrapper, depth=depth))
         started_r = self._started_fds.pop(id(plan), None)
         if started_r is not None:
             spec.on_started.append(watch_wrapper_setup(started_r, tool="firejail", marker=b"1"))
@@ -343,9 +352,7 @@ class FirejailProvider(Provider):
                     # A processes limit counts every process of the sandbox exactly: the
                     # reaper would take one of them (firejail then kills orphans itself).
                     # The host's PID namespace: the reaper checks it has another one.
-                    "reaper": pid_namespace()
-                    if policy.limits.processes is None and reaper_supported()
-                    else None,
+                    "reaper": pid_namespace() if policy.limits.processes is None else None,
                 },
             )
         )

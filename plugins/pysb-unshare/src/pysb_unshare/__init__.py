@@ -36,7 +36,7 @@ from pysb_core.providerkit import (
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.5"
+PYSB_PROVIDERKIT = "1.6"
 
 # Not ``subprocess`` (nor ``contextlib``) on the start path: it brings ``locale``, ``re``,
 # ``selectors``, ``signal``, ``threading``... (~30 modules) for one fork and one exec;
