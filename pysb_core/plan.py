@@ -145,6 +145,11 @@ class LaunchSpec(Record):
 
     ``on_started(proc)`` runs right after the host process is spawned (attach a user-mode
     network to its PID, write the payload...). ``cleanups`` run after it exits, always.
+    ``light`` (kit 1.6): every ``on_started`` hook takes pysb's light process object
+    (``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``terminate``:
+    what ``adopt_wrapper`` and ``watch_wrapper_setup`` need) as well as a ``Popen``, so the
+    launch need not import ``subprocess``; without it a launch with hooks starts a real
+    ``Popen``.
     """
 
     argv: list[str]
@@ -153,3 +158,4 @@ class LaunchSpec(Record):
     pass_fds: list[int] = field(default_factory=list)
     on_started: list[Callable[[subprocess.Popen[bytes]], None]] = field(default_factory=list)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    light: bool = False

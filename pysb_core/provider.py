@@ -249,14 +249,14 @@ class Provider(ABC):
         first = [PreExecStep("joining the pids cgroup", cgroup.join_self)] if cgroup else []
         steps = set_pre_exec(popen_kwargs, plan, first=first)
         # Popen's way, without importing subprocess on the start path (pysb_core.linux.spawn);
-        # a provider that adopts the process (on_started: a Popen subclass of its own, as
-        # the wrappers' are) gets a real Popen.
+        # a provider whose on_started hooks want a Popen (a subclass of its own) gets a real
+        # one unless it says they take the light process too (spec.light).
         from pysb_core.linux.spawn import start
 
         try:
             proc: subprocess.Popen[bytes] = start(  # or a light Process, its equal here
                 spec.argv,
-                light=not spec.on_started,
+                light=spec.light or not spec.on_started,
                 env=spec.env,
                 cwd=spec.cwd,
                 pass_fds=tuple(spec.pass_fds),

@@ -150,3 +150,20 @@ def test_an_unshare_run_imports_no_subprocess(tmp_path: Path) -> None:
     never = NEVER_ON_THE_HOST | NEVER_WITHOUT_A_HELPER | {"subprocess", "re", "locale", "selectors"}
     assert never.isdisjoint(out["modules"]), never & set(out["modules"])
     assert "pysb_unshare.rootfs" in out["modules"]
+
+
+@pytest.mark.parametrize("provider", ["bwrap", "firejail"])
+def test_a_wrapper_run_imports_no_subprocess(tmp_path: Path, provider: str) -> None:
+    """bwrap and firejail adopt pysb's light process (``LaunchSpec.light``): no
+    ``subprocess`` (``locale``, ``re``, ``selectors``, ``signal``'s enums...) on the start
+    path, nor ``functools`` or ``collections`` (``partial``, ``lru_cache``,
+    ``collections.abc``, ``array``: docs/performance.md)."""
+    require_provider(provider)
+    (tmp_path / ".pysb.yaml").write_text("version: 1\nimports: [json]\n")
+    trust_profile(tmp_path / ".pysb.yaml")
+    _python(RUN, tmp_path, "--provider", provider)
+    out = json.loads(_python(RUN, tmp_path, "--provider", provider))
+    assert out["status"] == 0
+    never = NEVER_ON_THE_HOST | NEVER_WITHOUT_A_HELPER | {"subprocess", "re", "locale", "selectors"}
+    assert never.isdisjoint(out["modules"]), never & set(out["modules"])
+    assert f"pysb_{provider}.provider" in out["modules"]

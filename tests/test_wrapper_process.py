@@ -129,3 +129,45 @@ def test_a_depth_below_one_is_refused() -> None:
             adopt(proc, depth=0)
     finally:
         proc.wait()
+
+
+def test_the_light_process_is_adopted_as_a_popen_is() -> None:
+    """``LaunchSpec.light``: the wrapper started as pysb's light process
+    (``pysb_core.linux.spawn``, no ``subprocess``) gets the same forwarding."""
+    import os
+
+    from pysb_core.linux.spawn import Process, start
+
+    r, w = os.pipe()
+    proc = start([sys.executable, "-c", TREE, "normal"], stdout=w, process_group=0)
+    os.close(w)
+    try:
+        assert isinstance(proc, Process)
+        adopt(proc)
+        assert not isinstance(proc, subprocess.Popen)
+        with os.fdopen(r, "rb") as out:
+            assert out.readline() == b"READY\n"
+            proc.send_signal(signal.SIGTERM)
+            assert out.readline() == b"PROGRAM-TERM\n"
+        assert proc.wait(timeout=10) == 0
+    finally:
+        _end(proc)  # type: ignore[arg-type]
+
+
+def test_a_light_wrapper_that_failed_its_set_up_says_125() -> None:
+    """``watch_setup`` on the light process: exit 1 without the marker is the wrapper's own
+    failure (125); with it, the program's exit 1."""
+    import os
+
+    from pysb_core.launch.wrapper_process import watch_setup
+    from pysb_core.linux.spawn import start
+
+    for written, expected in ((b"", 125), (b"1", 1)):
+        r, w = os.pipe()
+        os.write(w, written)
+        os.close(w)
+        proc = start([sys.executable, "-c", "raise SystemExit(1)"])
+        adopt(proc)
+        watch_setup(r, tool="test", marker=b"1")(proc)
+        os.close(r)  # the process holds its own copy
+        assert proc.wait(timeout=10) == expected

@@ -92,14 +92,15 @@ class TmpWatch:
         if self._channel is None:
             return
         import _socket as socket  # the C module: socket.py imports enum, selectors...
-        import array
+        import _struct  # not array: importing array imports collections (~1 ms)
 
-        fds = array.array("i")
+        size = _struct.calcsize("i")
+        fds: list[int] = []
         sock = socket.socket(fileno=os.dup(self._channel))
         sock.setblocking(False)  # (socket.recv_fds would ignore its flags)
         try:
             _msg, ancdata, _flags, _addr = sock.recvmsg(
-                64, socket.CMSG_SPACE(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+                64, socket.CMSG_SPACE(8 * size), socket.MSG_CMSG_CLOEXEC
             )
         except BlockingIOError:
             return  # the bootstrap has not run yet
@@ -109,7 +110,8 @@ class TmpWatch:
             sock.close()
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+                count = len(data) // size
+                fds.extend(_struct.unpack(f"{count}i", data[: count * size]))
         os.close(self._channel)
         self._channel = None
         import stat

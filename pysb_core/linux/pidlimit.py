@@ -17,7 +17,6 @@ writable pids hierarchy.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import time
@@ -115,16 +114,21 @@ class PidsCgroup:
             )
         subtree = os.path.join(parent, "cgroup.subtree_control")
         if os.path.exists(subtree) and "pids" not in _words(subtree):
-            with contextlib.suppress(OSError), open(subtree, "w") as f:
-                f.write("+pids")  # v2: enable the controller for the children
+            try:
+                with open(subtree, "w") as f:
+                    f.write("+pids")  # v2: enable the controller for the children
+            except OSError:
+                pass
         path = os.path.join(parent, f"{owner}-{os.getpid()}-{next(_counter)}")
         try:
             os.mkdir(path, 0o755)
             with open(os.path.join(path, "pids.max"), "w") as f:
                 f.write(str(processes))
         except OSError as exc:
-            with contextlib.suppress(OSError):
+            try:
                 os.rmdir(path)
+            except OSError:
+                pass
             raise SandboxError(
                 f"could not make a pids cgroup for 'limits: processes' under {parent}: "
                 f"{exc.strerror or exc}"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
 
 from pysb_bwrap.hostfs import (
     TOP_LEVEL_SYSTEM,
@@ -50,6 +49,8 @@ from pysb_core.providerkit import (
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from pysb_core.providerkit import Exposure, LaunchPlan
 
 #: Where the system lives read-only inside, bound from the same host path.

@@ -9,9 +9,7 @@ instead of being run with no network at all or, worse, the host's.
 
 from __future__ import annotations
 
-import functools
-
-from pysb_core.providerkit import Capability
+from pysb_core.providerkit import Capability, memoize
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
@@ -23,7 +21,7 @@ NETWORK_CAPABILITIES = frozenset(
 )
 
 
-@functools.lru_cache(maxsize=1)
+@memoize
 def layer_usable() -> frozenset[Capability]:
     """Network capabilities the layer can enforce on *this* machine (its helpers present).
 

@@ -8,8 +8,7 @@ host's network is refused: it would bypass every network rule.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from _collections_abc import Mapping  # collections.abc without the collections package
 
 from pysb_core.providerkit import unknown_option
 
@@ -18,7 +17,18 @@ if TYPE_CHECKING:
     from typing import Any
 
 KNOWN = ("hostname", "share-net")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def _valid_hostname(value: str) -> bool:
+    """1-63 ASCII letters, digits, '.' or '-', starting with a letter or digit (checked
+    by hand: ``re`` costs ~3 ms at every bwrap start, and its ``$`` lets a final newline
+    through)."""
+    return (
+        0 < len(value) <= 63
+        and value[0] in _LETTERS
+        and all(c in _LETTERS or c in ".-" for c in value)
+    )
 
 
 def validate(options: Mapping[str, Any]) -> list[str]:
@@ -28,7 +38,7 @@ def validate(options: Mapping[str, Any]) -> list[str]:
     errors = []
     for key, value in options.items():
         if key == "hostname":
-            if not isinstance(value, str) or not _HOSTNAME.match(value):
+            if not isinstance(value, str) or not _valid_hostname(value):
                 errors.append(f"hostname must be 1-63 letters, digits, '.' or '-' (got {value!r})")
         elif key == "share-net":
             if value is not False:

@@ -8,10 +8,7 @@ possible command (``true``), and turns its complaint into a reason and a fix.
 
 from __future__ import annotations
 
-import subprocess
-from functools import lru_cache
-
-from pysb_core.providerkit import ProviderStatus
+from pysb_core.providerkit import ProviderStatus, memoize
 
 INSTALL_FIX = "apt-get install bubblewrap"
 #: The options a launch relies on; the probe must exercise every one of them.
@@ -46,7 +43,7 @@ def _userns_fix(stderr: str) -> str:
     return "check that user namespaces are enabled (sysctl user.max_user_namespaces)"
 
 
-@lru_cache(maxsize=4)
+@memoize
 def probe_bwrap(binary: str = "bwrap") -> ProviderStatus:
     """Return the cached availability of ``binary`` (a name looked up on PATH, or a path)."""
     from pysb_core.providerkit import cached_probe, which
@@ -59,6 +56,8 @@ def probe_bwrap(binary: str = "bwrap") -> ProviderStatus:
 
 def _probe(path: str) -> ProviderStatus:
     """Run bwrap with the launch's namespace options once."""
+    import subprocess  # only when the probe is not cached: not on the start path
+
     try:
         # One run answers both questions: can the namespaces be made, and which version
         # (the sandbox runs bwrap itself with --version: no second exec from the host).

@@ -11,11 +11,8 @@ exec'd by its absolute path, so ``sys.executable`` is right.
 
 from __future__ import annotations
 
+import _signal as signal  # the C module: no enums built on the start path
 import os
-import signal
-import subprocess
-from collections.abc import Mapping
-from functools import partial
 
 from pysb_bwrap import netlayer, options
 from pysb_bwrap.argv import DEFAULT_HOSTNAME, BwrapCommand, build_argv, etc_copies
@@ -43,6 +40,8 @@ PYSB_PROVIDERKIT = "1.6"
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
     from typing import Any
 
     from pysb_core.providerkit import LaunchPlan, Policy
@@ -228,7 +227,8 @@ class BwrapProvider(Provider):
             pass_fds=[*plan.pass_fds, *child_fds, *(netlaunch.child_fds if netlaunch else ())],
             cleanups=[res.release],
         )
-        spec.on_started.append(partial(adopt_wrapper, own_session=not shares_terminal(plan)))
+        own_session = not shares_terminal(plan)
+        spec.on_started.append(lambda proc: adopt_wrapper(proc, own_session=own_session))
         # {"exit-code": N} only once the program ran: else bwrap's own set-up failed
         spec.on_started.append(watch_wrapper_setup(status_r, tool="bwrap", marker=b'"exit-code"'))
         # bwrap has its own copies now; ours would only keep the pipes alive.
@@ -236,6 +236,8 @@ class BwrapProvider(Provider):
         if netlaunch is not None:
             spec.on_started.append(netlaunch.on_started)
             spec.cleanups.insert(0, netlaunch.close)
+        else:
+            spec.light = True  # the hooks above take pysb's light process: no subprocess
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:

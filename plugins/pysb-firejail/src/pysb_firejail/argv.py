@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Sequence
 
 from pysb_core.providerkit import SandboxError, field, is_within, mutable_record
 from pysb_firejail.hostfs import (
@@ -54,6 +53,8 @@ from pysb_firejail.hostfs import (
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pysb_core.providerkit import Exposure, LaunchPlan, Limits
 
 #: Characters firejail would misread in a path option (``,`` separates ``--bind``

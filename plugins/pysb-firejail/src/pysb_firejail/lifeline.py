@@ -20,12 +20,15 @@ firejail's PID namespace, cannot see it.
 
 from __future__ import annotations
 
+import _signal as signal  # the C module: no enums built on the start path
 import os
 import select
-import signal
-from collections.abc import Callable
 
 from pysb_firejail.child import detach
+
+TYPE_CHECKING = False  # imported by firejail runs: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def supported() -> bool:

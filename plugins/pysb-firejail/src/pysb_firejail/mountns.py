@@ -33,9 +33,12 @@ there nothing changes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from pysb_firejail.hostfs import FIREJAIL_RUN
+
+TYPE_CHECKING = False  # imported by firejail runs: no typing at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY = 0x1

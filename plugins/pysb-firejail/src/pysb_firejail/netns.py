@@ -19,13 +19,13 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
-from collections.abc import Callable
 
 from pysb_core.providerkit import SandboxError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
 
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS = 0x8913

@@ -28,7 +28,6 @@ bwrap and unshare enforce the same rules without root.
 from __future__ import annotations
 
 import os
-import subprocess
 
 from pysb_core.providerkit import ProviderUnavailableError, SandboxError
 
@@ -109,6 +108,7 @@ class NamespaceNetwork:
         """Steps 1-3 of the module docstring; raises :class:`SandboxError` (nothing left
         running) when the namespace cannot be made, filtered or connected."""
         import shutil
+        import subprocess  # only with network rules: not on the start path
 
         from pysb_firejail import netns
 

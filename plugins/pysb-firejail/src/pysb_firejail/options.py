@@ -14,7 +14,7 @@ shipped with the code it sandboxes, could add ``--noblacklist`` or ``--net=eth0`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from _collections_abc import Mapping  # collections.abc without the collections package
 
 from pysb_core.providerkit import unknown_option
 

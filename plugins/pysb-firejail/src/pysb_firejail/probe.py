@@ -16,10 +16,8 @@ and diagnostics.
 from __future__ import annotations
 
 import os
-import subprocess
-from functools import lru_cache
 
-from pysb_core.providerkit import ProviderStatus
+from pysb_core.providerkit import ProviderStatus, memoize
 
 INSTALL_FIX = "apt-get install firejail"
 #: The options a launch relies on; the probe must exercise every one of them.
@@ -78,7 +76,7 @@ def _which(name: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4)
+@memoize
 def probe_firejail(binary: str = "firejail") -> ProviderStatus:
     """Return the cached availability of ``binary`` (a name looked up on PATH, or a path)."""
     path = _which(binary)
@@ -104,6 +102,8 @@ def probe_firejail(binary: str = "firejail") -> ProviderStatus:
 
 def _probe_version(path: str) -> ProviderStatus:
     """Run ``firejail --version``: it runs, and is recent enough."""
+    import subprocess  # only when probing: not on the start path
+
     try:
         done = subprocess.run(
             [path, "--version"], capture_output=True, text=True, timeout=10, check=False
@@ -126,6 +126,8 @@ def _probe_version(path: str) -> ProviderStatus:
 
 def probe_deep(binary: str = "firejail") -> ProviderStatus:
     """Build one real sandbox with the launch's hardening options (``/bin/true`` inside)."""
+    import subprocess  # only when probing: not on the start path
+
     status = probe_firejail(binary)
     if not status.available:
         return status

@@ -10,9 +10,6 @@ See docs/providers.md#firejail for the exact view and the residual weaknesses.
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Mapping
-from functools import partial
 
 from pysb_core.providerkit import (
     Capability,
@@ -47,6 +44,8 @@ PYSB_PROVIDERKIT = "1.6"
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
     from typing import Any
 
     from pysb_core.providerkit import LaunchPlan, Policy
@@ -254,10 +253,11 @@ class FirejailProvider(Provider):
             spec.on_started.append(netns.check_started)
         # The reaper stands between firejail's PID 1 and the program (pysb_firejail.child).
         depth = 3 if child_reaps_orphans(plan) else 2
-        spec.on_started.append(partial(adopt_wrapper, depth=depth))
+        spec.on_started.append(lambda proc: adopt_wrapper(proc, depth=depth))
         started_r = self._started_fds.pop(id(plan), None)
         if started_r is not None:
             spec.on_started.append(watch_wrapper_setup(started_r, tool="firejail", marker=b"1"))
+        spec.light = True  # the hooks above take pysb's light process: no subprocess
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
