@@ -236,8 +236,7 @@ class BwrapProvider(Provider):
         if netlaunch is not None:
             spec.on_started.append(netlaunch.on_started)
             spec.cleanups.insert(0, netlaunch.close)
-        else:
-            spec.light = True  # the hooks above take pysb's light process: no subprocess
+        spec.light = True  # every hook above takes pysb's light process: no subprocess
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
