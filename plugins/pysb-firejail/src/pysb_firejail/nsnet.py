@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 
-from pysb_core.providerkit import ProviderUnavailableError, SandboxError
+from pysb_core.providerkit import ProviderUnavailableError, SandboxError, memoize
 
 TYPE_CHECKING = False  # imported only by runs with network allow rules
 if TYPE_CHECKING:
@@ -50,9 +50,11 @@ NOT_ROOT_FIX = (
 )
 
 
+@memoize
 def layer_usable() -> bool:
-    """nft and a user-mode network helper are installed (a quick look: the shared layer's
-    own ``check()`` is the authority at launch)."""
+    """nft and a user-mode network helper are installed (a quick look, once per process:
+    ``enforced()`` asks it six times a run; the shared layer's own ``check()`` is the
+    authority at launch)."""
     from pysb_core.providerkit import which
 
     have = lambda name: which(name, ":/usr/sbin:/sbin:/usr/bin:/bin") is not None  # noqa: E731

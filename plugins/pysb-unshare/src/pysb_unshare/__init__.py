@@ -29,6 +29,7 @@ from pysb_core.providerkit import (
     ProviderStatus,
     ProviderUnavailableError,
     SandboxError,
+    memoize,
     seccomp_child_setup,
     seccomp_describe,
     set_pre_exec,
@@ -68,6 +69,13 @@ def _which(name: str) -> str | None:
     from pysb_core.providerkit import which  # not shutil: it imports the compressors
 
     return which(name, _SBIN)
+
+
+@memoize
+def _network_tools() -> bool:
+    """A user-mode network helper and nft are installed (a quick look, once per process:
+    ``enforced()`` is asked six times a run; the layer's ``check()`` decides at launch)."""
+    return bool((_which("slirp4netns") or _which("pasta")) and _which("nft"))
 
 
 def _tempdir() -> str:
@@ -212,7 +220,7 @@ class UnshareProvider(Provider):
     def enforced(self) -> frozenset[Capability]:
         """Network capabilities only when a helper and nft exist (else the rules would be
         unenforced and ``pysb check`` must say so)."""
-        if (_which("slirp4netns") or _which("pasta")) and _which("nft"):
+        if _network_tools():
             return self.capabilities
         return self.capabilities - {
             Capability.TCP_PORT,
