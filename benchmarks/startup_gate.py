@@ -3,7 +3,8 @@
 ``benchmarks/startup_gate.py [--rounds N] [--bound X] [--providers a,b]``
 
 CI runs it after the tests (``.ci/run``), so that every commit prints how its start-up
-compares with the interpreter's own, under subprocess and landlock, and how many modules
+compares with the interpreter's own, under subprocess and landlock (and, in a second call,
+bwrap, unshare and firejail with ``--bound 12``), and how many modules
 pysb and the sandboxed interpreter import. It fails (exit 1) when a provider's ratio is
 above ``--bound`` in wall time *and* in CPU time: the bound is generous (9x; the figure
 is ~4.5-5.5x today, the goal 3x) so that only a large regression fails, not a loaded
