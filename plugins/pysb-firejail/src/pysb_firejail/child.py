@@ -29,10 +29,10 @@ Two things firejail does that a plain ``python`` start would not:
   ``os._exit``, a fatal signal, SIGKILL), then kills every other process of the
   sandbox's PID namespace (``kill(-1)``: firejail's PID 1 is spared, as the kernel spares
   every namespace's init), reaps them all and exits with the program's status, as
-  firejail reports it (``128 + N`` for a signal). firejail's monitor then finds nothing
-  left in ``/proc`` and ends at once; a reaper beside the program (the design before
-  2026-12-07), which could only end after it, cost the monitor's second 20 ms sleep at
-  every run. The reaper holds none of the program's descriptors, blocks every signal,
+  firejail reports it (``128 + N`` for a signal). It ends last, so firejail's monitor
+  never finds it in ``/proc`` (the design before 2026-12-07, a reaper beside the program,
+  could only end after it; measured, it was always gone in time: docs/performance.md).
+  The reaper holds none of the program's descriptors, blocks every signal,
   is not dumpable (the program cannot read or write its memory through ``/proc``), runs
   under the same seccomp filter, and is no process of the program's: ``os.wait()`` in
   the program meets only its own children. The program can defeat it by killing it
@@ -44,6 +44,10 @@ Two things firejail does that a plain ``python`` start would not:
 from __future__ import annotations
 
 import os
+
+TYPE_CHECKING = False  # runs in the sandboxed interpreter: no typing at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _take_foreground() -> None:
@@ -78,15 +82,27 @@ _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
 
+_PRCTL: list[Any] = []  # [prctl, CLong, c_errno] once bound
+
+
+def bind_prctl() -> None:
+    """Look ``prctl`` up before a fork (the reaper's, the lifeline watcher's), so that
+    the forked process imports nothing: no import lock another thread of the parent may
+    have held at the fork, and in the reaper no import through the installed guard."""
+    if not _PRCTL:
+        from pysb_core.providerkit import CLong, c_errno, c_function
+
+        _PRCTL[:] = [c_function("prctl", CLong), CLong, c_errno]
+
+
 def _prctl(option: int, value: int | bytes) -> None:
     """``prctl(option, value)``: a number, or a string's address (``PR_SET_NAME``)."""
-    from pysb_core.providerkit import CLong, c_errno, c_function
-
-    prctl = c_function("prctl", CLong)
-    zero = CLong(0)
-    argument = CLong(value) if isinstance(value, int) else value
-    if prctl(CLong(option), argument, zero, zero, zero) != 0:
-        raise OSError(c_errno(), f"prctl({option}) failed")
+    bind_prctl()
+    prctl, long_, errno_of = _PRCTL
+    zero = long_(0)
+    argument = long_(value) if isinstance(value, int) else value
+    if prctl(long_(option), argument, zero, zero, zero) != 0:
+        raise OSError(errno_of(), f"prctl({option}) failed")
 
 
 def _start_reaper(host_pid_namespace: int) -> None:

@@ -24,7 +24,7 @@ import _signal as signal  # the C module: no enums built on the start path
 import os
 import select
 
-from pysb_firejail.child import detach
+from pysb_firejail.child import bind_prctl, detach
 
 TYPE_CHECKING = False  # imported by firejail runs: no typing at run time
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ def supported() -> bool:
 def step() -> Callable[[], None]:
     """The pre-exec step that forks the watcher (system calls only, as ``preexec_fn``
     allows: the modules it uses are imported here, in pysb)."""
+    bind_prctl()  # the watcher's name (detach) without an import after the fork
 
     def fork_watcher() -> None:
         parent = os.getppid()
