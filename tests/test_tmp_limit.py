@@ -182,3 +182,48 @@ def test_a_watch_that_receives_no_directories_ends_the_run() -> None:
     assert watch.exceeded() is True
     assert "did not hand its private temporary directories" in watch.message()
     watch.close()
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [["dir"], ["file"], ["pipe"], ["dir", "file"], ["dir", "dir"], ["dir"] * 9],
+    ids=lambda kinds: "+".join(kinds),
+)
+def test_the_watch_keeps_only_the_directories_it_expects(sent: list[str], tmp_path: Path) -> None:
+    """What comes over the channel is treated as hostile: descriptors of other kinds are
+    closed unused, at most eight are taken (the kernel drops the rest of a longer list),
+    and any count of directories but the one expected fails the run with the reason."""
+    import socket
+
+    from pysb_core.launch.tmpwatch import TmpWatch
+
+    (tmp_path / "f").write_text("x")
+    made: list[int] = []
+    for kind in sent:
+        if kind == "dir":
+            made.append(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
+        elif kind == "file":
+            made.append(os.open(tmp_path / "f", os.O_RDONLY))
+        else:
+            r, w = os.pipe()
+            os.close(w)
+            made.append(r)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    watch = TmpWatch([], 8 << 20, "test", inside=["/tmp"], channel=ours.detach())
+    try:
+        socket.send_fds(theirs, [b"d"], made)
+        watch._next = 0.0
+        exceeded = watch.exceeded()
+        kept = list(watch._inside_fds)
+        assert all(os.path.samestat(os.fstat(fd), os.stat(tmp_path)) for fd in kept)
+        assert len(kept) == min(sent.count("dir"), 8)
+        if sent.count("dir") == 1:
+            assert exceeded is False and watch.failure is None
+        else:
+            assert exceeded is True
+            assert "did not hand its private temporary directories" in watch.message()
+    finally:
+        watch.close()
+        theirs.close()
+        for fd in made:
+            os.close(fd)
