@@ -25,7 +25,9 @@ if os.fork() == 0:  # PID 1: dies with the wrapper, as bwrap's does (--die-with-
     if os.fork() == 0:  # the program
         if wedge:
             os._exit(0)
-        signal.signal(signal.SIGTERM, lambda *_: (print("PROGRAM-TERM", flush=True), os._exit(0)))
+        # os.write, not print: the handler may run while print("READY") is still inside
+        # stdout's BufferedWriter, and print would then raise "reentrant call"
+        signal.signal(signal.SIGTERM, lambda *_: (os.write(1, b"PROGRAM-TERM\\n"), os._exit(0)))
         print("READY", flush=True)
         time.sleep(30)
         os._exit(1)
@@ -91,7 +93,7 @@ if os.fork() == 0:  # PID 1
         if os.fork() == 0:  # the program
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             def term(*_):
-                print("PROGRAM-TERM", flush=True)
+                os.write(1, b"PROGRAM-TERM\\n")  # not print: see TREE
                 os._exit(0)
             signal.signal(signal.SIGTERM, term)
             print("READY", flush=True)
