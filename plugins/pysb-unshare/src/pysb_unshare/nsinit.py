@@ -76,35 +76,84 @@ FORWARDED = (
     signal.SIGALRM,
 )
 
-# ``ctypes`` and libc, set by load_libc(): importing ctypes costs ~2.5 ms, which P0 of a
-# filtered network pays while pysb attaches the user-mode network, not before.
-ctypes = None
+# libc, set by load_libc(). Not through the ``ctypes`` package: importing it costs ~2.5 ms
+# (it defines some hundred types), on the critical path of every run without network
+# rules; its C module ``_ctypes`` costs ~0.5 ms and offers the pieces needed here (a C
+# int, long and unsigned long, a ``char *``, a byte buffer, a function of the running
+# process), made below as ``ctypes`` makes them (pysb_core.linux.cfuncs does the
+# same for pysb's own calls; restated: this module imports nothing of pysb).
 _libc = None
-_MountAttr = None
+_get_errno = None
+_buffer = None
+
+
+class _Libc:
+    """The libc functions nsinit calls, as attributes (``_libc.mount(...)``)."""
 
 
 def load_libc() -> None:
-    """Import ctypes and declare the libc functions used here (once)."""
-    global ctypes, _libc, _MountAttr
+    """Declare the libc functions used here (once)."""
+    global _libc, _get_errno, _buffer
     if _libc is not None:
         return
-    import ctypes as c
+    try:
+        import _ctypes as c
 
-    lib = c.CDLL(None, use_errno=True)
-    lib.mount.argtypes = (c.c_char_p, c.c_char_p, c.c_char_p, c.c_ulong, c.c_char_p)
-    lib.umount2.argtypes = (c.c_char_p, c.c_int)
-    lib.prctl.argtypes = (c.c_int, c.c_ulong, c.c_ulong, c.c_ulong, c.c_ulong)
-    lib.syscall.restype = c.c_long
+        class Int(c._SimpleCData):
+            _type_ = "i"
 
-    class MountAttr(c.Structure):
-        _fields_ = (
-            ("attr_set", c.c_uint64),
-            ("attr_clr", c.c_uint64),
-            ("propagation", c.c_uint64),
-            ("userns_fd", c.c_uint64),
+        class Long(c._SimpleCData):
+            _type_ = "l"
+
+        class ULong(c._SimpleCData):
+            _type_ = "L"
+
+        class CharP(c._SimpleCData):  # ctypes.c_char_p: bytes or None (NULL)
+            _type_ = "z"
+
+        class Char(c._SimpleCData):
+            _type_ = "c"
+
+        class Process:  # what a function is looked up in: dlopen(NULL)'s handle
+            _handle = c.dlopen(None, c.RTLD_LOCAL)
+
+        flags = c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO
+        get_errno, base, array = c.get_errno, c.CFuncPtr, c.Array
+    except (ImportError, AttributeError):  # not CPython's _ctypes: the package, as before
+        import ctypes
+
+        Int, Long, ULong, CharP, Char = (
+            ctypes.c_int,
+            ctypes.c_long,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+            ctypes.c_char,
+        )
+        Process = ctypes.CDLL(None, use_errno=True)
+        flags = ctypes._FUNCFLAG_CDECL | ctypes._FUNCFLAG_USE_ERRNO
+        get_errno, base, array = ctypes.get_errno, ctypes._CFuncPtr, ctypes.Array
+
+    def function(name: str, argtypes: tuple | None = None, restype: type = Int):
+        cls = type("_Function", (base,), {"_flags_": flags, "_restype_": restype})
+        fn = cls((name, Process))
+        if argtypes is not None:
+            fn.argtypes = argtypes
+        return fn
+
+    def buffer(data: bytes):
+        """A writable C copy of ``data``; passed to a function as its address."""
+        return type("_Buffer", (array,), {"_type_": Char, "_length_": len(data)}).from_buffer_copy(
+            data
         )
 
-    ctypes, _libc, _MountAttr = c, lib, MountAttr
+    lib = _Libc()
+    lib.mount = function("mount", (CharP, CharP, CharP, ULong, CharP))
+    lib.umount2 = function("umount2", (CharP, Int))
+    lib.prctl = function("prctl", (Int, ULong, ULong, ULong, ULong))
+    lib.syscall = function("syscall", None, Long)  # variadic: ints as C int, sign-extended
+    lib.capset = function("capset")
+    lib.sethostname = function("sethostname")
+    _libc, _get_errno, _buffer = lib, get_errno, buffer
 
 
 class SetupError(Exception):
@@ -113,7 +162,7 @@ class SetupError(Exception):
 
 def _check(ret: int, what: str) -> None:
     if ret != 0:
-        err = ctypes.get_errno()
+        err = _get_errno()
         raise SetupError(f"{what}: {os.strerror(err)}")
 
 
@@ -151,14 +200,15 @@ def set_readonly(
     attrs = MOUNT_ATTR_NOSUID | (MOUNT_ATTR_NODEV if nodev else 0)
     attrs |= MOUNT_ATTR_RDONLY if readonly else 0
     if nr is not None:
-        attr = _MountAttr(attrs, 0, 0, 0)
+        # struct mount_attr: attr_set, attr_clr, propagation, userns_fd (four __u64)
+        attr = _buffer(struct.pack("=4Q", attrs, 0, 0, 0))
         ret = _libc.syscall(
             nr[0],
             -100,
             _b(path),
             AT_RECURSIVE if recursive else 0,
-            ctypes.byref(attr),
-            ctypes.sizeof(attr),
+            attr,
+            32,
         )
         if ret == 0:
             return
@@ -424,8 +474,8 @@ def drop_privileges() -> None:
     for cap in range(last + 1):
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
     _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (ctypes.c_uint32 * 6)()
+    header = _buffer(struct.pack("=2I", 0x20080522, 0))  # _LINUX_CAPABILITY_VERSION_3, pid
+    data = _buffer(bytes(24))  # three __user_cap_data_struct, all zero: no capability
     _check(_libc.capset(header, data), "capset")
 
 
@@ -436,7 +486,7 @@ def new_session_keyring() -> None:
     if nr is None:
         raise SetupError(f"unsupported machine {os.uname().machine}")
     if _libc.syscall(nr[2], KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
-        err = ctypes.get_errno()
+        err = _get_errno()
         if err != errno.ENOSYS:  # a kernel without keyrings has nothing to leak
             raise SetupError(f"cannot leave the caller's session keyring: {os.strerror(err)}")
 
