@@ -251,17 +251,23 @@ class Provider(ABC):
         # Popen's way, without importing subprocess on the start path (pysb_core.linux.spawn);
         # a provider whose on_started hooks want a Popen (a subclass of its own) gets a real
         # one unless it says they take the light process too (spec.light).
+        from pysb_core.launch import prestart
         from pysb_core.linux.spawn import start
 
+        # An interpreter `pysb run` started ahead, started exactly as this one would be
+        # (pysb_core.launch.prestart compares all of it), takes the payload instead.
+        proc: subprocess.Popen[bytes] | None = prestart.claim(plan, spec, popen_kwargs, steps)
         try:
-            proc: subprocess.Popen[bytes] = start(  # or a light Process, its equal here
-                spec.argv,
-                light=spec.light or not spec.on_started,
-                env=spec.env,
-                cwd=spec.cwd,
-                pass_fds=tuple(spec.pass_fds),
-                **popen_kwargs,
-            )
+            if proc is None:
+                proc = start(  # or a light Process, its equal here
+                    spec.argv,
+                    light=spec.light or not spec.on_started,
+                    env=spec.env,
+                    cwd=spec.cwd,
+                    pass_fds=tuple(spec.pass_fds),
+                    **popen_kwargs,
+                )
+                prestart.remember(plan, spec, popen_kwargs, steps)
         except OSError:
             raise
         except Exception as exc:

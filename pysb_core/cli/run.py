@@ -145,8 +145,9 @@ def _python_info(args: RunArgs) -> int:
     return subprocess.call([sys.executable, *args.python_opts, args.target or "-h"])
 
 
-def run_main(argv: list[str]) -> int:
-    """Entry of ``pysb run``; returns the exit status."""
+def run_main(argv: list[str], *, ahead: bool = False) -> int:
+    """Entry of ``pysb run``; returns the exit status. ``ahead``: the ``pysb run`` process
+    itself, which may start the sandboxed interpreter ahead (pysb_core.launch.prestart)."""
     try:
         args = split_run_args(argv)
     except UsageError as exc:
@@ -161,6 +162,10 @@ def run_main(argv: list[str]) -> int:
     learn = args.get("learn")
     if args.get("debug") or os.environ.get("PYSB_DEBUG"):
         _debug.append(True)
+    if ahead and not learn and not args.get("events"):
+        from pysb_core.launch import prestart
+
+        prestart.begin(args)
     from pysb_core.launch.pipeline import Session
     from pysb_core.profile.discovery import ProfileNotFoundError
 
@@ -245,9 +250,12 @@ def process_main(argv: list[str]) -> NoReturn:
         gc.disable()
         _gc_paused.append(True)
     try:
-        code = run_main(argv)
+        code = run_main(argv, ahead=True)
     finally:
         _resume_gc()
+        prestart = sys.modules.get("pysb_core.launch.prestart")
+        if prestart is not None:
+            prestart.discard()  # an interpreter started ahead that no launch took
     from pysb_core.linux.quickexit import finish
 
     finish(code)  # returns when the normal exit must run
@@ -273,11 +281,15 @@ def _before_exec(terminal):
     reaches it, so it dies with pysb (``PR_SET_PDEATHSIG``; a set-uid wrapper drops it at
     exec and has its own ``--die-with-parent``); on a terminal whose foreground pysb
     holds, it takes that foreground."""
+    take_terminal = terminal.child_step() if terminal is not None and terminal.foreground else None
+    if take_terminal is None:
+        from pysb_core.launch.prestart import standard_preexec
+
+        return standard_preexec()  # the steps below but the last: the interpreter ahead's
     from pysb_core.linux.cfuncs import Long, function
 
     prctl = function("prctl")
     parent = os.getpid()
-    take_terminal = terminal.child_step() if terminal is not None and terminal.foreground else None
 
     def preexec() -> None:
         prctl(Long(1), Long(9))  # PR_SET_PDEATHSIG, SIGKILL

@@ -22,6 +22,7 @@ from _thread import allocate_lock  # `threading` (with functools, collections) o
 from pysb_core._startup.records import Record, field, mutable_record
 from pysb_core.check import PYTHON_ONLY_FAMILIES, CheckReport
 from pysb_core.errors import ProfileError, SandboxError, UnenforceableRuleError
+from pysb_core.launch.bootargv import BOOT_STUB, CORE_ROOT, boot_argv  # noqa: F401 - BOOT_STUB re-exported
 from pysb_core.launch.plugins import Hooks, get_plugin_manager, plugin_failure
 from pysb_core.linux.paths import is_within
 from pysb_core.plan import LaunchPlan
@@ -40,16 +41,6 @@ if TYPE_CHECKING:
     from pysb_core.launch.plugins import LoadedPlugin
     from pysb_core.policy import Policy
     from pysb_core.provider import Provider
-
-#: The ``-c`` stub that starts the bootstrap; the payload fd number follows as argv[1].
-#: While pysb imports its own modules, pysb's roots go first and ``-c``'s own entry (the
-#: working directory, ``''``) goes: a package of the program named like pysb's own (the
-#: pysb checkout itself) must not be what the sandbox imports as pysb. The bootstrap puts
-#: the interpreter's own order back (``S``) and gives the program its sys.path[0].
-BOOT_STUB = (
-    "import sys;P={paths!r};S=sys.path[:];sys.path[:]=P+[p for p in S if p and p not in P];"
-    "from pysb_core.child.bootstrap import main;main(sys.argv[1],S)"
-)
 
 
 @mutable_record
@@ -534,11 +525,8 @@ class Session:
         report_r = report_w = None
         if policy.learn or self.hooks.implementers("pysb_event"):
             report_r, report_w = os.pipe()
-        core_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        boot_paths = [core_root, *(p for p in import_roots() if p != core_root)]
-        # Only pysb_core's root in argv (short: firejail caps an argument at 4 KiB); the
-        # other import roots travel in the payload.
-        argv = [python, *python_opts, "-c", BOOT_STUB.format(paths=[core_root]), str(payload_fd)]
+        boot_paths = [CORE_ROOT, *(p for p in import_roots() if p != CORE_ROOT)]
+        argv = boot_argv(python_opts, payload_fd)
         env = dict(policy.env)
         if policy.learn:
             # A learning run sees the host environment, so that reads can be recorded.

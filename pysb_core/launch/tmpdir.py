@@ -90,8 +90,18 @@ def make_private_tmp(
     inside = getattr(provider, "private_tmp", None)
     if inside and not any(e.target.rstrip("/") in ("", inside) for e in exposures):
         return PrivateTmp(inside, Exposure(inside, inside, True, SOURCE, True), None)
-    host_dir = os.path.realpath(_make_host_dir(environ))
+    from pysb_core.launch import prestart
+
+    # The interpreter started ahead (pysb_core.launch.prestart) was given one already: the
+    # same kind of directory, made the same way, for this same run.
+    host_dir = prestart.take_tmp() or make_host_dir(environ)
+    prestart.made_tmp(host_dir)
     return PrivateTmp(host_dir, Exposure(host_dir, host_dir, True, SOURCE, True), host_dir)
+
+
+def make_host_dir(environ: Mapping[str, str]) -> str:
+    """A new private host directory for one sandbox (its canonical path)."""
+    return os.path.realpath(_make_host_dir(environ))
 
 
 def _make_host_dir(environ: Mapping[str, str]) -> str:

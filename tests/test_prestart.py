@@ -1,0 +1,239 @@
+"""The interpreter ``pysb run`` starts ahead (pysb_core.launch.prestart), with real runs.
+
+It may only ever stand for the interpreter the launch would have started: the same command
+line, environment, working directory, descriptors and pre-exec steps, or it is killed
+before it reads anything. These runs check what the program sees with and without it, and
+that a changed profile, an error before the launch or a hand-written entry never lets it
+run with what the profile no longer allows.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pysb_core.testing import BASE_ENV, pysb_command, require_provider, run_pysb
+
+PROGRAM = r"""
+import json, os, sys
+try:
+    with open('/proc/self/environ', 'rb') as f:
+        exec_env = sorted(x.split(b'=', 1)[0].decode() for x in f.read().split(b'\0') if x)
+except OSError as exc:
+    exec_env = type(exc).__name__
+tmp = os.environ.get('TMPDIR', '')
+print(json.dumps({
+    'env': {k: (v if k != 'TMPDIR' else '<tmp>') for k, v in os.environ.items()},
+    'exec_env': exec_env,
+    'tmp_is_dir': os.path.isdir(tmp),
+    'argv': sys.argv, 'path': sys.path, 'cwd': os.getcwd(),
+    'flags': [getattr(sys.flags, n) for n in ('optimize', 'dont_write_bytecode', 'safe_path')],
+}))
+sys.exit(3)
+"""
+
+
+def _profile(project: Path, *names: str) -> Path:
+    env = "".join(f"  {n}: ${{{n}}}\n" for n in names)
+    path = project / "p.yaml"
+    path.write_text(
+        "version: 1\nlearn: false\nimports: [json, os, sys]\n" + (f"env:\n{env}" if env else "")
+    )
+    return path
+
+
+def _run(project: Path, provider: str, env: dict[str, str], *extra: str):
+    return run_pysb(
+        "run", "--provider", provider, "--profile", "p.yaml", *extra, "-c", PROGRAM,
+        cwd=project, env=env,
+    )  # fmt: skip
+
+
+def _trace(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [ln.split("prestart: ", 1)[1] for ln in proc.stderr.splitlines() if "prestart: " in ln]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "tmp").mkdir()
+    return {
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),  # an entry directory of this test's own
+        "TMPDIR": str(tmp_path / "tmp"),
+        "PYSB_DEBUG_PRESTART": "1",
+        "KEEP": "kept value",
+        "DROP": "dropped value",
+    }
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def _entries(env: dict[str, str]) -> list[Path]:
+    return sorted((Path(env["XDG_CACHE_HOME"]) / "pysb" / "prestart").iterdir())
+
+
+@pytest.mark.parametrize(
+    "provider", ["subprocess", pytest.param("landlock", marks=pytest.mark.provider("landlock"))]
+)
+def test_the_second_run_starts_ahead_and_the_program_sees_the_same(project, env, provider):
+    if provider != "subprocess":
+        require_provider(provider)
+    _profile(project, "KEEP")
+    first = _run(project, provider, env)
+    assert first.returncode == 3, first.stderr
+    assert _trace(first) == ["nothing remembered", "remembered 1 names"]
+    ahead = _run(project, provider, env, "-B")
+    plain = _run(project, provider, {**env, "PYSB_PRESTART": "0"}, "-B")
+    assert [ahead.returncode, plain.returncode] == [3, 3], (ahead.stderr, plain.stderr)
+    # -B is one of pysb's CPython options: another entry, remembered, then run ahead
+    assert _trace(ahead) == ["nothing remembered", "remembered 1 names"]
+    assert _trace(plain) == []
+    again = _run(project, provider, env, "-B")
+    assert again.returncode == 3, again.stderr
+    assert _trace(again)[-1] == "used", again.stderr
+    seen, expected = json.loads(again.stdout), json.loads(plain.stdout)
+    assert seen == expected
+    seen["env"].pop("LC_CTYPE", None)  # CPython's own locale coercion (PEP 538), both ways
+    assert seen["env"] == {"KEEP": "kept value", "TMPDIR": "<tmp>"}
+    assert seen["tmp_is_dir"] is True
+    assert seen["flags"][1] == 1  # -B reached the interpreter ahead's command line
+    if isinstance(seen["exec_env"], list):  # what the interpreter was exec'd with
+        assert seen["exec_env"] == ["KEEP", "TMPDIR"]
+    assert len(_entries(env)) == 2
+    assert not any((Path(env["TMPDIR"]) / f"pysb-{os.getuid()}").iterdir())  # all removed
+
+
+def test_other_code_shares_the_entry(project, env):
+    """The entry is the command's options and directory, not the program: an LLM's tool
+    loop runs other code every time."""
+    _profile(project)
+    for code, expected in (("print(1)", "1"), ("print(2)", "2"), ("print(3)", "3")):
+        proc = run_pysb(
+            "run", "--provider", "subprocess", "--profile", "p.yaml", "-c", code,
+            cwd=project, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stderr
+    assert _trace(proc)[-1] == "used"
+    assert len(_entries(env)) == 1
+
+
+def test_a_variable_the_profile_no_longer_forwards_never_reaches_the_program(project, env):
+    _profile(project, "KEEP", "DROP")
+    assert _run(project, "subprocess", env).returncode == 3
+    _profile(project, "KEEP")  # the user takes DROP out of the profile
+    proc = _run(project, "subprocess", env)
+    assert proc.returncode == 3, proc.stderr
+    trace = _trace(proc)
+    assert trace[0].startswith("started ahead") and trace[1] == "discarded: another environment"
+    seen = json.loads(proc.stdout)
+    assert "DROP" not in seen["env"] and "DROP" not in seen["exec_env"]
+    assert _trace(_run(project, "subprocess", env))[-1] == "used"  # remembered anew
+
+
+def test_a_hand_written_entry_naming_a_secret_changes_nothing_the_program_sees(project, env):
+    """The entry holds names only; one naming more than the profile forwards lets pysb's own
+    bootstrap hold the value until the comparison kills it, never the program."""
+    _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    [entry] = _entries(env)
+    entry.write_bytes(marshal.dumps((1, ("KEEP", "SECRET"))))
+    proc = _run(project, "subprocess", {**env, "SECRET": "s3cr3t"})
+    assert proc.returncode == 3, proc.stderr
+    assert _trace(proc)[1] == "discarded: another environment"
+    seen = json.loads(proc.stdout)
+    assert "SECRET" not in seen["env"] and "SECRET" not in seen["exec_env"]
+    assert "s3cr3t" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda p: p.chmod(0o666), id="writable-by-others"),
+        pytest.param(lambda p: p.write_bytes(b"\x00garbage"), id="not-marshal"),
+        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ("A=B",)))), id="bad-name"),
+        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ["KEEP"]))), id="a-list"),
+        pytest.param(lambda p: p.write_bytes(marshal.dumps((2, ("KEEP",)))), id="other-format"),
+        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ("K",) * 5000))), id="too-many"),
+    ],
+)
+def test_an_entry_that_cannot_be_trusted_is_not_used(project, env, damage):
+    _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    [entry] = _entries(env)
+    damage(entry)
+    proc = _run(project, "subprocess", env)
+    assert proc.returncode == 3, proc.stderr
+    assert _trace(proc)[0] == "nothing remembered"
+    assert json.loads(proc.stdout)["env"]["KEEP"] == "kept value"
+
+
+def test_an_error_before_the_launch_ends_the_interpreter_ahead(project, env):
+    profile = _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    profile.write_text(profile.read_text() + "no-such-section: 1\n")
+    proc = _run(project, "subprocess", env)
+    assert proc.returncode == 125
+    assert "no-such-section" in proc.stderr
+    started = _trace(proc)[0]
+    assert started.startswith("started ahead (pid ")
+    pid = int(started.rsplit(" ", 1)[1].rstrip(")"))
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped by pysb before it ended
+    assert not any((Path(env["TMPDIR"]) / f"pysb-{os.getuid()}").iterdir())
+
+
+def test_a_profile_value_is_not_taken_from_the_host(project, env):
+    """A variable the profile sets to its own value cannot be named for the next run (the
+    interpreter ahead gets the host's values): no entry, no interpreter ahead."""
+    (project / "p.yaml").write_text(
+        "version: 1\nlearn: false\nimports: [json, os, sys]\nenv:\n  KEEP: own value\n"
+    )
+    for _ in range(2):
+        proc = _run(project, "subprocess", env)
+        assert proc.returncode == 3, proc.stderr
+        assert json.loads(proc.stdout)["env"]["KEEP"] == "own value"
+        assert _trace(proc) == [
+            "nothing remembered",
+            "not for this launch: values set by the profile",
+        ]
+
+
+@pytest.mark.provider("landlock")
+def test_a_file_on_stdout_gets_a_fresh_interpreter_under_landlock(project, env, tmp_path):
+    """A file as stdout becomes a pipe under a provider that confines files
+    (pysb_core.launch.stdio): the interpreter ahead, started with the file, cannot stand
+    for that launch."""
+    require_provider("landlock")
+    _profile(project, "KEEP")
+    out = tmp_path / "out.json"
+    for _ in range(2):
+        with out.open("w") as f:
+            proc = subprocess.run(
+                [*pysb_command(), "run", "--provider", "landlock", "--profile", "p.yaml",
+                 "-c", PROGRAM],
+                cwd=project, env={**BASE_ENV, **env}, stdin=subprocess.DEVNULL, stdout=f,
+                stderr=subprocess.PIPE, text=True, timeout=120,
+            )  # fmt: skip
+        assert proc.returncode == 3, proc.stderr
+        assert json.loads(out.read_text())["env"]["KEEP"] == "kept value"
+        assert "used" not in _trace(proc)
+        assert _trace(proc)[-1] == "not for this launch: other streams or process group"
+
+
+def test_learning_runs_never_start_one(project, env):
+    _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    proc = run_pysb(
+        "run", f"--learn={project / 'learned.yaml'}", "--provider", "subprocess",
+        "-c", "print(1)", cwd=project, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert _trace(proc) == []
