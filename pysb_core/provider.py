@@ -251,12 +251,14 @@ class Provider(ABC):
         # Popen's way, without importing subprocess on the start path (pysb_core.linux.spawn);
         # a provider whose on_started hooks want a Popen (a subclass of its own) gets a real
         # one unless it says they take the light process too (spec.light).
-        from pysb_core.launch import prestart
         from pysb_core.linux.spawn import start
 
         # An interpreter `pysb run` started ahead, started exactly as this one would be
         # (pysb_core.launch.prestart compares all of it), takes the payload instead.
-        proc: subprocess.Popen[bytes] | None = prestart.claim(plan, spec, popen_kwargs, steps)
+        stand_in = STAND_IN[0] if STAND_IN else None
+        proc: subprocess.Popen[bytes] | None = None
+        if stand_in is not None:
+            proc = stand_in.claim(plan, spec, popen_kwargs, steps)
         try:
             if proc is None:
                 proc = start(  # or a light Process, its equal here
@@ -267,7 +269,8 @@ class Provider(ABC):
                     pass_fds=tuple(spec.pass_fds),
                     **popen_kwargs,
                 )
-                prestart.remember(plan, spec, popen_kwargs, steps)
+                if stand_in is not None:
+                    stand_in.remember(plan, spec, popen_kwargs, steps)
         except OSError:
             raise
         except Exception as exc:
@@ -286,6 +289,13 @@ class Provider(ABC):
             proc.wait()
             raise
         return proc
+
+
+#: What may stand in for the process the base :meth:`Provider.launch` starts: set by the
+#: ``pysb run`` process alone (:mod:`pysb_core.launch.prestart`, an interpreter started
+#: ahead); its ``claim(plan, spec, popen_kwargs, steps)`` returns the process or None, its
+#: ``remember(...)`` hears of each launch that started a fresh one.
+STAND_IN: list[Any] = []
 
 
 def set_pre_exec(

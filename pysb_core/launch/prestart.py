@@ -70,8 +70,7 @@ _state: dict[str, Any] = {
     "entry": None,  # the remembered entry's path (set by begin: a pysb run process)
     "names": None,  # what the entry said (None: nothing usable), written again on a change
     "ahead": None,  # the _Ahead, until claimed or discarded
-    "tmp": None,  # the private temporary directory made for it, while pysb still owns it
-    "tmp_made": None,  # the plan's host directory (pysb_core.launch.tmpdir)
+    "tmp": None,  # the private temporary directory made for it
     "preexec": None,  # standard_preexec()
 }
 
@@ -163,15 +162,19 @@ def begin(args: RunArgs) -> None:
         if path is None:
             return
         _state["entry"] = path
+        from pysb_core import provider
+
+        provider.STAND_IN[:] = [sys.modules[__name__]]  # claim() and remember() at launch
         names = _read(path)
         _state["names"] = names
         if names is None:
             _trace("nothing remembered")
             return
-        from pysb_core.launch.tmpdir import make_host_dir
+        from pysb_core.launch import tmpdir
 
-        tmp = make_host_dir(os.environ)
+        tmp = tmpdir.make_host_dir(os.environ)
         _state["tmp"] = tmp
+        tmpdir.premade[:] = [tmp]  # the plan takes it (and removes it at the end)
         env = {n: os.environ[n] for n in names if n in os.environ}
         env["TMPDIR"] = tmp
         read_fd, write_fd = os.pipe()
@@ -199,20 +202,6 @@ def begin(args: RunArgs) -> None:
         discard()
 
 
-def take_tmp() -> str | None:
-    """The private temporary directory made for the interpreter ahead, for the plan to use
-    (:func:`pysb_core.launch.tmpdir.make_private_tmp`), which removes it with the run's
-    other clean-ups from then on; None when there is none."""
-    tmp = _state["tmp"]
-    _state["tmp"] = None
-    return tmp  # type: ignore[no-any-return]
-
-
-def made_tmp(path: str) -> None:
-    """The plan's private temporary directory (a host directory), for :func:`remember`."""
-    _state["tmp_made"] = path
-
-
 def _simple_shape(
     plan: LaunchPlan, spec: LaunchSpec, popen_kwargs: Mapping[str, Any], steps: Sequence[Any]
 ) -> str | None:
@@ -227,8 +216,9 @@ def _simple_shape(
         return "other streams or process group"
     if len(steps) != 1 or steps[0].run is not _state.get("preexec"):
         return "other pre-exec steps"
-    tmp = spec.env.get("TMPDIR")
-    if tmp is None or tmp != _state["tmp_made"]:
+    from pysb_core.launch.tmpdir import last_made
+
+    if spec.env.get("TMPDIR") is None or [spec.env["TMPDIR"]] != last_made:
         return "no private host directory"
     if spec.cwd != os.getcwd():
         return "another working directory"
@@ -380,7 +370,7 @@ def _end(ahead: _Ahead) -> None:
 
 def discard() -> None:
     """End the interpreter ahead if no launch took it, and remove its temporary directory
-    if the plan did not take that (``pysb run`` calls it on its way out); never raises."""
+    if no plan took that (``pysb run`` calls it on its way out); never raises."""
     ahead, tmp = _state["ahead"], _state["tmp"]
     _state["ahead"] = _state["tmp"] = None
     if ahead is not None:
@@ -388,8 +378,11 @@ def discard() -> None:
             _end(ahead)
         except OSError:
             pass
-    if tmp is not None:
+    from pysb_core.launch import tmpdir
+
+    if tmp is not None and tmp in tmpdir.premade:
+        tmpdir.premade.clear()
         try:
-            os.rmdir(tmp)  # nothing ran that could have written there
+            os.rmdir(tmp)  # not the plan's: its own clean-ups do not know it
         except OSError:
             pass

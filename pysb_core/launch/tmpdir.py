@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 #: The ``source`` of the exposure (what a denial or ``--verbose`` would name).
 SOURCE = "<private temporary directory>"
 
+#: A host directory made ahead for this run (by pysb_core.launch.prestart), which the
+#: plan takes instead of making one, and removes with its other clean-ups from then on.
+premade: list[str] = []
+#: The host directory the last plan of this process got (read by pysb_core.launch.prestart).
+last_made: list[str] = []
+
 
 class PrivateTmp:
     """One sandbox's temporary directory: where the program sees it, and how it is made."""
@@ -90,12 +96,10 @@ def make_private_tmp(
     inside = getattr(provider, "private_tmp", None)
     if inside and not any(e.target.rstrip("/") in ("", inside) for e in exposures):
         return PrivateTmp(inside, Exposure(inside, inside, True, SOURCE, True), None)
-    from pysb_core.launch import prestart
-
     # The interpreter started ahead (pysb_core.launch.prestart) was given one already: the
     # same kind of directory, made the same way, for this same run.
-    host_dir = prestart.take_tmp() or make_host_dir(environ)
-    prestart.made_tmp(host_dir)
+    host_dir = premade.pop() if premade else make_host_dir(environ)
+    last_made[:] = [host_dir]
     return PrivateTmp(host_dir, Exposure(host_dir, host_dir, True, SOURCE, True), host_dir)
 
 
