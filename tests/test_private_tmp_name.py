@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pysb_core.launch import tmpdir
+from pysb_core.launch import tmphost
 
 
 def _dead_pid() -> int:
@@ -33,7 +33,7 @@ def test_the_name_is_short_private_and_stale_ones_go(tmp_path: Path) -> None:
     live.mkdir()
     other = parent / "notes"  # no PID in its name: never touched
     other.mkdir()
-    made = Path(tmpdir._make_host_dir({"TMPDIR": str(tmp_path)}))
+    made = Path(tmphost._make_host_dir({"TMPDIR": str(tmp_path)}))
     assert made.parent == parent
     pid, _, rand = made.name.partition("-")
     assert pid == str(os.getpid()) and len(rand) == 8, made.name

@@ -99,13 +99,58 @@ def _resume_gc(paused: bool) -> None:
         _GC_ENABLE()
 
 
-def _read_payload(fd: int) -> dict:
-    """The payload: ``marshal`` from the pipeline (built in: no import, fast), or JSON
-    (hand-written payloads in tests and tools)."""
+#: The first bytes on the payload pipe of an interpreter started ahead
+#: (:mod:`pysb_core.launch.prestart`) when a hint of what to import precedes the payload.
+_HINT_MAGIC = b"PYSB-AHEAD-HINT\n"
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _use_the_wait(fd: int) -> bytes:
+    """An interpreter started ahead waits on a pipe until pysb has checked the profile; the
+    hint pysb may send first names what the payload will ask for (the guard modules and
+    the import roots they come from, which the launch checks are the payload's own), so
+    they are imported meanwhile instead of after it. Returns what was read that is not a
+    hint (the payload's first bytes). A module that fails here is imported again, and
+    fails, where the payload asks for it."""
+    if os.fstat(fd).st_mode & 0o170000 != 0o010000:  # not a pipe: a memory file, read at once
+        return b""
+    head = _read_exactly(fd, len(_HINT_MAGIC))
+    if head != _HINT_MAGIC:
+        return head
     import marshal
 
-    chunks = []
-    offset = 0
+    size = int.from_bytes(_read_exactly(fd, 4), "little")
+    hint = marshal.loads(_read_exactly(fd, size))
+    for entry in hint.get("sys_path", ()):
+        if entry not in sys.path:
+            sys.path.append(entry)
+    if hint.get("guards"):
+        for name in ("pysb_core.childhooks", "pysb_core.events", "pysb_core.policy"):
+            import_module(name)
+        for name in hint["guards"]:
+            try:
+                import_module(name)
+            except Exception:  # imported again (and reported) where the payload asks
+                continue
+    return b""
+
+
+def _read_payload(fd: int, head: bytes = b"") -> dict:
+    """The payload: ``marshal`` from the pipeline (built in: no import, fast), or JSON
+    (hand-written payloads in tests and tools). ``head``: its first bytes, already read."""
+    import marshal
+
+    chunks = [head]
+    offset = len(head)
     while True:
         try:
             chunk = os.pread(fd, 1 << 16, offset)
@@ -543,7 +588,7 @@ def main(fd: str, original_path: list[str] | None = None) -> None:
 
     paused = _pause_gc()
     mark_in_sandbox()  # @sandbox functions called here run directly (complete mode)
-    payload = _read_payload(int(fd))
+    payload = _read_payload(int(fd), _use_the_wait(int(fd)))
     program = payload["program"]
     _dash_c_lines(program["code"] if program["mode"] == "code" else None)
     if payload.get("tmp_watch"):

@@ -43,6 +43,14 @@ if TYPE_CHECKING:
     from pysb_core.provider import Provider
 
 
+def boot_paths() -> list[str]:
+    """The import roots the sandboxed interpreter gets (the payload's ``sys_path``): pysb's
+    own root first, then this interpreter's (:func:`pysb_core.launch.pyenv.import_roots`)."""
+    from pysb_core.launch.pyenv import import_roots
+
+    return [CORE_ROOT, *(p for p in import_roots() if p != CORE_ROOT)]
+
+
 @mutable_record
 class Program(Record):
     """What the sandboxed interpreter runs (one of CPython's ways, or a framework entry)."""
@@ -375,6 +383,11 @@ class Session:
             # A family counts when its guard has something to arm inside the sandbox (what
             # it is named proves nothing); the child then says what it armed (bootstrap).
             guard_families = frozenset(hooks.guard_children())
+            ahead = sys.modules.get("pysb_core.launch.prestart")
+            if ahead is not None and ahead.waiting():
+                # The interpreter started ahead imports the guards while the profile is read.
+                on = python_guards is not False  # else the profile may yet say no: a mismatch
+                ahead.hint(list(hooks.guard_children().values()) if on else [], boot_paths())
             if events:
                 from pysb_core.builtin.events import JsonlEventSink
 
@@ -515,7 +528,7 @@ class Session:
         popen_kwargs: Mapping[str, Any] | None = None,
     ) -> LaunchPlan:
         """Build the launch plan for ``program`` (guards contribute, pins are announced)."""
-        from pysb_core.launch.pyenv import implicit_exposures, import_roots
+        from pysb_core.launch.pyenv import implicit_exposures
         from pysb_core.profile.compile import verify_exposures
 
         policy = self.policy
@@ -525,7 +538,6 @@ class Session:
         report_r = report_w = None
         if policy.learn or self.hooks.implementers("pysb_event"):
             report_r, report_w = os.pipe()
-        boot_paths = [CORE_ROOT, *(p for p in import_roots() if p != CORE_ROOT)]
         argv = boot_argv(python_opts, payload_fd)
         env = dict(policy.env)
         if policy.learn:
@@ -594,7 +606,7 @@ class Session:
             "guards": self.hooks.child_modules() if policy.python_guards else [],
             **self._armed_contract(),
             "report_fd": report_w,
-            "sys_path": boot_paths,
+            "sys_path": boot_paths(),
             "memory_text": _memory_text(policy),
             "tmp_watch": tmp_channel,
         }

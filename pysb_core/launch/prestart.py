@@ -28,6 +28,12 @@ Never tried: on a terminal (the interpreter would take the terminal's foreground
 checks), in learning runs and with event hooks (more descriptors than the payload's), in
 partial mode (only the ``pysb run`` process starts one), with ``PYSB_PRESTART=0``.
 ``PYSB_DEBUG_PRESTART=1`` says on stderr what happened (tests/test_prestart.py).
+
+Why one module: starting the interpreter, hinting it, comparing it with the launch and
+ending it are one protocol over one piece of state (the waiting interpreter, its pipe,
+its directory, the entry); split, each half would have to trust what the other recorded,
+and the comparison that makes it safe is easiest to check when it sits beside what it
+compares.
 """
 
 from __future__ import annotations
@@ -62,7 +68,8 @@ class _Ahead:
         self.write_fd = write_fd
         self.argv = argv  # its payload descriptor last
         self.env = env
-        self.cwd = os.getcwd()
+        self.cwd = os.path.realpath(os.getcwd())
+        self.hint: tuple[list[str], list[str]] | None = None  # guards, sys_path: sent
 
 
 #: The state of this ``pysb run`` process (one run per process).
@@ -162,19 +169,17 @@ def begin(args: RunArgs) -> None:
         if path is None:
             return
         _state["entry"] = path
-        from pysb_core import provider
-
-        provider.STAND_IN[:] = [sys.modules[__name__]]  # claim() and remember() at launch
         names = _read(path)
         _state["names"] = names
         if names is None:
             _trace("nothing remembered")
+            _stand_in()
             return
-        from pysb_core.launch import tmpdir
+        from pysb_core.launch import tmphost
 
-        tmp = tmpdir.make_host_dir(os.environ)
+        tmp = tmphost.make_host_dir(os.environ)
         _state["tmp"] = tmp
-        tmpdir.premade[:] = [tmp]  # the plan takes it (and removes it at the end)
+        tmphost.premade[:] = [tmp]  # the plan takes it (and removes it at the end)
         env = {n: os.environ[n] for n in names if n in os.environ}
         env["TMPDIR"] = tmp
         read_fd, write_fd = os.pipe()
@@ -185,7 +190,7 @@ def begin(args: RunArgs) -> None:
             proc = Process(
                 argv,
                 env=env,
-                cwd=os.getcwd(),
+                cwd=os.path.realpath(os.getcwd()),  # as the plan names it
                 pass_fds=(read_fd,),
                 process_group=0,
                 preexec_fn=standard_preexec(),
@@ -197,9 +202,49 @@ def begin(args: RunArgs) -> None:
             os.close(read_fd)
         _state["ahead"] = _Ahead(proc, write_fd, argv, env)
         _trace(f"started ahead (pid {proc.pid})")
+        _stand_in()
     except Exception as exc:  # an optimisation only: the launch starts one as always
         _trace(f"not started ({type(exc).__name__}: {exc})")
         discard()
+
+
+#: What the bootstrap reads first on its pipe when a hint precedes the payload
+#: (pysb_core.child.bootstrap._use_the_wait).
+HINT_MAGIC = b"PYSB-AHEAD-HINT\n"
+
+
+def _stand_in() -> None:
+    """Have the base ``Provider.launch`` ask :func:`claim` and tell :func:`remember`
+    (after the fork: the provider module is not needed for it)."""
+    from pysb_core import provider
+
+    provider.STAND_IN[:] = [sys.modules[__name__]]
+
+
+def waiting() -> bool:
+    """An interpreter ahead waits, and has had no hint yet."""
+    ahead = _state["ahead"]
+    return ahead is not None and ahead.hint is None
+
+
+def hint(guards: list[str], sys_path: list[str]) -> None:
+    """Tell the interpreter ahead what the payload will ask it to import (the guard modules
+    and the import roots: known once the plugins are loaded, long before the payload), so
+    that it imports them while it waits. The launch then takes it only for a payload that
+    asks for exactly these (:func:`claim`); never raises."""
+    ahead = _state["ahead"]
+    if ahead is None or ahead.hint is not None:
+        return
+    try:
+        data = marshal.dumps({"guards": list(guards), "sys_path": list(sys_path)})
+        frame = HINT_MAGIC + len(data).to_bytes(4, "little") + data
+        if len(frame) > 60_000:  # a pipe holds 64 KiB: the write must not wait for the reader
+            return
+        os.write(ahead.write_fd, frame)
+        ahead.hint = (list(guards), list(sys_path))
+        _trace(f"hinted {len(guards)} guard modules")
+    except OSError as exc:
+        _trace(f"no hint ({exc})")
 
 
 def _simple_shape(
@@ -216,11 +261,11 @@ def _simple_shape(
         return "other streams or process group"
     if len(steps) != 1 or steps[0].run is not _state.get("preexec"):
         return "other pre-exec steps"
-    from pysb_core.launch.tmpdir import last_made
+    from pysb_core.launch.tmphost import last_made
 
     if spec.env.get("TMPDIR") is None or [spec.env["TMPDIR"]] != last_made:
         return "no private host directory"
-    if spec.cwd != os.getcwd():
+    if spec.cwd != os.path.realpath(os.getcwd()):
         return "another working directory"
     if any(k != "TMPDIR" and os.environ.get(k) != v for k, v in spec.env.items()):
         return "values set by the profile"
@@ -247,6 +292,11 @@ def claim(
             why = "another environment"
         elif spec.cwd != ahead.cwd:
             why = "another working directory"
+        elif ahead.hint is not None and ahead.hint != (
+            plan.payload.get("guards"),
+            plan.payload.get("sys_path"),
+        ):
+            why = "other guards than the hint named"
     if why is not None:
         _trace(f"discarded: {why}")
         discard()
@@ -378,10 +428,10 @@ def discard() -> None:
             _end(ahead)
         except OSError:
             pass
-    from pysb_core.launch import tmpdir
+    from pysb_core.launch import tmphost
 
-    if tmp is not None and tmp in tmpdir.premade:
-        tmpdir.premade.clear()
+    if tmp is not None and tmp in tmphost.premade:
+        tmphost.premade.clear()
         try:
             os.rmdir(tmp)  # not the plan's: its own clean-ups do not know it
         except OSError:
