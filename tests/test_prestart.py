@@ -255,3 +255,34 @@ def test_a_payload_without_the_hinted_guards_gets_a_fresh_interpreter(project, e
     plain = _run(project, "subprocess", {**env, "PYSB_PRESTART": "0"})
     assert json.loads(proc.stdout)["modules"] == json.loads(plain.stdout)["modules"]
     assert not any(m.startswith("pysb_guards") for m in json.loads(proc.stdout)["modules"])
+
+
+def test_a_signal_to_pysb_reaches_a_program_started_ahead(project, env):
+    """pysb forwards what it gets to the interpreter it took, as to one it forked."""
+    import signal
+
+    (project / "p.yaml").write_text("version: 1\nlearn: false\nimports: [os, signal, sys, time]\n")
+    code = (
+        "import os, signal, sys, time\n"
+        "def bye(*_):\n"
+        "    os.write(1, b'TERM\\n'); sys.exit(5)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    argv = [*pysb_command(), "run", "--provider", "subprocess", "--profile", "p.yaml", "-c", code]
+    for _ in range(2):
+        proc = subprocess.Popen(
+            argv, cwd=project, env={**BASE_ENV, **env}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            proc.send_signal(signal.SIGTERM)  # our own child, by its PID
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 5 and out == b"TERM\n", err
+    assert b"prestart: used" in err

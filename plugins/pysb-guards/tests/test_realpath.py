@@ -13,7 +13,7 @@ import os
 import stat
 import tempfile
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pysb_guards import _seal
 from pysb_guards.files import engine as _fileengine
@@ -36,6 +36,11 @@ node = st.tuples(
 
 
 @settings(max_examples=150, deadline=None)
+# CI, 2026-12-07: a loop (a -> a/a) reached through a missing name (b/..) where the kernel
+# says ENOENT; os.path.realpath answers the link and the rest as written
+@example(tree=[("link", ["a"], ["a", "a"], False)], probes=[["b", "..", "a"]])
+@example(tree=[("link", ["a"], ["b"], False), ("link", ["b"], ["a", "c"], False)],
+         probes=[["c", "..", "a", "x"]])  # fmt: skip
 @given(
     st.lists(node, max_size=12), st.lists(st.lists(st.sampled_from(NAMES), max_size=5), max_size=6)
 )

@@ -209,7 +209,9 @@ def _f_translate(abspath):
 
 
 def _f_realpath(path, through_proc=None):
-    """Canonical form of an absolute path (symlinks resolved, missing tail kept).
+    """Canonical form of an absolute path (symlinks resolved, missing tail kept), the
+    answer of ``os.path.realpath``: a link met again while it is being resolved (a loop)
+    ends the resolution there, with the rest of the path joined as written.
 
     ``through_proc`` (a list) gets an item when a link below ``/proc`` was followed
     (``/proc/self``, ``/proc/*/fd/N``, ``/dev/fd`` -> ``/proc/self/fd``...): the answer then
@@ -221,8 +223,14 @@ def _f_realpath(path, through_proc=None):
     rest.reverse()
     links = 0
     missing = False
+    active = {}  # links being resolved: their target's names are still in `rest`
+    resolved = {}  # link -> what it resolved to (os.path.realpath keeps the same)
     while rest:
         name = rest.pop()
+        if type(name) is tuple:  # the end of a link's target: that link is resolved
+            active.pop(name[0], None)
+            resolved[name[0]] = out
+            continue
         if name == "..":
             out = out[: out.rfind("/")] if out else ""
             missing = False  # back in a directory that may exist: resolve again
@@ -231,6 +239,10 @@ def _f_realpath(path, through_proc=None):
         if missing:
             out = candidate
             continue
+        known = resolved.get(candidate)
+        if known is not None:
+            out = known
+            continue
         try:
             st = LSTAT(candidate)
         except OSError:
@@ -238,12 +250,14 @@ def _f_realpath(path, through_proc=None):
             out = candidate
             continue
         if _f_mode(st) & 0o170000 == 0o120000:  # a symbolic link
+            if candidate in active:  # a loop (the kernel says ELOOP if it gets there)
+                return _f_lexical(candidate, [p for p in rest[::-1] if type(p) is str])
             links += 1
             if through_proc is not None and candidate.startswith("/proc/"):
                 # True: a descriptor's link used as a directory (/proc/self/fd/N/..)
                 through_proc.append(bool(rest) and candidate.rpartition("/")[0].endswith("/fd"))
-            if links > 40:  # a loop: the kernel says ELOOP; keep going lexically, as
-                missing = True  # os.path.realpath does
+            if links > 40:  # too long a chain: the kernel says ELOOP; keep going lexically
+                missing = True
                 out = candidate
                 continue
             try:
@@ -258,9 +272,19 @@ def _f_realpath(path, through_proc=None):
                 out = ""
             more = [p for p in target.split("/") if p and p != "."]
             more.reverse()
+            active[candidate] = True
+            rest.append((candidate,))  # popped once the target's names are done
             rest.extend(more)
             continue
         out = candidate
+    return out or "/"
+
+
+def _f_lexical(base, names):
+    """``base`` joined with ``names`` and ``..`` taken lexically (``os.path.normpath``)."""
+    out = base
+    for name in names:
+        out = out[: out.rfind("/")] if name == ".." else out + "/" + name
     return out or "/"
 
 
