@@ -281,22 +281,16 @@ def _before_exec(terminal):
     reaches it, so it dies with pysb (``PR_SET_PDEATHSIG``; a set-uid wrapper drops it at
     exec and has its own ``--die-with-parent``); on a terminal whose foreground pysb
     holds, it takes that foreground."""
+    from pysb_core.launch.prestart import standard_preexec
+
+    die_with_pysb = standard_preexec()  # also what an interpreter started ahead ran
     take_terminal = terminal.child_step() if terminal is not None and terminal.foreground else None
     if take_terminal is None:
-        from pysb_core.launch.prestart import standard_preexec
-
-        return standard_preexec()  # the steps below but the last: the interpreter ahead's
-    from pysb_core.linux.cfuncs import Long, function
-
-    prctl = function("prctl")
-    parent = os.getpid()
+        return die_with_pysb
 
     def preexec() -> None:
-        prctl(Long(1), Long(9))  # PR_SET_PDEATHSIG, SIGKILL
-        if os.getppid() != parent:  # pysb died before the call
-            os._exit(125)
-        if take_terminal is not None:
-            take_terminal()
+        die_with_pysb()
+        take_terminal()
 
     return preexec
 
