@@ -7,8 +7,9 @@ compares with the interpreter's own, under subprocess and landlock (and, in a se
 bwrap, unshare and firejail with ``--bound 12``), and how many modules
 pysb and the sandboxed interpreter import. It fails (exit 1) when a provider's ratio is
 above ``--bound`` in wall time *and* in CPU time: the bound is generous (9x; the figure
-is ~4x in wall time and ~5-5.5x in CPU time today, the goal 3x) so that only a large regression fails, not a loaded
-machine (load moves wall time much more than CPU time). Exit 2: something could not run.
+is ~4x in wall time and ~5-5.5x in CPU time today, the goal 3x) so that only a large
+regression fails, not a loaded machine (load moves wall time much more than CPU time).
+Exit 2: something could not run.
 
 The commands are interleaved round by round (python, then each provider), after warm-up
 runs that fill the profile and probe caches; each ratio is the median over the rounds of
