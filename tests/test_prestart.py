@@ -286,3 +286,27 @@ def test_a_signal_to_pysb_reaches_a_program_started_ahead(project, env):
                 proc.wait()
         assert proc.returncode == 5 and out == b"TERM\n", err
     assert b"prestart: used" in err
+
+
+@pytest.mark.parametrize("opts", [["-v"], ["-X", "importtime"], ["-Ximporttime=2"]])
+def test_an_interpreter_that_prints_while_it_starts_is_never_started_ahead(project, env, opts):
+    """One started ahead and killed (the profile changed) would have printed its imports
+    before the fresh one: such runs get only the fresh one, and leave no entry."""
+    profile = _profile(project, "KEEP")
+    for _ in range(2):
+        proc = _run(project, "subprocess", env, *opts)
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        assert _trace(proc) == ["not for an interpreter that prints while it starts"]
+    profile.write_text(profile.read_text().replace("KEEP", "DROP"))
+    proc = _run(project, "subprocess", env, *opts)
+    assert proc.returncode == 3 and "started ahead" not in proc.stderr
+    assert not (Path(env["XDG_CACHE_HOME"]) / "pysb" / "prestart").exists()
+
+
+def test_a_forwarded_pythonverbose_is_never_started_ahead(project, env):
+    _profile(project, "PYTHONVERBOSE")
+    for _ in range(2):
+        proc = _run(project, "subprocess", {**env, "PYTHONVERBOSE": "1"})
+        assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "not for PYTHONVERBOSE and kin" in _trace(proc)
+    assert "started ahead" not in proc.stderr

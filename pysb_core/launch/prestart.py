@@ -25,9 +25,11 @@ stub). A file that names more variables than the profile allows only lets pysb's
 bootstrap hold them for a moment before it is killed.
 
 Never tried: on a terminal (the interpreter would take the terminal's foreground before the
-checks), in learning runs and with event hooks (more descriptors than the payload's), in
-partial mode (only the ``pysb run`` process starts one), with ``PYSB_PRESTART=0``.
-``PYSB_DEBUG_PRESTART=1`` says on stderr what happened (tests/test_prestart.py).
+checks), for an interpreter that prints while it starts (``-v``, ``-X importtime``: one
+killed would have printed it too), in learning runs and with event hooks (more descriptors
+than the payload's), in partial mode (only the ``pysb run`` process starts one), with
+``PYSB_PRESTART=0``. ``PYSB_DEBUG_PRESTART=1`` says on stderr what happened
+(tests/test_prestart.py).
 
 Why one module: starting the interpreter, hinting it, comparing it with the launch and
 ending it are one protocol over one piece of state (the waiting interpreter, its pipe,
@@ -137,6 +139,21 @@ def _attempted() -> bool:
         return False
 
 
+#: Variables that make the interpreter print while it starts (see :func:`_speaks`).
+_SPEAKING_VARIABLES = frozenset({"PYTHONVERBOSE", "PYTHONPROFILEIMPORTTIME"})
+
+
+def _speaks(python_opts: Sequence[str], names: Sequence[str] = ()) -> bool:
+    """Whether the interpreter prints while it starts (``-v``, ``-X importtime``): one
+    started ahead and then killed would have printed it too, before the fresh one."""
+    if "-v" in python_opts or _SPEAKING_VARIABLES.intersection(names):
+        return True
+    return any(
+        python_opts[i] == "-X" and python_opts[i + 1].partition("=")[0] == "importtime"
+        for i in range(len(python_opts) - 1)
+    )
+
+
 def standard_preexec() -> Callable[[], None]:
     """What ``pysb run`` runs in the sandbox's first process before its exec when there is
     no terminal to hand over: die with pysb (``PR_SET_PDEATHSIG``), and not start at all
@@ -165,14 +182,17 @@ def begin(args: RunArgs) -> None:
         if not _attempted():
             return
         python_opts = list(args.python_opts)
+        if _speaks(python_opts):
+            _trace("not for an interpreter that prints while it starts")
+            return
         path = _entry_path(args)
         if path is None:
             return
         _state["entry"] = path
         names = _read(path)
         _state["names"] = names
-        if names is None:
-            _trace("nothing remembered")
+        if names is None or _speaks(python_opts, names):
+            _trace("nothing remembered" if names is None else "not for PYTHONVERBOSE and kin")
             _stand_in()
             return
         from pysb_core.launch import tmphost
