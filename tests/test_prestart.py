@@ -310,3 +310,22 @@ def test_a_forwarded_pythonverbose_is_never_started_ahead(project, env):
         assert proc.returncode == 3, proc.stderr[-2000:]
     assert "not for PYTHONVERBOSE and kin" in _trace(proc)
     assert "started ahead" not in proc.stderr
+
+
+@pytest.mark.provider("unshare")
+def test_a_provider_with_its_own_tool_ends_the_interpreter_ahead_at_once(project, env):
+    """An entry written under landlock, then the profile names unshare (which starts
+    ``unshare`` and its own init): the interpreter ahead is ended when the provider is
+    chosen, not left waiting while the program runs."""
+    require_provider("landlock")
+    require_provider("unshare")
+    profile = _profile(project, "KEEP")
+    text = profile.read_text()
+    profile.write_text(text + "provider: landlock\n")
+    proc = run_pysb("run", "--profile", "p.yaml", "-c", PROGRAM, cwd=project, env=env)
+    assert proc.returncode == 3 and "remembered 1 names" in _trace(proc), proc.stderr
+    profile.write_text(text + "provider: unshare\n")
+    proc = run_pysb("run", "--profile", "p.yaml", "-c", PROGRAM, cwd=project, env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert "discarded: provider unshare starts its own tool" in _trace(proc)
+    assert json.loads(proc.stdout)["env"]["KEEP"] == "kept value"

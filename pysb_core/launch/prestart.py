@@ -438,6 +438,13 @@ def _end(ahead: _Ahead) -> None:
         proc.wait()
 
 
+def decline(why: str) -> None:
+    """End the interpreter ahead now: this run cannot use it (``why``)."""
+    if _state["ahead"] is not None:
+        _trace(f"discarded: {why}")
+        discard()
+
+
 def discard() -> None:
     """End the interpreter ahead if no launch took it, and remove its temporary directory
     if no plan took that (``pysb run`` calls it on its way out); never raises."""
