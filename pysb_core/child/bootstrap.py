@@ -99,11 +99,6 @@ def _resume_gc(paused: bool) -> None:
         _GC_ENABLE()
 
 
-#: The first bytes on the payload pipe of an interpreter started ahead
-#: (:mod:`pysb_core.launch.prestart`) when a hint of what to import precedes the payload.
-_HINT_MAGIC = b"PYSB-AHEAD-HINT\n"
-
-
 def _read_exactly(fd: int, n: int) -> bytes:
     data = b""
     while len(data) < n:
@@ -123,8 +118,10 @@ def _use_the_wait(fd: int) -> bytes:
     fails, where the payload asks for it."""
     if os.fstat(fd).st_mode & 0o170000 != 0o010000:  # not a pipe: a memory file, read at once
         return b""
-    head = _read_exactly(fd, len(_HINT_MAGIC))
-    if head != _HINT_MAGIC:
+    from pysb_core.launch.bootargv import HINT_MAGIC
+
+    head = _read_exactly(fd, len(HINT_MAGIC))
+    if head != HINT_MAGIC:
         return head
     import marshal
 

@@ -25,6 +25,11 @@ BOOT_STUB = (
     "from pysb_core.child.bootstrap import main;main(sys.argv[1],S)"
 )
 
+#: The first bytes on the payload pipe of an interpreter started ahead when a hint of what
+#: to import precedes the payload (written by :func:`pysb_core.launch.prestart.hint`, read
+#: by ``pysb_core.child.bootstrap._use_the_wait``).
+HINT_MAGIC = b"PYSB-AHEAD-HINT\n"
+
 #: The directory holding the ``pysb_core`` package (the first import root of the sandbox).
 CORE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -387,7 +387,7 @@ class Session:
             if ahead is not None and ahead.waiting():
                 # The interpreter started ahead imports the guards while the profile is read.
                 on = python_guards is not False  # else the profile may yet say no: a mismatch
-                ahead.hint(list(hooks.guard_children().values()) if on else [], boot_paths())
+                ahead.hint(hooks.child_modules() if on else [], boot_paths())  # as the payload
             if events:
                 from pysb_core.builtin.events import JsonlEventSink
 

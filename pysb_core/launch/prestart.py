@@ -44,7 +44,7 @@ import marshal
 import os
 import sys
 
-from pysb_core.launch.bootargv import boot_argv
+from pysb_core.launch.bootargv import HINT_MAGIC, boot_argv
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ _state: dict[str, Any] = {
     "entry": None,  # the remembered entry's path (set by begin: a pysb run process)
     "names": None,  # what the entry said (None: nothing usable), written again on a change
     "ahead": None,  # the _Ahead, until claimed or discarded
-    "tmp": None,  # the private temporary directory made for it
+    "python_opts": None,  # the user's CPython options (set by begin)
     "preexec": None,  # standard_preexec()
 }
 
@@ -188,7 +188,7 @@ def begin(args: RunArgs) -> None:
         path = _entry_path(args)
         if path is None:
             return
-        _state["entry"] = path
+        _state["entry"], _state["python_opts"] = path, python_opts
         names = _read(path)
         _state["names"] = names
         if names is None or _speaks(python_opts, names):
@@ -198,7 +198,6 @@ def begin(args: RunArgs) -> None:
         from pysb_core.launch import tmphost
 
         tmp = tmphost.make_host_dir(os.environ)
-        _state["tmp"] = tmp
         tmphost.premade[:] = [tmp]  # the plan takes it (and removes it at the end)
         env = {n: os.environ[n] for n in names if n in os.environ}
         env["TMPDIR"] = tmp
@@ -226,11 +225,6 @@ def begin(args: RunArgs) -> None:
     except Exception as exc:  # an optimisation only: the launch starts one as always
         _trace(f"not started ({type(exc).__name__}: {exc})")
         discard()
-
-
-#: What the bootstrap reads first on its pipe when a hint precedes the payload
-#: (pysb_core.child.bootstrap._use_the_wait).
-HINT_MAGIC = b"PYSB-AHEAD-HINT\n"
 
 
 def _stand_in() -> None:
@@ -356,7 +350,7 @@ def remember(
         return
     try:
         why = _simple_shape(plan, spec, popen_kwargs, steps)
-        if why is None and list(spec.argv[:-1]) != boot_argv(_python_opts(spec), 0)[:-1]:
+        if why is None and list(spec.argv[:-1]) != boot_argv(_state["python_opts"], 0)[:-1]:
             why = "another command line"
         names = None if why is not None else tuple(sorted(k for k in spec.env if k != "TMPDIR"))
         if names is not None and len(names) > MAX_NAMES:
@@ -374,14 +368,6 @@ def remember(
         _state["names"] = names
     except Exception as exc:  # an optimisation only
         _trace(f"not remembered ({type(exc).__name__}: {exc})")
-
-
-def _python_opts(spec: LaunchSpec) -> list[str]:
-    """The CPython options in ``spec.argv`` (between the interpreter and ``-c``)."""
-    argv = list(spec.argv)
-    if len(argv) < 4 or argv[-3] != "-c":
-        return []
-    return argv[1:-3]
 
 
 def _write(path: str, names: tuple[str, ...] | None) -> None:
@@ -448,8 +434,8 @@ def decline(why: str) -> None:
 def discard() -> None:
     """End the interpreter ahead if no launch took it, and remove its temporary directory
     if no plan took that (``pysb run`` calls it on its way out); never raises."""
-    ahead, tmp = _state["ahead"], _state["tmp"]
-    _state["ahead"] = _state["tmp"] = None
+    ahead = _state["ahead"]
+    _state["ahead"] = None
     if ahead is not None:
         try:
             _end(ahead)
@@ -457,9 +443,9 @@ def discard() -> None:
             pass
     from pysb_core.launch import tmphost
 
-    if tmp is not None and tmp in tmphost.premade:
-        tmphost.premade.clear()
+    for tmp in tmphost.premade:  # not the plan's: its own clean-ups do not know it
         try:
-            os.rmdir(tmp)  # not the plan's: its own clean-ups do not know it
+            os.rmdir(tmp)
         except OSError:
             pass
+    tmphost.premade.clear()
