@@ -150,6 +150,16 @@ class LaunchSpec(Record):
     what ``adopt_wrapper`` and ``watch_wrapper_setup`` need) as well as a ``Popen``, so the
     launch need not import ``subprocess``; without it a launch with hooks starts a real
     ``Popen``.
+
+    ``ahead`` (kit 1.7): what each descriptor of ``pass_fds`` besides the payload's holds,
+    for a provider whose command ``pysb run`` may start ahead of the plan on the next run
+    of the same command (:mod:`pysb_core.launch.prestart`); ``None``: never started ahead.
+    Each value is one of ``("copy", HOST_PATH)`` (a memory file holding a copy of that host
+    file, read from its start), ``("dir", PATH)`` (an ``O_PATH`` descriptor of that
+    directory, opened with ``open_dir_nofollow``), ``("bytes", DATA)`` (a pipe's read end
+    that yields ``DATA``, then end of file) or ``("report", READ_FD)`` (a pipe's write end
+    whose read end ``READ_FD`` an ``on_started`` hook reads). The launch compares every one
+    (contents, directory identity, bytes) with what the command started ahead was given.
     """
 
     argv: list[str]
@@ -159,3 +169,4 @@ class LaunchSpec(Record):
     on_started: list[Callable[[subprocess.Popen[bytes]], None]] = field(default_factory=list)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     light: bool = False
+    ahead: dict[int, tuple[str, Any]] | None = None

@@ -76,6 +76,9 @@ Groups (see docs/writing-providers.md for the guide):
   ``collections``: ~1-2 ms of a start), with ``cache_clear()``;
 - ``LaunchSpec.light`` (since 1.6): the ``on_started`` hooks take pysb's light process, so
   the launch imports no ``subprocess`` (``adopt_wrapper`` and ``watch_wrapper_setup`` do);
+- ``LaunchSpec.ahead`` (since 1.7): what each passed descriptor holds, so that ``pysb run``
+  may start the provider's command ahead of the plan on the next run of the same command
+  (compared in full at the launch; bwrap does);
 - light records (no ``dataclasses`` import in the sandbox): :func:`record`,
   :func:`mutable_record`, :func:`field`, :class:`Record`, :func:`asdict`.
 """
@@ -87,7 +90,7 @@ from pysb_core._lazy import lazy_exports as _lazy_exports
 TYPE_CHECKING = False  # may be imported in the sandbox: no typing at run time
 
 #: ``(major, minor)`` of this kit (see the module docstring).
-KIT_VERSION: tuple[int, int] = (1, 6)
+KIT_VERSION: tuple[int, int] = (1, 7)
 
 #: The constant a provider's module sets to the kit version it was written for.
 DECLARATION = "PYSB_PROVIDERKIT"

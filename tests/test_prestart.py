@@ -82,8 +82,29 @@ def _entries(env: dict[str, str]) -> list[Path]:
     return sorted((Path(env["XDG_CACHE_HOME"]) / "pysb" / "prestart").iterdir())
 
 
+def _record(entry: Path) -> dict:
+    fmt, record = marshal.loads(entry.read_bytes())
+    assert fmt == 2
+    return record
+
+
+def _rewrite(entry: Path, **changes) -> None:
+    entry.write_bytes(marshal.dumps((2, {**_record(entry), **changes})))
+
+
+def _host_tmp_left(env: dict[str, str]) -> list[Path]:
+    """What is left of the private host directories this test's runs made."""
+    base = Path(env["TMPDIR"]) / f"pysb-{os.getuid()}"
+    return list(base.iterdir()) if base.exists() else []
+
+
 @pytest.mark.parametrize(
-    "provider", ["subprocess", pytest.param("landlock", marks=pytest.mark.provider("landlock"))]
+    "provider",
+    [
+        "subprocess",
+        pytest.param("landlock", marks=pytest.mark.provider("landlock")),
+        pytest.param("bwrap", marks=pytest.mark.provider("bwrap")),
+    ],
 )
 def test_the_second_run_starts_ahead_and_the_program_sees_the_same(project, env, provider):
     if provider != "subprocess":
@@ -110,7 +131,7 @@ def test_the_second_run_starts_ahead_and_the_program_sees_the_same(project, env,
     if isinstance(seen["exec_env"], list):  # what the interpreter was exec'd with
         assert seen["exec_env"] == ["KEEP", "TMPDIR"]
     assert len(_entries(env)) == 2
-    assert not any((Path(env["TMPDIR"]) / f"pysb-{os.getuid()}").iterdir())  # all removed
+    assert not _host_tmp_left(env)  # all removed
 
 
 def test_other_code_shares_the_entry(project, env):
@@ -146,7 +167,7 @@ def test_a_hand_written_entry_naming_a_secret_changes_nothing_the_program_sees(p
     _profile(project, "KEEP")
     assert _run(project, "subprocess", env).returncode == 3
     [entry] = _entries(env)
-    entry.write_bytes(marshal.dumps((1, ("KEEP", "SECRET"))))
+    _rewrite(entry, names=("KEEP", "SECRET"))
     proc = _run(project, "subprocess", {**env, "SECRET": "s3cr3t"})
     assert proc.returncode == 3, proc.stderr
     assert "discarded: another environment" in _trace(proc)
@@ -160,10 +181,18 @@ def test_a_hand_written_entry_naming_a_secret_changes_nothing_the_program_sees(p
     [
         pytest.param(lambda p: p.chmod(0o666), id="writable-by-others"),
         pytest.param(lambda p: p.write_bytes(b"\x00garbage"), id="not-marshal"),
-        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ("A=B",)))), id="bad-name"),
-        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ["KEEP"]))), id="a-list"),
-        pytest.param(lambda p: p.write_bytes(marshal.dumps((2, ("KEEP",)))), id="other-format"),
-        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ("K",) * 5000))), id="too-many"),
+        pytest.param(lambda p: _rewrite(p, names=("A=B",)), id="bad-name"),
+        pytest.param(lambda p: _rewrite(p, names=["KEEP"]), id="a-list"),
+        pytest.param(lambda p: _rewrite(p, names=("K",) * 5000), id="too-many"),
+        pytest.param(lambda p: p.write_bytes(marshal.dumps((1, ("KEEP",)))), id="other-format"),
+        pytest.param(lambda p: _rewrite(p, cwd="relative"), id="relative-cwd"),
+        pytest.param(lambda p: _rewrite(p, tmpdir="relative"), id="relative-tmp"),
+        pytest.param(lambda p: _rewrite(p, extra=1), id="another-key"),
+        pytest.param(lambda p: _rewrite(p, prefix=(("exec", "/bin/sh"),)), id="unknown-kind"),
+        pytest.param(lambda p: _rewrite(p, prefix=(("copy", "etc/passwd"),)), id="relative-copy"),
+        pytest.param(lambda p: _rewrite(p, prefix=(("bytes", b"x" * 70_000),)), id="big-bytes"),
+        pytest.param(lambda p: _rewrite(p, prefix=(("report", 7),)), id="report-number"),
+        pytest.param(lambda p: _rewrite(p, prefix=("a\0b",)), id="nul-word"),
     ],
 )
 def test_an_entry_that_cannot_be_trusted_is_not_used(project, env, damage):
@@ -188,7 +217,7 @@ def test_an_error_before_the_launch_ends_the_interpreter_ahead(project, env):
     assert started.startswith("started ahead (pid ")
     pid = int(started.rsplit(" ", 1)[1].rstrip(")"))
     assert not os.path.exists(f"/proc/{pid}")  # killed and reaped by pysb before it ended
-    assert not any((Path(env["TMPDIR"]) / f"pysb-{os.getuid()}").iterdir())
+    assert not _host_tmp_left(env)
 
 
 def test_a_profile_value_is_not_taken_from_the_host(project, env):
@@ -257,9 +286,16 @@ def test_a_payload_without_the_hinted_guards_gets_a_fresh_interpreter(project, e
     assert not any(m.startswith("pysb_guards") for m in json.loads(proc.stdout)["modules"])
 
 
-def test_a_signal_to_pysb_reaches_a_program_started_ahead(project, env):
-    """pysb forwards what it gets to the interpreter it took, as to one it forked."""
+@pytest.mark.parametrize(
+    "provider", ["subprocess", pytest.param("bwrap", marks=pytest.mark.provider("bwrap"))]
+)
+def test_a_signal_to_pysb_reaches_a_program_started_ahead(project, env, provider):
+    """pysb forwards what it gets to the interpreter it took, as to one it forked (under
+    bwrap: to the program, through the wrapper the launch adopted)."""
     import signal
+
+    if provider != "subprocess":
+        require_provider(provider)
 
     (project / "p.yaml").write_text("version: 1\nlearn: false\nimports: [os, signal, sys, time]\n")
     code = (
@@ -270,7 +306,7 @@ def test_a_signal_to_pysb_reaches_a_program_started_ahead(project, env):
         "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
-    argv = [*pysb_command(), "run", "--provider", "subprocess", "--profile", "p.yaml", "-c", code]
+    argv = [*pysb_command(), "run", "--provider", provider, "--profile", "p.yaml", "-c", code]
     for _ in range(2):
         proc = subprocess.Popen(
             argv, cwd=project, env={**BASE_ENV, **env}, stdin=subprocess.DEVNULL,
@@ -327,5 +363,98 @@ def test_a_provider_with_its_own_tool_ends_the_interpreter_ahead_at_once(project
     profile.write_text(text + "provider: unshare\n")
     proc = run_pysb("run", "--profile", "p.yaml", "-c", PROGRAM, cwd=project, env=env)
     assert proc.returncode == 3, proc.stderr
-    assert "discarded: provider unshare starts its own tool" in _trace(proc)
+    assert "discarded: provider unshare was not the last run's" in _trace(proc)
     assert json.loads(proc.stdout)["env"]["KEEP"] == "kept value"
+
+
+def _bwrap_record(project: Path, env: dict[str, str]) -> Path:
+    require_provider("bwrap")
+    _profile(project, "KEEP")
+    first = _run(project, "bwrap", env)
+    assert first.returncode == 3, first.stderr
+    [entry] = _entries(env)
+    record = _record(entry)
+    assert record["provider"] == "bwrap" and record["tmpdir"] == "/tmp"
+    kinds = sorted({item[0] for item in record["prefix"] if isinstance(item, tuple)})
+    assert "report" in kinds and "copy" in kinds  # bwrap's status pipe, its /etc copies
+    return entry
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """Processes whose environment holds ``mark`` (only this test's runs set it)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.provider("bwrap")
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda p: (p[0], "--bind", "/", "/mnt", *p[1:]), id="a-bind-of-the-root"),
+        pytest.param(lambda p: tuple(w for w in p if w != "--unshare-all"), id="no-namespaces"),
+        pytest.param(
+            lambda p: tuple(
+                (i[0], b"\0" * 8) if isinstance(i, tuple) and i[0] == "bytes" else i for i in p
+            ),
+            id="another-seccomp-filter",
+        ),
+        pytest.param(
+            lambda p: tuple(
+                ("copy", "/etc/hostname") if isinstance(i, tuple) and i[0] == "copy" else i
+                for i in p
+            ),
+            id="other-copies",
+        ),
+    ],
+)
+def test_a_wrapper_command_changed_by_hand_never_runs_the_program(project, env, change):
+    """The entry of a wrapper (bwrap) holds its words: one changed by hand starts a wider
+    sandbox ahead, which the launch compares word by word and descriptor by descriptor
+    with its own and kills before it reads the payload; nothing of it is left."""
+    entry = _bwrap_record(project, env)
+    record = _record(entry)
+    changed = change(record["prefix"])
+    assert changed != record["prefix"]
+    mark = f"PYSB_TEST_MARK_{os.getpid()}_{id(change)}"
+    _rewrite(entry, prefix=changed, names=(*record["names"], "PYSB_TEST_MARK"))
+    proc = _run(project, "bwrap", {**env, "PYSB_TEST_MARK": mark})
+    plain = _run(project, "bwrap", {**env, "PYSB_PRESTART": "0"})
+    assert [proc.returncode, plain.returncode] == [3, 3], proc.stderr
+    trace = _trace(proc)
+    assert trace[0].startswith("started ahead (pid "), trace
+    assert any(
+        t.startswith("discarded: another command line") or t.startswith("discarded: a copy of")
+        for t in trace
+    ), trace
+    assert "used" not in trace
+    assert json.loads(proc.stdout) == json.loads(plain.stdout)
+    assert _marked_processes(mark) == []  # the sandbox ahead and all it started: gone
+    assert _record(entry)["prefix"] == record["prefix"]  # remembered anew, as launched
+
+
+@pytest.mark.provider("bwrap")
+def test_a_wrapper_command_for_a_changed_profile_is_not_taken(project, env, tmp_path):
+    """A directory the profile now exposes is a bind the remembered command lacks."""
+    entry = _bwrap_record(project, env)
+    assert _trace(_run(project, "bwrap", env))[-1] == "used"
+    shared = tmp_path / "shared dir"
+    shared.mkdir()
+    (shared / "note.txt").write_text("seen")
+    (project / "p.yaml").write_text(
+        (project / "p.yaml").read_text() + f"files:\n  expose-ro: ['{shared}']\n"
+    )
+    code = f"print(open({str(shared / 'note.txt')!r}).read())"
+    proc = run_pysb(
+        "run", "--provider", "bwrap", "--profile", "p.yaml", "-c", code, cwd=project, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "seen\n"
+    assert "discarded: another command line" in _trace(proc)
+    assert any(isinstance(i, tuple) and i == ("dir", str(shared)) for i in _record(entry)["prefix"])

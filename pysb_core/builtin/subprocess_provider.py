@@ -12,7 +12,7 @@ from pysb_core.plan import LaunchSpec
 from pysb_core.provider import Capability, Provider, ProviderStatus
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.6"
+PYSB_PROVIDERKIT = "1.7"
 
 TYPE_CHECKING = False  # imported by every `pysb run`: no typing at run time
 if TYPE_CHECKING:

@@ -459,10 +459,7 @@ class Session:
                 prov = load_provider(policy.provider, options)
             hooks.register(prov, name=f"provider:{prov.name}")
             if ahead is not None:
-                from pysb_core.provider import Provider as BaseProvider
-
-                if type(prov).launch is not BaseProvider.launch:  # it starts a tool of its own
-                    ahead.decline(f"provider {prov.name} starts its own tool")
+                ahead.chosen(prov.name)  # another provider's command: ended now
 
             if auto_choice is None:
                 policy = prepared(policy)

@@ -4,25 +4,33 @@
 modules, the profile, the plugins, the checks, the plan) as the sandboxed interpreter then
 spends starting up before it reads what to run. Neither needs the other for that part: on
 a machine with two cores or more, the second can start when the first does. So, for the
-providers that exec the interpreter directly (subprocess and landlock: the base
-``Provider.launch``), ``pysb run`` starts it first thing, with the command line and the
-environment the previous run of the same command gave it, and the interpreter waits on an
-empty pipe. When the launch comes, the plan's own command line, environment, working
-directory, descriptors and pre-exec steps are compared with those of the waiting
-interpreter, all of them exactly; only when they are equal does it get the plan's payload
-(policy, program, guards) on its pipe -- the same bytes a fresh one would read, and the
-only thing that makes it run anything of the program's. Anything else (a profile that
-changed, another provider, an error before the launch) ends it with SIGKILL, before it has
-read a byte, and the launch forks a fresh one as always.
+providers whose launch is the base ``Provider.launch`` (subprocess, landlock, and bwrap,
+which wraps it), ``pysb run`` starts the command first thing, as the previous run of the
+same command started it, and the interpreter waits on an empty pipe. When the launch comes,
+the plan's own command line, environment, working directory, descriptors (what each one
+holds: ``LaunchSpec.ahead``, :mod:`pysb_core.launch.aheadfds`) and pre-exec steps are
+compared with those of the waiting command, all of them exactly; only when they are equal
+does it get the plan's payload (policy, program, guards) on its pipe -- the same bytes a
+fresh one would read, and the only thing that makes it run anything of the program's.
+Anything else (a profile that changed, another provider, an error before the launch) ends
+it with SIGKILL, before it has read a byte, and the launch forks a fresh one as always.
 
 What is remembered (``<state dir>/prestart/``, one small file per working directory and
 set of pysb options -- not per program: ``pysb run -c CODE`` shares one whatever the code --,
-this user's only, like the other caches of :mod:`pysb_core.linux.statedir`)
-are the *names* of the environment variables the sandbox got, never their values: the
-interpreter ahead gets this run's values of those names, and its command line is computed
-here, not read from the file (this interpreter, the user's CPython options, pysb's own
-stub). A file that names more variables than the profile allows only lets pysb's own
-bootstrap hold them for a moment before it is killed.
+this user's only, like the other caches of :mod:`pysb_core.linux.statedir`, and read-only
+inside every sandbox) is the *names* of the environment variables the sandbox got, never
+their values (the command ahead gets this run's values of those names), the provider, the
+temporary and working directories, and a wrapper's words before the interpreter (bwrap's
+options, with each descriptor replaced by what it held: a copy of which host file, which
+directory, which bytes). The interpreter's own command line is computed here (this
+interpreter, the user's CPython options, pysb's own stub), never read from the file, and
+every descriptor is made anew (the host file copied now, the directory opened now). A
+wrapper's words are run as the file says before the profile is read: the file is trusted
+as the other caches beside it are (the parsed-profile cache decides the policy itself):
+this user's alone, never writable inside a sandbox. With a genuine entry the command ahead
+runs no code but pysb's bootstrap, which waits, until the comparison passes; a file that
+names more variables than the profile allows only lets that bootstrap hold them for a
+moment before it is killed.
 
 Never tried: on a terminal (the interpreter would take the terminal's foreground before the
 checks), for an interpreter that prints while it starts (``-v``, ``-X importtime``: one
@@ -54,8 +62,14 @@ if TYPE_CHECKING:
     from pysb_core.cli.argv import RunArgs
     from pysb_core.plan import LaunchPlan, LaunchSpec, PreExecStep
 
-#: The format of a remembered entry: ``(FORMAT, names)``; no entry: nothing to start ahead.
-FORMAT = 1
+#: The format of a remembered entry: ``(FORMAT, record)``, the record a dict of
+#: :data:`RECORD_KEYS`; no entry: nothing to start ahead.
+FORMAT = 2
+#: What a record holds: the provider whose launch it was, the variables' names, the
+#: temporary directory (None, "host": one made for the run, or a path the plan set), the
+#: working directory, and the words (items: :mod:`pysb_core.launch.aheadfds`) of a wrapper
+#: before the interpreter's own command line (empty for subprocess and landlock).
+RECORD_KEYS = frozenset({"provider", "names", "tmpdir", "cwd", "prefix"})
 #: At most this many variable names are remembered (an environment is not that big).
 MAX_NAMES = 4096
 #: At most this many entries are kept: writing one more removes the oldest half.
@@ -65,19 +79,21 @@ MAX_ENTRIES = 256
 class _Ahead:
     """The interpreter started ahead, and what it was started with."""
 
-    def __init__(self, proc: Any, write_fd: int, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, proc: Any, write_fd: int, record: dict[str, Any], env: dict[str, str], made: Any
+    ) -> None:
         self.proc = proc
         self.write_fd = write_fd
-        self.argv = argv  # its payload descriptor last
+        self.record = record
         self.env = env
-        self.cwd = os.path.realpath(os.getcwd())
+        self.made = made  # aheadfds.Started: the wrapper's descriptors, what to compare
         self.hint: tuple[list[str], list[str]] | None = None  # guards, sys_path: sent
 
 
 #: The state of this ``pysb run`` process (one run per process).
 _state: dict[str, Any] = {
     "entry": None,  # the remembered entry's path (set by begin: a pysb run process)
-    "names": None,  # what the entry said (None: nothing usable), written again on a change
+    "record": None,  # what the entry said (None: nothing usable), written again on a change
     "ahead": None,  # the _Ahead, until claimed or discarded
     "python_opts": None,  # the user's CPython options (set by begin)
     "preexec": None,  # standard_preexec()
@@ -111,8 +127,8 @@ def _entry_path(args: RunArgs) -> str | None:
     return os.path.join(base, "prestart", name)
 
 
-def _read(path: str) -> tuple[str, ...] | None:
-    """The remembered names, None when there is nothing (usable) to start ahead."""
+def _read(path: str) -> dict[str, Any] | None:
+    """The remembered record, None when there is nothing (usable) to start ahead."""
     from pysb_core.linux.statedir import trusted
 
     try:
@@ -120,14 +136,28 @@ def _read(path: str) -> tuple[str, ...] | None:
             if not (trusted(os.path.dirname(path)) and trusted("", os.fstat(f.fileno()))):
                 return None
             data = f.read(1 << 20)
-        fmt, names = marshal.loads(data)
+        fmt, record = marshal.loads(data)
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    if fmt != FORMAT or type(names) is not tuple or len(names) > MAX_NAMES:
-        return None
+    return record if fmt == FORMAT and _valid(record) else None
+
+
+def _valid(record: object) -> bool:
+    """Whether ``record`` (data from a file) has exactly the shape :func:`remember` writes."""
+    from pysb_core.launch.aheadfds import valid_items
+
+    if type(record) is not dict or set(record) != RECORD_KEYS:
+        return False
+    names, tmpdir, cwd = record["names"], record["tmpdir"], record["cwd"]
+    if type(record["provider"]) is not str or type(names) is not tuple or len(names) > MAX_NAMES:
+        return False
     if not all(type(n) is str and n and "=" not in n and "\0" not in n for n in names):
-        return None
-    return names  # type: ignore[no-any-return]
+        return False
+    if not (tmpdir is None or tmpdir == "host" or (type(tmpdir) is str and tmpdir[:1] == "/")):
+        return False
+    if type(cwd) is not str or cwd[:1] != "/" or "\0" in cwd or "\0" in (tmpdir or ""):
+        return False
+    return valid_items(record["prefix"])
 
 
 def _attempted() -> bool:
@@ -189,42 +219,60 @@ def begin(args: RunArgs) -> None:
         if path is None:
             return
         _state["entry"], _state["python_opts"] = path, python_opts
-        names = _read(path)
-        _state["names"] = names
-        if names is None or _speaks(python_opts, names):
-            _trace("nothing remembered" if names is None else "not for PYTHONVERBOSE and kin")
+        record = _read(path)
+        _state["record"] = record
+        if record is None or _speaks(python_opts, record["names"]):
+            _trace("nothing remembered" if record is None else "not for PYTHONVERBOSE and kin")
             _stand_in()
             return
-        from pysb_core.launch import tmphost
-
-        tmp = tmphost.make_host_dir(os.environ)
-        tmphost.premade[:] = [tmp]  # the plan takes it (and removes it at the end)
-        env = {n: os.environ[n] for n in names if n in os.environ}
-        env["TMPDIR"] = tmp
-        read_fd, write_fd = os.pipe()
-        try:
-            from pysb_core.linux.spawn import Process
-
-            argv = boot_argv(python_opts, read_fd)
-            proc = Process(
-                argv,
-                env=env,
-                cwd=os.path.realpath(os.getcwd()),  # as the plan names it
-                pass_fds=(read_fd,),
-                process_group=0,
-                preexec_fn=standard_preexec(),
-            )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        _state["ahead"] = _Ahead(proc, write_fd, argv, env)
-        _trace(f"started ahead (pid {proc.pid})")
+        if record["cwd"] not in ("/", os.path.realpath(os.getcwd())):
+            _trace("not in another working directory")
+            _stand_in()
+            return
+        _start(record, python_opts)
         _stand_in()
     except Exception as exc:  # an optimisation only: the launch starts one as always
         _trace(f"not started ({type(exc).__name__}: {exc})")
         discard()
+
+
+def _start(record: dict[str, Any], python_opts: list[str]) -> None:
+    """Start the command ``record`` says the last launch started, with this run's values."""
+    from pysb_core.launch import aheadfds, tmphost
+
+    env = {n: os.environ[n] for n in record["names"] if n in os.environ}
+    if record["tmpdir"] == "host":
+        tmp = tmphost.make_host_dir(os.environ)
+        tmphost.premade[:] = [tmp]  # the plan takes it (and removes it at the end)
+        env["TMPDIR"] = tmp
+    elif record["tmpdir"] is not None:
+        env["TMPDIR"] = record["tmpdir"]  # the plan's own (bwrap's /tmp): compared
+    made = aheadfds.start(record["prefix"])
+    try:
+        read_fd, write_fd = os.pipe()
+    except BaseException:
+        made.close()
+        raise
+    try:
+        from pysb_core.linux.spawn import Process
+
+        proc = Process(
+            [*made.argv, *boot_argv(python_opts, read_fd)],
+            env=env,
+            cwd=record["cwd"],
+            pass_fds=(read_fd, *made.child_fds),
+            process_group=0,
+            preexec_fn=standard_preexec(),
+        )
+    except BaseException:
+        os.close(write_fd)
+        made.close_reports()
+        raise
+    finally:
+        os.close(read_fd)
+        made.close_child_fds()
+    _state["ahead"] = _Ahead(proc, write_fd, record, env, made)
+    _trace(f"started ahead (pid {proc.pid})")
 
 
 def _stand_in() -> None:
@@ -261,13 +309,26 @@ def hint(guards: list[str], sys_path: list[str]) -> None:
         _trace(f"no hint ({exc})")
 
 
-def _simple_shape(
+def chosen(provider: str) -> None:
+    """End the interpreter ahead now when the launch will be another provider's than the
+    one that started the command it remembers (an optimisation: the launch would refuse it)."""
+    ahead = _state["ahead"]
+    if ahead is not None and ahead.record["provider"] != provider:
+        decline(f"provider {provider} was not the last run's")
+
+
+def _shape(
     plan: LaunchPlan, spec: LaunchSpec, popen_kwargs: Mapping[str, Any], steps: Sequence[Any]
-) -> str | None:
-    """Why this launch is not one an interpreter ahead can stand for; None when it is."""
+) -> tuple[list[Any], list[int]] | str:
+    """This launch as a record's prefix items (and the descriptor behind each described
+    one), or why it is not one an interpreter ahead can stand for."""
     if _state["entry"] is None:
         return "not a pysb run"
-    if plan.payload_fd is None or list(spec.pass_fds) != [plan.payload_fd]:
+    if plan.payload_fd is None:
+        return "no payload"
+    described = spec.ahead or {}
+    expected = [plan.payload_fd, *described]
+    if len(spec.pass_fds) != len(expected) or set(spec.pass_fds) != set(expected):
         return "other descriptors"
     if not (spec.light or not spec.on_started):
         return "the provider wants a Popen"
@@ -275,15 +336,19 @@ def _simple_shape(
         return "other streams or process group"
     if len(steps) != 1 or steps[0].run is not _state.get("preexec"):
         return "other pre-exec steps"
-    from pysb_core.launch.tmphost import last_made
-
-    if spec.env.get("TMPDIR") is None or [spec.env["TMPDIR"]] != last_made:
-        return "no private host directory"
-    if spec.cwd != os.path.realpath(os.getcwd()):
+    tmp = spec.env.get("TMPDIR")
+    if tmp is not None and tmp[:1] != "/":
+        return "a relative temporary directory"
+    if spec.cwd not in ("/", os.path.realpath(os.getcwd())):
         return "another working directory"
     if any(k != "TMPDIR" and os.environ.get(k) != v for k, v in spec.env.items()):
         return "values set by the profile"
-    return None
+    boot = boot_argv(_state["python_opts"], plan.payload_fd)
+    if list(spec.argv[len(spec.argv) - len(boot) :]) != boot:
+        return "another command line"
+    from pysb_core.launch.aheadfds import describe
+
+    return describe(spec.argv, described, len(boot))
 
 
 def claim(
@@ -298,30 +363,48 @@ def claim(
     ahead = _state["ahead"]
     if ahead is None:
         return None
-    why = _simple_shape(plan, spec, popen_kwargs, steps)
+    from pysb_core.launch import aheadfds
+
+    shape = _shape(plan, spec, popen_kwargs, steps)
+    why = shape if isinstance(shape, str) else None
     if why is None:
-        if list(spec.argv[:-1]) != ahead.argv[:-1] or spec.argv[-1] != str(plan.payload_fd):
+        items, fds = shape
+        if plan.policy.provider != ahead.record["provider"]:
+            why = "another provider"
+        elif tuple(items) != ahead.record["prefix"]:
             why = "another command line"
         elif dict(spec.env) != ahead.env:
             why = "another environment"
-        elif spec.cwd != ahead.cwd:
+        elif spec.cwd != ahead.record["cwd"]:
             why = "another working directory"
         elif ahead.hint is not None and ahead.hint != (
             plan.payload.get("guards"),
             plan.payload.get("sys_path"),
         ):
             why = "other guards than the hint named"
+        else:
+            why = aheadfds.differs(ahead.made, spec.ahead or {}, fds)
     if why is not None:
         _trace(f"discarded: {why}")
         discard()
         return None
-    _state["ahead"] = None
     try:
-        _send_payload(plan.payload_fd, ahead.write_fd)  # type: ignore[arg-type]
+        saved = aheadfds.take_reports(ahead.made, spec.ahead or {}, fds)
+    except OSError as exc:
+        _trace(f"discarded: its reports could not be taken ({exc})")
+        discard()
+        return None
+    _state["ahead"] = None
+    write_fd, ahead.write_fd = ahead.write_fd, -1  # _send_payload closes it, whatever happens
+    try:
+        _send_payload(plan.payload_fd, write_fd)  # type: ignore[arg-type]
     except OSError as exc:  # it died meanwhile: a fresh one is started
+        aheadfds.give_back(saved)
         _trace(f"discarded: the payload could not be sent ({exc})")
         _end(ahead)
         return None
+    aheadfds.forget(saved)
+    ahead.made.close_reports()  # their numbers are the launch's own now
     _trace("used")
     return ahead.proc
 
@@ -342,35 +425,49 @@ def _send_payload(memfd: int, write_fd: int) -> None:
 def remember(
     plan: LaunchPlan, spec: LaunchSpec, popen_kwargs: Mapping[str, Any], steps: Sequence[Any]
 ) -> None:
-    """After a launch that started a fresh interpreter: the variables' names the next run
-    of this command starts one ahead with, or no entry when it should not try; never
-    raises."""
+    """After a launch that started a fresh interpreter: what the next run of this command
+    starts ahead (the variables' names, the temporary and working directories, a wrapper's
+    words and what its descriptors hold), or no entry when it should not try; never raises."""
     path = _state["entry"]
     if path is None:
         return
     try:
-        why = _simple_shape(plan, spec, popen_kwargs, steps)
-        if why is None and list(spec.argv[:-1]) != boot_argv(_state["python_opts"], 0)[:-1]:
-            why = "another command line"
-        names = None if why is not None else tuple(sorted(k for k in spec.env if k != "TMPDIR"))
-        if names is not None and len(names) > MAX_NAMES:
-            names, why = None, "too many variables"
-        if names == _state["names"]:
+        shape = _shape(plan, spec, popen_kwargs, steps)
+        why = shape if isinstance(shape, str) else None
+        record = None
+        if why is None:
+            from pysb_core.launch.tmphost import last_made
+
+            names = tuple(sorted(k for k in spec.env if k != "TMPDIR"))
+            tmp = spec.env.get("TMPDIR")
+            if len(names) > MAX_NAMES:
+                why = "too many variables"
+            else:
+                record = {
+                    "provider": str(plan.policy.provider),
+                    "names": names,
+                    "tmpdir": "host" if tmp is not None and [tmp] == last_made else tmp,
+                    "cwd": spec.cwd,
+                    "prefix": tuple(shape[0]),
+                }
+                if not _valid(record):
+                    record, why = None, "nothing that can be remembered"
+        if record == _state["record"]:
             if why is not None:
                 _trace(f"not for this launch: {why}")
             return
-        if names is None:
+        if record is None:
             os.unlink(path)
             _trace(f"forgotten: {why}")
         else:
-            _write(path, names)
-            _trace(f"remembered {len(names)} names")
-        _state["names"] = names
+            _write(path, record)
+            _trace(f"remembered {len(record['names'])} names")
+        _state["record"] = record
     except Exception as exc:  # an optimisation only
         _trace(f"not remembered ({type(exc).__name__}: {exc})")
 
 
-def _write(path: str, names: tuple[str, ...] | None) -> None:
+def _write(path: str, record: dict[str, Any]) -> None:
     from pysb_core.linux.statedir import trusted
 
     directory = os.path.dirname(path)
@@ -383,7 +480,7 @@ def _write(path: str, names: tuple[str, ...] | None) -> None:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, marshal.dumps((FORMAT, names)))
+            os.write(fd, marshal.dumps((FORMAT, record)))
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -411,10 +508,13 @@ def _prune(directory: str) -> None:
 def _end(ahead: _Ahead) -> None:
     """End the interpreter ahead: our own child (we started it and have not reaped it),
     by its PID, before it read anything."""
-    try:
-        os.close(ahead.write_fd)
-    except OSError:
-        pass
+    if ahead.write_fd >= 0:
+        fd, ahead.write_fd = ahead.write_fd, -1
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    ahead.made.close()
     proc = ahead.proc
     if proc.returncode is None:
         try:

@@ -36,7 +36,7 @@ from pysb_core.providerkit import (
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.6"
+PYSB_PROVIDERKIT = "1.7"
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:
@@ -142,11 +142,13 @@ class BwrapProvider(Provider):
         seccomp: bool = True,
         res: Resources | None = None,
         child_fds: list[int] | None = None,
+        described: dict[int, tuple[str, Any]] | None = None,
         **kwargs: Any,
     ) -> BwrapCommand:
         """The command for ``plan``. With ``res``, the host /etc files are handed over as
-        copies in memory files (their fds appended to ``child_fds``); without, the
-        command shows where they would go (``pysb check``)."""
+        copies in memory files (their fds appended to ``child_fds``, and said in
+        ``described``: ``LaunchSpec.ahead``); without, the command shows where they would
+        go (``pysb check``)."""
         problems = options.validate(plan.provider_options)
         if problems:
             raise SandboxError("\n".join(problems))
@@ -159,8 +161,12 @@ class BwrapProvider(Provider):
                 copies[path] = fd
                 if child_fds is not None:
                     child_fds.append(fd)
+                if described is not None:
+                    described[fd] = ("copy", path)
         if res is not None and _binds_fds(status.version or ""):
             kwargs["exposure_fds"] = _exposure_fds(plan, res, child_fds)
+            if described is not None:
+                described.update((fd, ("dir", p)) for p, fd in kwargs["exposure_fds"].items())
         return build_argv(
             plan,
             layout,
@@ -180,8 +186,14 @@ class BwrapProvider(Provider):
         res = Resources()
         netlaunch: NetworkLaunch | None = None
         child_fds: list[int] = []
+        # What each descriptor holds, so that the next run may start this command ahead
+        # (pysb_core.launch.prestart compares all of it): not with a network layer (its
+        # pipes take part in the set-up) or hidden paths (their mask is a file of this run).
+        described: dict[int, tuple[str, Any]] | None = None
         try:
             net = netlayer.network_for(plan) if netlayer.needs_layer(plan) else None
+            if net is None and not plan.hidden:
+                described = {}
             empty = res.file("empty", b"", 0o000) if plan.hidden else "/nonexistent/pysb-empty"
             extra: dict[str, Any] = {}
             if net is not None:
@@ -207,12 +219,17 @@ class BwrapProvider(Provider):
                 res.close(seccomp_w)
                 extra["seccomp_fd"] = seccomp_r
                 child_fds.append(seccomp_r)
+            if described is not None:
+                described[status_w] = ("report", status_r)
+                if bpf is not None:
+                    described[seccomp_r] = ("bytes", bytes(bpf))
             cmd = self._command(
                 plan,
                 empty_file=empty,
                 seccomp=bpf is not None,
                 res=res,
                 child_fds=child_fds,
+                described=described,
                 **extra,
             )
         except BaseException:
@@ -237,6 +254,7 @@ class BwrapProvider(Provider):
             spec.on_started.append(netlaunch.on_started)
             spec.cleanups.insert(0, netlaunch.close)
         spec.light = True  # every hook above takes pysb's light process: no subprocess
+        spec.ahead = described
         return spec
 
     def launch(self, plan: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:

@@ -40,7 +40,7 @@ from pysb_firejail.hostfs import scan_host
 from pysb_firejail.probe import INSTALL_FIX, probe_firejail
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.6"
+PYSB_PROVIDERKIT = "1.7"
 
 TYPE_CHECKING = False  # imported by every firejail run: no typing at run time
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from pysb_core.providerkit import (
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.6"
+PYSB_PROVIDERKIT = "1.7"
 
 TYPE_CHECKING = False  # typing costs ~1.5 ms at every start
 if TYPE_CHECKING:

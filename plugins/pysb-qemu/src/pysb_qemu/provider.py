@@ -35,7 +35,7 @@ from pysb_qemu import guest, netfilter, snapshot, started, vm
 from pysb_qemu.qemubin import qemu_version
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.6"
+PYSB_PROVIDERKIT = "1.7"
 
 OPTION_KEYS = ("memory", "accel", "cpus")
 ACCELS = ("auto", "kvm", "tcg")

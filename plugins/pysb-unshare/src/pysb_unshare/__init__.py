@@ -37,7 +37,7 @@ from pysb_core.providerkit import (
 )
 
 #: The provider kit this plugin is written against (:mod:`pysb_core.kitversion`).
-PYSB_PROVIDERKIT = "1.6"
+PYSB_PROVIDERKIT = "1.7"
 
 # Not ``subprocess`` (nor ``contextlib``) on the start path: it brings ``locale``, ``re``,
 # ``selectors``, ``signal``, ``threading``... (~30 modules) for one fork and one exec;
