@@ -193,6 +193,9 @@ def test_a_hand_written_entry_naming_a_secret_changes_nothing_the_program_sees(p
         pytest.param(lambda p: _rewrite(p, prefix=(("bytes", b"x" * 70_000),)), id="big-bytes"),
         pytest.param(lambda p: _rewrite(p, prefix=(("report", 7),)), id="report-number"),
         pytest.param(lambda p: _rewrite(p, prefix=("a\0b",)), id="nul-word"),
+        pytest.param(lambda p: _rewrite(p, hint=(("os; import x",), ("/",))), id="hint-name"),
+        pytest.param(lambda p: _rewrite(p, hint=(("json",), ("relative",))), id="hint-root"),
+        pytest.param(lambda p: _rewrite(p, hint=["json"]), id="hint-shape"),
     ],
 )
 def test_an_entry_that_cannot_be_trusted_is_not_used(project, env, damage):
@@ -458,3 +461,55 @@ def test_a_wrapper_command_for_a_changed_profile_is_not_taken(project, env, tmp_
     assert proc.stdout == "seen\n"
     assert "discarded: another command line" in _trace(proc)
     assert any(isinstance(i, tuple) and i == ("dir", str(shared)) for i in _record(entry)["prefix"])
+
+
+def test_the_last_runs_guards_are_hinted_at_the_start(project, env):
+    """The record keeps the payload's guard modules and import roots: the command ahead is
+    told them as it starts, before pysb has loaded its plugins."""
+    _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    [entry] = _entries(env)
+    guards, roots = _record(entry)["hint"]
+    assert any(g.startswith("pysb_guards.") for g in guards) and roots
+    proc = _run(project, "subprocess", env)
+    assert proc.returncode == 3, proc.stderr
+    trace = _trace(proc)
+    assert trace[0].startswith("started ahead")
+    assert trace[1] == f"hinted {len(guards)} guard modules"
+    assert trace[-1] == "used"
+
+
+def test_a_hint_from_a_root_pysb_does_not_import_from_is_not_sent(project, env, tmp_path):
+    """A hand-written hint naming a directory of its own is not imported from: only roots on
+    this pysb's own sys.path are hinted early; the hint then comes from the plugins, as
+    without a record."""
+    _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    [entry] = _entries(env)
+    guards, roots = _record(entry)["hint"]
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "imported"
+    (planted / "planted_guard.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    _rewrite(entry, hint=(("planted_guard", *guards), (str(planted), *roots)))
+    proc = _run(project, "subprocess", env)
+    assert proc.returncode == 3, proc.stderr
+    assert not marker.exists()
+    assert _trace(proc)[-1] == "used"  # hinted by the plugins instead, as before
+
+
+def test_a_hint_of_other_modules_gets_a_fresh_interpreter(project, env):
+    """A hint that names a module the payload does not (here one more from the standard
+    library, which is on pysb's own path) is imported early, so the command ahead is not
+    the one the launch would start: it is killed, and the program sees a fresh one."""
+    _profile(project, "KEEP")
+    assert _run(project, "subprocess", env).returncode == 3
+    [entry] = _entries(env)
+    guards, roots = _record(entry)["hint"]
+    _rewrite(entry, hint=((*guards, "xml.dom.minidom"), roots))
+    proc = _run(project, "subprocess", env)
+    plain = _run(project, "subprocess", {**env, "PYSB_PRESTART": "0"})
+    assert [proc.returncode, plain.returncode] == [3, 3], proc.stderr
+    assert "discarded: other guards than the hint named" in _trace(proc)
+    assert json.loads(proc.stdout)["modules"] == json.loads(plain.stdout)["modules"]
+    assert "xml.dom.minidom" not in json.loads(proc.stdout)["modules"]

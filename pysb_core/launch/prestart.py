@@ -20,9 +20,12 @@ set of pysb options -- not per program: ``pysb run -c CODE`` shares one whatever
 this user's only, like the other caches of :mod:`pysb_core.linux.statedir`, and read-only
 inside every sandbox) is the *names* of the environment variables the sandbox got, never
 their values (the command ahead gets this run's values of those names), the provider, the
-temporary and working directories, and a wrapper's words before the interpreter (bwrap's
+temporary and working directories, a wrapper's words before the interpreter (bwrap's
 options, with each descriptor replaced by what it held: a copy of which host file, which
-directory, which bytes). The interpreter's own command line is computed here (this
+directory, which bytes), and the last payload's guard modules and import roots: they are
+hinted as soon as the command starts (when every root is on this pysb's own ``sys.path``),
+so the interpreter imports them while pysb loads its plugins, and the launch compares them
+with the payload's. The interpreter's own command line is computed here (this
 interpreter, the user's CPython options, pysb's own stub), never read from the file, and
 every descriptor is made anew (the host file copied now, the directory opened now). A
 wrapper's words are run as the file says before the profile is read: the file is trusted
@@ -67,9 +70,10 @@ if TYPE_CHECKING:
 FORMAT = 2
 #: What a record holds: the provider whose launch it was, the variables' names, the
 #: temporary directory (None, "host": one made for the run, or a path the plan set), the
-#: working directory, and the words (items: :mod:`pysb_core.launch.aheadfds`) of a wrapper
-#: before the interpreter's own command line (empty for subprocess and landlock).
-RECORD_KEYS = frozenset({"provider", "names", "tmpdir", "cwd", "prefix"})
+#: working directory, the words (items: :mod:`pysb_core.launch.aheadfds`) of a wrapper
+#: before the interpreter's own command line (empty for subprocess and landlock), and the
+#: payload's guard modules and import roots (the hint sent as soon as the command starts).
+RECORD_KEYS = frozenset({"provider", "names", "tmpdir", "cwd", "prefix", "hint"})
 #: At most this many variable names are remembered (an environment is not that big).
 MAX_NAMES = 4096
 #: At most this many entries are kept: writing one more removes the oldest half.
@@ -157,7 +161,21 @@ def _valid(record: object) -> bool:
         return False
     if type(cwd) is not str or cwd[:1] != "/" or "\0" in cwd or "\0" in (tmpdir or ""):
         return False
-    return valid_items(record["prefix"])
+    return valid_items(record["prefix"]) and _valid_hint(record["hint"])
+
+
+def _valid_hint(hint: object) -> bool:
+    """None, or (guard module names, absolute import roots) as :func:`remember` keeps them."""
+    if hint is None:
+        return True
+    if type(hint) is not tuple or len(hint) != 2:
+        return False
+    guards, roots = hint
+    if type(guards) is not tuple or type(roots) is not tuple or len(guards) + len(roots) > 1024:
+        return False
+    return all(
+        type(g) is str and all(part.isidentifier() for part in g.split(".")) for g in guards
+    ) and all(type(r) is str and r[:1] == "/" and "\0" not in r for r in roots)
 
 
 def _attempted() -> bool:
@@ -273,6 +291,12 @@ def _start(record: dict[str, Any], python_opts: list[str]) -> None:
         made.close_child_fds()
     _state["ahead"] = _Ahead(proc, write_fd, record, env, made)
     _trace(f"started ahead (pid {proc.pid})")
+    remembered = record["hint"]
+    # The last payload's guards, at once: the interpreter imports them while pysb loads its
+    # plugins. Only from import roots this pysb imports from itself; the launch compares
+    # them with the payload's (claim), and a run whose plugins changed gets a fresh one.
+    if remembered is not None and all(root in sys.path for root in remembered[1]):
+        hint(list(remembered[0]), list(remembered[1]))
 
 
 def _stand_in() -> None:
@@ -443,12 +467,14 @@ def remember(
             if len(names) > MAX_NAMES:
                 why = "too many variables"
             else:
+                guards, roots = plan.payload.get("guards"), plan.payload.get("sys_path")
                 record = {
                     "provider": str(plan.policy.provider),
                     "names": names,
                     "tmpdir": "host" if tmp is not None and [tmp] == last_made else tmp,
                     "cwd": spec.cwd,
                     "prefix": tuple(shape[0]),
+                    "hint": (tuple(guards), tuple(roots)) if guards and roots else None,
                 }
                 if not _valid(record):
                     record, why = None, "nothing that can be remembered"
