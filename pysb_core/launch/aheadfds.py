@@ -120,7 +120,7 @@ def start(items: Sequence[Item]) -> Started:
                     raise OSError(f"{value} is larger than a copy holds")
                 fd = os.memfd_create("pysb-ahead", os.MFD_CLOEXEC)
                 made.child_fds.append(fd)
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.lseek(fd, 0, os.SEEK_SET)
                 made.checks.append(("copy", data))
             elif kind == "dir":
@@ -134,7 +134,7 @@ def start(items: Sequence[Item]) -> Started:
                 fd, write_end = os.pipe()
                 made.child_fds.append(fd)
                 try:
-                    _write_all(write_end, value)  # at most MAX_BYTES: the pipe holds it
+                    write_all(write_end, value)  # at most MAX_BYTES: the pipe holds it
                 finally:
                     os.close(write_end)
                 made.checks.append(("bytes", None))
@@ -230,7 +230,8 @@ def forget(saved: Sequence[tuple[int, int]]) -> None:
         os.close(copy)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` onto ``fd`` (a pipe may take less than one ``write``)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -389,6 +389,7 @@ def claim(
         return None
     from pysb_core.launch import aheadfds
 
+    described = spec.ahead or {}
     shape = _shape(plan, spec, popen_kwargs, steps)
     why = shape if isinstance(shape, str) else None
     if why is None:
@@ -407,13 +408,13 @@ def claim(
         ):
             why = "other guards than the hint named"
         else:
-            why = aheadfds.differs(ahead.made, spec.ahead or {}, fds)
+            why = aheadfds.differs(ahead.made, described, fds)
     if why is not None:
         _trace(f"discarded: {why}")
         discard()
         return None
     try:
-        saved = aheadfds.take_reports(ahead.made, spec.ahead or {}, fds)
+        saved = aheadfds.take_reports(ahead.made, described, fds)
     except OSError as exc:
         _trace(f"discarded: its reports could not be taken ({exc})")
         discard()
@@ -435,13 +436,13 @@ def claim(
 
 def _send_payload(memfd: int, write_fd: int) -> None:
     """The sealed payload (the plan's memory file) onto the pipe, then its end."""
+    from pysb_core.launch.aheadfds import write_all
+
     try:
         offset = 0
         while chunk := os.pread(memfd, 1 << 16, offset):
             offset += len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(write_fd, view) :]
+            write_all(write_fd, chunk)
     finally:
         os.close(write_fd)
 
